@@ -1,0 +1,40 @@
+# The two set-up commands: `make demo` and `make test`. Both create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench clean redis-check
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+redis-check:
+	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)"; exit 1; }
+
+demo: $(STAMP) redis-check
+	$(BIN)/python -m worker.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check worker hub_client mcp_servers tests bench
+	$(BIN)/ruff format --check worker hub_client mcp_servers tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: $(STAMP) redis-check lint typecheck
+	$(BIN)/pytest
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+bench: $(STAMP) redis-check
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

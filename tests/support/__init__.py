@@ -1,0 +1,1 @@
+"""Shared test helpers: private redis-server, free ports, process helpers."""

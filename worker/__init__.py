@@ -1,0 +1,1 @@
+"""hub-agent-worker: runs LLM agents for the Hub from rq tasks."""

@@ -1,0 +1,107 @@
+"""Provider-neutral conversation types shared by the loop and every model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal, Protocol
+
+
+class StopReason(str, Enum):
+    END_TURN = "end_turn"  # anthropic end_turn / stop_sequence, openai stop
+    TOOL_USE = "tool_use"  # anthropic tool_use, openai tool_calls
+    MAX_TOKENS = "max_tokens"  # anthropic max_tokens, openai length: the answer was truncated
+    REFUSAL = "refusal"  # anthropic refusal, openai content_filter
+    OTHER = "other"
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ToolCall:
+    """A tool call as the model wrote it. ``arguments`` is the raw JSON text (it may be invalid)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ToolSpec:
+    """A tool as offered to the model: ``<server>__<tool>``, its description and JSON schema."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(slots=True, kw_only=True)
+class Message:
+    """One conversation entry. ``tool`` messages answer the call named by ``tool_call_id``."""
+
+    role: Literal["user", "assistant", "tool"]
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    is_error: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    # None when the price of the model is unknown: unknown is not free.
+    cost_usd: float | None = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        if self.cost_usd is None or other.cost_usd is None:
+            self.cost_usd = None
+        else:
+            self.cost_usd += other.cost_usd
+
+
+@dataclass(slots=True, kw_only=True)
+class ModelRequest:
+    system: str
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec] = ()
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    # Seconds this call may take: the remaining wall-clock budget, capped by the model's default.
+    timeout_s: float | None = None
+    # JSON schema the answer must follow (structured output); None for free text.
+    response_schema: dict[str, Any] | None = None
+    response_schema_name: str = "answer"
+
+
+@dataclass(slots=True, kw_only=True)
+class ModelResponse:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: StopReason = StopReason.END_TURN
+    usage: Usage = field(default_factory=Usage)
+    provider: str = ""
+    model: str = ""
+    # How many attempts the retry layer made (1 = no retry).
+    attempts: int = 1
+
+
+class Model(Protocol):
+    """Anything that turns a conversation into the next assistant turn.
+
+    Implementations raise ``ModelAuthError``, ``ModelRequestError`` or
+    ``ModelUnavailable`` (after their own retries) from ``worker.exceptions``.
+    """
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...

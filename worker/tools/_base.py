@@ -1,0 +1,71 @@
+"""What the loop needs from tools: a Toolbox that offers, resolves and calls them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from worker.models._types import ToolSpec
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ToolResult:
+    """What the model reads back. ``is_error`` results still go to the model."""
+
+    content: str
+    is_error: bool = False
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class CallContext:
+    """Who is calling and how long the call may take; never chosen by the model."""
+
+    task_id: str
+    agent_id: str
+    step: int
+    index: int
+    timeout_s: float
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.task_id}:tool:{self.step}:{self.index}"
+
+    def meta(self) -> dict[str, Any]:
+        """The MCP request ``_meta`` our servers read the caller from."""
+        return {
+            "agent_id": self.agent_id,
+            "task_id": self.task_id,
+            "idempotency_key": self.idempotency_key,
+        }
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class Granted:
+    spec: ToolSpec
+    server: str
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class MissingGrant:
+    """The tool exists, but the agent does not hold ``required_grant``."""
+
+    name: str
+    required_grant: str
+
+
+Resolution = Granted | MissingGrant | None
+
+
+class Toolbox(Protocol):
+    """Tools for one task. ``resolve`` returning None means the tool does not exist."""
+
+    def offered(self) -> Sequence[ToolSpec]:
+        """Tools the model may see now (a dead server's tools are withdrawn)."""
+        ...
+
+    def resolve(self, name: str) -> Resolution: ...
+
+    async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        """Run a granted tool. Raise ``ToolFailed`` subclasses for failures the model should read."""
+        ...
