@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from worker.exceptions import InvalidTask
 
@@ -15,12 +22,12 @@ TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_PATTERN)]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
-class TaskType(str, Enum):
+class TaskType(StrEnum):
     NOTIFICATION = "notification"
     EXPLORATION = "exploration"
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     COMPLETED = "completed"
     MAX_ITERATIONS = "max_iterations"
     MAX_TOKENS = "max_tokens"

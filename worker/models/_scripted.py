@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from worker.exceptions import ModelError
@@ -58,7 +58,8 @@ class ScriptedModel:
         return len(self._turns)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
+        # The loop keeps appending to the same list: record what this call saw.
+        self.requests.append(replace(request, messages=list(request.messages)))
         if not self._turns:
             raise ModelError(
                 f"scripted model {self._name!r} has no turn left (call {len(self.requests)})",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal, Protocol
 
 
-class StopReason(str, Enum):
+class StopReason(StrEnum):
     END_TURN = "end_turn"  # anthropic end_turn / stop_sequence, openai stop
     TOOL_USE = "tool_use"  # anthropic tool_use, openai tool_calls
     MAX_TOKENS = "max_tokens"  # anthropic max_tokens, openai length: the answer was truncated

@@ -67,5 +67,5 @@ class Toolbox(Protocol):
     def resolve(self, name: str) -> Resolution: ...
 
     async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
-        """Run a granted tool. Raise ``ToolFailed`` subclasses for failures the model should read."""
+        """Run a granted tool; raise ``ToolFailed`` subclasses for failures the model reads."""
         ...

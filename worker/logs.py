@@ -1,0 +1,64 @@
+"""JSON-line logs on stderr: ``{"ts", "level", "event", ...}``, one object per line.
+
+Every string value passes through the process redactor, so a secret that slips
+into a field or an exception message is masked before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+_lock = threading.Lock()
+_redact: Callable[[str], str] = str
+_min_level = _LEVELS["info"]
+_stream: TextIO | None = None
+
+
+def set_redactor(redact: Callable[[str], str]) -> None:
+    global _redact
+    _redact = redact
+
+
+def set_level(level: str) -> None:
+    global _min_level
+    _min_level = _LEVELS.get(level.lower(), _LEVELS["info"])
+
+
+def set_stream(stream: TextIO | None) -> None:
+    """Send logs somewhere else than stderr (tests); None restores stderr."""
+    global _stream
+    _stream = stream
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return _redact(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _redact(str(value))
+
+
+def log_event(event: str, level: str = "info", **fields: Any) -> None:
+    if _LEVELS.get(level, 20) < _min_level:
+        return
+    record = {
+        "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "level": level,
+        "event": event,
+    }
+    record.update(_clean(fields))
+    line = json.dumps(record, ensure_ascii=False, default=str)
+    stream = _stream or sys.stderr
+    with _lock:
+        stream.write(line + "\n")
+        stream.flush()

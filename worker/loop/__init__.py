@@ -1,0 +1,59 @@
+"""The agent loop: reason → tool → observe, with limits as data and observable steps."""
+
+from worker.loop._dispatch import DONE_TOOL, CanExecuteTool
+from worker.loop._events import (
+    GrantDenied,
+    LlmCalled,
+    LoopEvent,
+    LoopObserver,
+    StepFinished,
+    StepStarted,
+    ToolCalled,
+)
+from worker.loop._limits import RunLimits
+from worker.loop._output import FALLBACK_ANSWER, truncate
+from worker.loop._run import AgentLoop, Control, ControlSource, LoopSettings, RunResult
+from worker.loop._state import (
+    Journal,
+    JournalEntry,
+    LoopState,
+    MemoryJournal,
+    ResponseEntry,
+    SteerEntry,
+    StepRecord,
+    ToolCallRecord,
+    ToolEntry,
+    entry_from_json,
+    entry_to_json,
+)
+
+__all__ = [
+    "DONE_TOOL",
+    "FALLBACK_ANSWER",
+    "AgentLoop",
+    "CanExecuteTool",
+    "Control",
+    "ControlSource",
+    "GrantDenied",
+    "Journal",
+    "JournalEntry",
+    "LlmCalled",
+    "LoopEvent",
+    "LoopObserver",
+    "LoopSettings",
+    "LoopState",
+    "MemoryJournal",
+    "ResponseEntry",
+    "RunLimits",
+    "RunResult",
+    "SteerEntry",
+    "StepFinished",
+    "StepRecord",
+    "StepStarted",
+    "ToolCallRecord",
+    "ToolCalled",
+    "ToolEntry",
+    "entry_from_json",
+    "entry_to_json",
+    "truncate",
+]

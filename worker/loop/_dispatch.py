@@ -1,0 +1,231 @@
+"""Running one tool call: resolve, check the grant, parse and validate arguments, call."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import jsonschema
+from jsonschema.protocols import Validator
+
+from worker.exceptions import AutonomyViolation, ToolFailed
+from worker.logs import log_event
+from worker.loop._events import EventBus, GrantDenied, ToolCalled
+from worker.loop._output import truncate
+from worker.loop._state import StepRecord, ToolCallRecord
+from worker.models._types import ToolCall, ToolSpec
+from worker.tools._base import CallContext, Granted, MissingGrant, Toolbox
+
+# Decides, per call and before execution, whether it may run: None allows, a string refuses.
+CanExecuteTool = Callable[[str, dict[str, Any]], "str | Awaitable[str | None] | None"]
+
+_TIMEOUT_BACKSTOP_S = 0.5
+
+DONE_TOOL = ToolSpec(
+    name="task_complete",
+    description="Call this once the task is done, with your final answer for the user.",
+    input_schema={
+        "type": "object",
+        "properties": {"answer": {"type": "string", "description": "Your final answer."}},
+        "required": ["answer"],
+    },
+)
+
+
+class ToolDispatcher:
+    def __init__(
+        self,
+        toolbox: Toolbox,
+        *,
+        task_id: str,
+        agent_id: str,
+        events: EventBus,
+        strict_grants: bool,
+        max_output_chars: int,
+        can_execute_tool: CanExecuteTool | None = None,
+    ) -> None:
+        self._toolbox = toolbox
+        self._task_id = task_id
+        self._agent_id = agent_id
+        self._events = events
+        self._strict = strict_grants
+        self._max_chars = max_output_chars
+        self._can_execute = can_execute_tool
+        self._validators: dict[str, Validator | None] = {}
+
+    async def run(self, step: int, index: int, call: ToolCall, timeout_s: float) -> ToolCallRecord:
+        started = time.perf_counter()
+        server, outcome, content, is_error = await self._execute(step, index, call, timeout_s)
+        duration = time.perf_counter() - started
+        content = truncate(content, self._max_chars)
+        self._events.emit(
+            ToolCalled(
+                step=step, tool=call.name, server=server, outcome=outcome, duration_s=duration
+            )
+        )
+        log_event(
+            "tool_call",
+            task=self._task_id,
+            agent=self._agent_id,
+            step=step,
+            tool=call.name,
+            server=server,
+            outcome=outcome,
+            duration_ms=round(duration * 1000, 2),
+        )
+        return ToolCallRecord(
+            call_id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            server=server,
+            outcome=outcome,
+            is_error=is_error,
+            content=content,
+            duration_s=duration,
+        )
+
+    async def _execute(
+        self, step: int, index: int, call: ToolCall, timeout_s: float
+    ) -> tuple[str, str, str, bool]:
+        """Returns (server, outcome, content, is_error)."""
+        resolution = self._toolbox.resolve(call.name)
+        if resolution is None:
+            return "", "unknown_tool", f"Error: Unknown tool '{call.name}'", True
+        if isinstance(resolution, MissingGrant):
+            self._deny(step, resolution)
+            return "", "missing_grant", f"Error: Missing grant {resolution.required_grant}", True
+        arguments, problem = self._parse_arguments(resolution, call)
+        if problem is not None:
+            return resolution.server, "invalid_arguments", problem, True
+        refusal = await self._refusal(call.name, arguments)
+        if refusal is not None:
+            return resolution.server, "refused", f"Error: {refusal}", True
+        ctx = CallContext(
+            task_id=self._task_id,
+            agent_id=self._agent_id,
+            step=step,
+            index=index,
+            timeout_s=timeout_s,
+        )
+        try:
+            # The toolbox honours ctx.timeout_s itself; this backstop catches one that does not.
+            with anyio.fail_after(timeout_s + _TIMEOUT_BACKSTOP_S):
+                result = await self._toolbox.call(call.name, arguments, ctx)
+        except TimeoutError:
+            message = f"Error: tool '{call.name}' timed out after {timeout_s:.1f} s"
+            return resolution.server, "timeout", message, True
+        except ToolFailed as exc:
+            return resolution.server, "error", f"Error: {exc.message}", True
+        except Exception as exc:  # a broken tool must not end the task
+            return resolution.server, "error", f"Error: tool '{call.name}' failed: {exc}", True
+        return (
+            resolution.server,
+            ("error" if result.is_error else "ok"),
+            result.content,
+            (result.is_error),
+        )
+
+    def _deny(self, step: int, denial: MissingGrant) -> None:
+        self._events.emit(
+            GrantDenied(step=step, tool=denial.name, required_grant=denial.required_grant)
+        )
+        log_event(
+            "grant_denied",
+            "warning",
+            task=self._task_id,
+            agent=self._agent_id,
+            tool=denial.name,
+            required_grant=denial.required_grant,
+            strict=self._strict,
+        )
+        if self._strict:
+            raise AutonomyViolation(
+                f"agent {self._agent_id!r} called {denial.name!r} without grant "
+                f"{denial.required_grant!r} (strict grants)"
+            )
+
+    def _parse_arguments(
+        self, resolution: Granted, call: ToolCall
+    ) -> tuple[dict[str, Any], str | None]:
+        try:
+            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            return {}, f"Error: arguments for tool '{call.name}' are not valid JSON: {exc}"
+        if not isinstance(arguments, dict):
+            kind = type(arguments).__name__
+            return {}, f"Error: arguments for tool '{call.name}' must be a JSON object, got {kind}"
+        validator = self._validator(resolution.spec)
+        if validator is not None:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+            if error is not None:
+                where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+                return (
+                    {},
+                    f"Error: invalid arguments for tool '{call.name}': {where}: {error.message}",
+                )
+        return arguments, None
+
+    def _validator(self, spec: ToolSpec) -> Validator | None:
+        if spec.name not in self._validators:
+            try:
+                cls = jsonschema.validators.validator_for(spec.input_schema)
+                cls.check_schema(spec.input_schema)
+                self._validators[spec.name] = cls(spec.input_schema)
+            except jsonschema.exceptions.SchemaError:
+                # A server with a broken schema: its tools still run, unchecked.
+                self._validators[spec.name] = None
+        return self._validators[spec.name]
+
+    async def _refusal(self, name: str, arguments: dict[str, Any]) -> str | None:
+        if self._can_execute is None:
+            return None
+        verdict = self._can_execute(name, arguments)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        return verdict
+
+
+class ToolLoopGuard:
+    """Stops runs that spin: an identical call repeated too often, or steps that only fail."""
+
+    def __init__(self, *, max_same_call_repeats: int, max_consecutive_error_steps: int) -> None:
+        self._max_repeats = max_same_call_repeats
+        self._max_error_steps = max_consecutive_error_steps
+        self._seen: dict[tuple[str, str], int] = {}
+        self.consecutive_error_steps = 0
+
+    def repeats_too_often(self, call: ToolCall) -> bool:
+        """Counts the call; true when it is made more than the allowed number of times."""
+        key = (call.name, _canonical(call.arguments))
+        count = self._seen.get(key, 0) + 1
+        self._seen[key] = count
+        return count > self._max_repeats
+
+    def replay(self, steps: Sequence[StepRecord]) -> None:
+        """Count the calls of a restored checkpoint as if they had just run."""
+        for step in steps:
+            for record in step.tool_calls:
+                self.repeats_too_often(
+                    ToolCall(id=record.call_id, name=record.name, arguments=record.arguments)
+                )
+            if step.tool_calls and not step.pending_calls:
+                self.step_finished(step.tool_calls)
+
+    def step_finished(self, results: list[ToolCallRecord]) -> bool:
+        """True when this step made the run reach the consecutive failed-steps limit."""
+        if results and all(record.is_error for record in results):
+            self.consecutive_error_steps += 1
+        else:
+            self.consecutive_error_steps = 0
+        return self.consecutive_error_steps >= self._max_error_steps
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+    except (json.JSONDecodeError, TypeError):
+        return arguments

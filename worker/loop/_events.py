@@ -1,0 +1,80 @@
+"""Observable steps of a run. Observers get every event; one that raises is logged and ignored."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from worker.logs import log_event
+from worker.models._types import StopReason, Usage
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class StepStarted:
+    step: int
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class LlmCalled:
+    step: int
+    provider: str
+    model: str
+    status: str  # "ok" or the error code
+    usage: Usage
+    duration_s: float
+    stop_reason: StopReason | None
+    final: bool = False  # the closing, tool-less call after a limit
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ToolCalled:
+    step: int
+    tool: str
+    server: str
+    outcome: str  # ok | error | unknown_tool | missing_grant | invalid_arguments | refused
+    duration_s: float
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class GrantDenied:
+    step: int
+    tool: str
+    required_grant: str
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class StepFinished:
+    step: int
+    tool_calls: int
+    failed_tool_calls: int
+
+
+LoopEvent = StepStarted | LlmCalled | ToolCalled | GrantDenied | StepFinished
+
+
+class LoopObserver(Protocol):
+    def __call__(self, event: LoopEvent) -> None: ...
+
+
+class EventBus:
+    """Fans events out to observers; an observer's exception never reaches the loop."""
+
+    def __init__(self, observers: Sequence[LoopObserver] = ()) -> None:
+        self._observers = list(observers)
+
+    def add(self, observer: LoopObserver) -> None:
+        self._observers.append(observer)
+
+    def emit(self, event: LoopEvent) -> None:
+        for observer in self._observers:
+            try:
+                observer(event)
+            except Exception as exc:
+                log_event(
+                    "observer_failed",
+                    "warning",
+                    observer=getattr(observer, "__qualname__", type(observer).__name__),
+                    event_type=type(event).__name__,
+                    error=f"{type(exc).__name__}: {exc}",
+                )

@@ -1,0 +1,72 @@
+"""Shaping what the model reads and what the report keeps: truncation, compaction, recovery."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Sequence
+
+from worker.loop._state import StepRecord
+from worker.models._types import Message
+
+FALLBACK_ANSWER = (
+    "I could not finish this task within its {limit} limit, so I am stopping here without a "
+    "complete answer."
+)
+_POINTER = re.compile(
+    r"^\W*(?:see|as (?:stated|shown|written|mentioned)|refer to)\b.{0,40}"
+    r"\b(?:above|previous|earlier|before)\b\W*$|^\W*(?:done|finished|complete[d]?)\W*$",
+    re.IGNORECASE,
+)
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """Cut ``text`` to ``max_chars`` with a marker saying how much was left out."""
+    if len(text) <= max_chars:
+        return text
+    omitted = len(text) - max_chars
+    return f"{text[:max_chars]}\n[truncated: {omitted} of {len(text)} characters omitted]"
+
+
+def is_pointer(text: str) -> bool:
+    """A closing turn that only points back ("see above") instead of carrying the answer."""
+    stripped = text.strip()
+    return not stripped or (len(stripped) <= 80 and _POINTER.match(stripped) is not None)
+
+
+def recover_output(steps: Sequence[StepRecord], closing_text: str) -> str:
+    """The report's output: the closing text, or the last earlier answer it points back to."""
+    if not is_pointer(closing_text):
+        return closing_text
+    for step in reversed(steps):
+        if step.text.strip() and not is_pointer(step.text):
+            return step.text
+    return closing_text
+
+
+class Compactor:
+    """Keeps old tool outputs within a character budget by replacing the oldest with a stub.
+
+    Tracks sizes as results arrive, so the cost per step stays flat however
+    long the conversation grows.
+    """
+
+    def __init__(self, budget_chars: int) -> None:
+        self._budget = budget_chars
+        self._live: deque[tuple[int, int]] = deque()  # (message index, length)
+        self._total = 0
+
+    def add(self, index: int, length: int) -> None:
+        self._live.append((index, length))
+        self._total += length
+
+    def compact(self, messages: list[Message]) -> int:
+        """Stub the oldest outputs (never the newest) until under budget; return how many."""
+        stubbed = 0
+        while self._total > self._budget and len(self._live) > 1:
+            index, length = self._live.popleft()
+            self._total -= length
+            message = messages[index]
+            message.content = f"[tool output of {length} characters removed to save context]"
+            stubbed += 1
+        return stubbed

@@ -1,0 +1,233 @@
+"""The state of a run, changed only by journal entries.
+
+Every change the loop makes (a model answer, a tool result, a steering
+message) is an entry appended to a journal and then applied. Replaying the
+entries of a checkpoint rebuilds the same state, so a task resumed after a
+crash neither re-asks the model for a step it has nor re-runs a tool call
+that already ran.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from worker.models._types import Message, ModelResponse, StopReason, ToolCall, Usage
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolCallRecord:
+    call_id: str
+    name: str
+    arguments: str
+    server: str
+    outcome: str
+    is_error: bool
+    content: str
+    duration_s: float = 0.0
+
+
+@dataclass(slots=True, kw_only=True)
+class StepRecord:
+    index: int
+    text: str
+    stop_reason: StopReason
+    provider: str
+    model: str
+    usage: Usage
+    requested_calls: tuple[ToolCall, ...] = ()
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    final: bool = False
+
+    @property
+    def truncated(self) -> bool:
+        return self.stop_reason is StopReason.MAX_TOKENS
+
+    @property
+    def pending_calls(self) -> list[ToolCall]:
+        """Calls the model asked for whose result is not recorded yet."""
+        done = {record.call_id for record in self.tool_calls}
+        return [call for call in self.requested_calls if call.id not in done]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "text": self.text,
+            "stop_reason": self.stop_reason.value,
+            "truncated": self.truncated,
+            "model": self.model,
+            "final": self.final,
+            "tokens_input": self.usage.input_tokens,
+            "tokens_output": self.usage.output_tokens,
+            "tool_calls": [
+                {"name": r.name, "outcome": r.outcome, "is_error": r.is_error}
+                for r in self.tool_calls
+            ],
+        }
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ResponseEntry:
+    step: int
+    response: ModelResponse
+    final: bool = False
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ToolEntry:
+    step: int
+    record: ToolCallRecord
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class SteerEntry:
+    text: str
+
+
+JournalEntry = ResponseEntry | ToolEntry | SteerEntry
+
+
+class Journal(Protocol):
+    """Where entries go as they happen (a Redis list for crash recovery; a list by default)."""
+
+    def append(self, entry: JournalEntry) -> None: ...
+
+
+class MemoryJournal:
+    def __init__(self) -> None:
+        self.entries: list[JournalEntry] = []
+
+    def append(self, entry: JournalEntry) -> None:
+        self.entries.append(entry)
+
+
+@dataclass(slots=True, kw_only=True)
+class LoopState:
+    messages: list[Message]
+    steps: list[StepRecord] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    llm_calls: int = 0
+    tool_calls: int = 0
+
+    @property
+    def iterations(self) -> int:
+        return sum(1 for step in self.steps if not step.final)
+
+    def apply(self, entry: JournalEntry) -> None:
+        if isinstance(entry, ResponseEntry):
+            self._apply_response(entry)
+        elif isinstance(entry, ToolEntry):
+            self._apply_tool(entry)
+        else:
+            self.messages.append(Message(role="user", content=entry.text))
+
+    def _apply_response(self, entry: ResponseEntry) -> None:
+        response = entry.response
+        self.llm_calls += 1
+        self.usage.add(response.usage)
+        self.steps.append(
+            StepRecord(
+                index=entry.step,
+                text=response.text,
+                stop_reason=response.stop_reason,
+                provider=response.provider,
+                model=response.model,
+                usage=response.usage,
+                requested_calls=response.tool_calls,
+                final=entry.final,
+            )
+        )
+        self.messages.append(
+            Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
+        )
+
+    def _apply_tool(self, entry: ToolEntry) -> None:
+        record = entry.record
+        self.tool_calls += 1
+        self.steps[-1].tool_calls.append(record)
+        self.messages.append(
+            Message(
+                role="tool",
+                content=record.content,
+                tool_call_id=record.call_id,
+                is_error=record.is_error,
+            )
+        )
+
+
+# --- JSON form of entries, for checkpoints -------------------------------------------------
+
+
+def entry_to_json(entry: JournalEntry) -> str:
+    if isinstance(entry, ResponseEntry):
+        r = entry.response
+        body: dict[str, Any] = {
+            "kind": "response",
+            "step": entry.step,
+            "final": entry.final,
+            "text": r.text,
+            "tool_calls": [[c.id, c.name, c.arguments] for c in r.tool_calls],
+            "stop_reason": r.stop_reason.value,
+            "usage": [r.usage.input_tokens, r.usage.output_tokens, r.usage.cost_usd],
+            "provider": r.provider,
+            "model": r.model,
+        }
+    elif isinstance(entry, ToolEntry):
+        t = entry.record
+        body = {
+            "kind": "tool",
+            "step": entry.step,
+            "record": [
+                t.call_id,
+                t.name,
+                t.arguments,
+                t.server,
+                t.outcome,
+                t.is_error,
+                t.content,
+                t.duration_s,
+            ],
+        }
+    else:
+        body = {"kind": "steer", "text": entry.text}
+    return json.dumps(body, separators=(",", ":"))
+
+
+def entry_from_json(raw: str | bytes) -> JournalEntry:
+    body = json.loads(raw)
+    kind = body["kind"]
+    if kind == "response":
+        tokens_in, tokens_out, cost = body["usage"]
+        return ResponseEntry(
+            step=body["step"],
+            final=body["final"],
+            response=ModelResponse(
+                text=body["text"],
+                tool_calls=tuple(
+                    ToolCall(id=i, name=n, arguments=a) for i, n, a in body["tool_calls"]
+                ),
+                stop_reason=StopReason(body["stop_reason"]),
+                usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out, cost_usd=cost),
+                provider=body["provider"],
+                model=body["model"],
+            ),
+        )
+    if kind == "tool":
+        call_id, name, arguments, server, outcome, is_error, content, duration = body["record"]
+        return ToolEntry(
+            step=body["step"],
+            record=ToolCallRecord(
+                call_id=call_id,
+                name=name,
+                arguments=arguments,
+                server=server,
+                outcome=outcome,
+                is_error=is_error,
+                content=content,
+                duration_s=duration,
+            ),
+        )
+    if kind == "steer":
+        return SteerEntry(text=body["text"])
+    raise ValueError(f"unknown checkpoint entry kind {kind!r}")
