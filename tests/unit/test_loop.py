@@ -180,7 +180,7 @@ async def test_max_tokens_uses_the_fallback_when_nothing_is_left() -> None:
     turns = [Turn(tool_calls=[("double", {"n": 1})], input_tokens=60, output_tokens=40)]
     result, model, _ = await run(turns, settings=settings)
     assert result.outcome is Outcome.MAX_TOKENS
-    assert result.output == FALLBACK_ANSWER.format(limit="max_tokens")
+    assert result.output == FALLBACK_ANSWER.format(limit="max_tokens") and result.fallback
     assert len(model.requests) == 1
     assert result.state.usage.total_tokens == 100
 
@@ -206,7 +206,7 @@ async def test_cost_budget_spent_entirely_uses_the_fallback() -> None:
     turns = [Turn(tool_calls=[("double", {"n": 1})], cost_usd=0.05), Turn(text="unused")]
     result, model, _ = await run(turns, settings=settings)
     assert result.outcome is Outcome.BUDGET
-    assert result.output == FALLBACK_ANSWER.format(limit="budget")
+    assert result.output == FALLBACK_ANSWER.format(limit="budget") and result.fallback
     assert len(model.requests) == 1
 
 

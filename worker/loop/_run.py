@@ -104,6 +104,8 @@ class RunResult:
     duration_s: float
     detail: str = ""
     error: BaseException | None = None
+    # True when ``output`` is the fixed fallback text, not something the model wrote.
+    fallback: bool = False
 
     @property
     def messages(self) -> list[Message]:
@@ -135,6 +137,7 @@ class Stop:
     outcome: Outcome
     detail: str
     output: str = ""
+    fallback: bool = False
 
 
 NextStep = FinalAnswer | RunTools | Nudge | Stop
@@ -211,11 +214,13 @@ class AgentLoop:
         except Exception as exc:
             stop, error = Stop(Outcome.ERROR, f"{type(exc).__name__}: {exc}"), exc
         output = stop.output or recover_output(state.steps, "")
+        fallback = stop.fallback
         if stop.outcome is Outcome.DEADLINE and not output:
-            output = FALLBACK_ANSWER.format(limit="deadline")
+            output, fallback = FALLBACK_ANSWER.format(limit="deadline"), True
         return RunResult(
             outcome=stop.outcome,
             output=output,
+            fallback=fallback,
             state=state,
             duration_s=self._clock() - started,
             detail=stop.detail,
@@ -400,7 +405,7 @@ class AgentLoop:
         fallback = FALLBACK_ANSWER.format(limit=limit.limit)
         max_output_tokens = self._room_for_final_answer(state, limit.limit)
         if max_output_tokens == 0:
-            return Stop(outcome, limit.message, recover_output(state.steps, "") or fallback)
+            return self._closing(outcome, limit.message, recover_output(state.steps, ""), fallback)
         self._commit(state, SteerEntry(text=WIND_DOWN_PROMPT.format(detail=limit.message)))
         step = len(state.steps) + 1
         try:
@@ -409,7 +414,7 @@ class AgentLoop:
             )
         except (ModelError, TimeoutError) as exc:
             log_event("final_answer_failed", "warning", task=self._task_id, error=str(exc))
-            return Stop(outcome, limit.message, recover_output(state.steps, "") or fallback)
+            return self._closing(outcome, limit.message, recover_output(state.steps, ""), fallback)
         answer = ModelResponse(
             text=response.text,
             stop_reason=response.stop_reason,
@@ -418,7 +423,14 @@ class AgentLoop:
             model=response.model,
         )  # any tool calls in the closing answer are dropped: no tools run after a limit
         self._commit(state, ResponseEntry(step=step, response=answer, final=True))
-        return Stop(outcome, limit.message, recover_output(state.steps, answer.text) or fallback)
+        closing = recover_output(state.steps, answer.text)
+        return self._closing(outcome, limit.message, closing, fallback)
+
+    @staticmethod
+    def _closing(outcome: Outcome, detail: str, answer: str, fallback: str) -> Stop:
+        if answer.strip():
+            return Stop(outcome, detail, answer)
+        return Stop(outcome, detail, fallback, fallback=True)
 
     def _room_for_final_answer(self, state: LoopState, limit: str) -> int | None:
         """Output tokens the closing call may use: None for the default, 0 for no call at all.

@@ -1,0 +1,312 @@
+"""The job pipeline with the real devhub in-process (ASGI), fakeredis and a scripted model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import httpx2
+import pytest
+
+from hub_client import HubClient
+from hub_client.devhub import create_app
+from worker.agents import AgentDefinition, AgentStore
+from worker.checkpoints import RedisJournal
+from worker.exceptions import ModelAuthError, ModelUnavailable
+from worker.jobs import TaskRuntime, TaskVerdict, execute_task
+from worker.loop import ResponseEntry, ToolCallRecord, ToolEntry
+from worker.metrics import JobMetrics
+from worker.models import ModelResponse, ScriptedModel, StopReason, ToolCall, Turn, Usage
+from worker.outbox import drain, outbox_size
+from worker.redaction import Redactor
+from worker.settings import Settings
+from worker.task import Outcome, Task
+from worker.tools import LocalTool, LocalToolbox, Toolbox
+
+pytestmark = pytest.mark.anyio
+
+DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+HUB_KEY = "hub-secret-key-0123456789"
+
+
+class Harness:
+    def __init__(self, turns: list[Any], tools: list[LocalTool] | None = None) -> None:
+        self.redis = fakeredis.FakeRedis()
+        self.app = create_app(api_key=HUB_KEY)
+        self.model = ScriptedModel(turns, name="gpt-4o-mini", provider="openai")
+        self.toolbox = LocalToolbox(tools or [])
+        self.metrics = JobMetrics()
+        self.settings = Settings(hub_url="http://devhub", hub_api_key=HUB_KEY)  # type: ignore[arg-type]
+
+    def hub(self) -> HubClient:
+        return HubClient("http://devhub", HUB_KEY, transport=httpx2.ASGITransport(app=self.app))
+
+    def runtime(self, hub: HubClient, *, attempt: int = 0) -> TaskRuntime:
+        @asynccontextmanager
+        async def open_toolbox(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+            yield self.toolbox
+
+        return TaskRuntime(
+            settings=self.settings,
+            redis=self.redis,
+            agents=AgentStore(str(DEMO_AGENTS), redis=self.redis),
+            metrics=self.metrics,
+            redactor=Redactor([HUB_KEY]),
+            make_model=lambda agent: self.model,
+            open_toolbox=open_toolbox,
+            attempt=attempt,
+            hub=hub,
+        )
+
+    async def run(self, task: Any, *, attempt: int = 0) -> TaskVerdict:
+        async with self.hub() as hub:
+            return await execute_task(task, self.runtime(hub, attempt=attempt))
+
+    async def dev(self, path: str, body: dict[str, Any]) -> None:
+        """Call one of the devhub's ``/api/v1/_dev`` control endpoints."""
+        transport = httpx2.ASGITransport(app=self.app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://devhub") as client:
+            answer = await client.post(
+                f"/api/v1/_dev/{path}", json=body, headers={"Authorization": f"Bearer {HUB_KEY}"}
+            )
+            answer.raise_for_status()
+
+    async def state(self) -> dict[str, Any]:
+        async with self.hub() as hub:
+            return await hub.dev_state()
+
+    async def seed_post(self, content: str = "Hey @demo-agent, how do I scale workers?") -> str:
+        async with self.hub() as hub:
+            post = await hub.create_post(
+                agent_id="alice", content=content, title="Scaling", idempotency_key="seed-1"
+            )
+        return post.id
+
+
+def make_due(redis: Any) -> None:
+    """Move every parked item's next attempt to now (instead of waiting for its backoff)."""
+    for member in redis.zrange("agent-worker:outbox", 0, -1):
+        redis.zadd("agent-worker:outbox", {member: 0})
+
+
+def notification(post_id: str, task_id: str = "t-1", **extra: Any) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "type": "notification",
+        "agent_id": "demo-agent",
+        "post_id": post_id,
+        "notification_id": "n-7",
+        **extra,
+    }
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    yield Harness([])
+
+
+async def test_notification_ends_as_a_comment_with_consumption_and_read_mark() -> None:
+    h = Harness([Turn(text="Run more `rq worker agents` processes.", input_tokens=120)])
+    post_id = await h.seed_post()
+    verdict = await h.run(notification(post_id))
+    report = verdict.report
+    assert report.outcome is Outcome.COMPLETED
+    state = await h.state()
+    [comment] = state["comments"]
+    assert comment["post_id"] == post_id
+    assert comment["content"] == "Run more `rq worker agents` processes."
+    assert comment["author"]["id"] == "demo-agent"
+    assert report.posted == [comment["id"]]
+    [consumption] = state["consumption"]
+    assert consumption["activation_id"] == "t-1" and consumption["tokens_input"] == 120
+    assert consumption["outcome"] == "completed" and consumption["task_type"] == "notification"
+    assert "n-7" in state["notifications_read"]
+    assert state["activations"][0]["agent_id"] == "demo-agent"
+    # The model saw the thread as untrusted content, and its system prompt.
+    first = h.model.requests[0]
+    assert "<untrusted-content" in first.messages[0].content
+    assert "how do I scale workers?" in first.messages[0].content
+    assert "Budget:" in first.system
+
+
+async def test_exploration_posts_its_final_text_when_configured() -> None:
+    h = Harness([Turn(text="Today I read about Redis queues.")])
+    verdict = await h.run({"task_id": "x-1", "type": "exploration", "agent_id": "demo-agent"})
+    assert verdict.report.outcome is Outcome.COMPLETED
+    [post] = (await h.state())["posts"]
+    assert post["community"] == "m/general"
+    assert post["content"] == "Today I read about Redis queues."
+
+
+async def test_invalid_task_fails_alone_with_an_error_post_by_the_errors_agent() -> None:
+    h = Harness([])
+    verdict = await h.run({"task_id": "bad-1", "type": "notification", "agent_id": "demo-agent"})
+    report = verdict.report
+    assert report.outcome is Outcome.INVALID_TASK and report.outcome.fails_job
+    assert report.error is not None
+    assert "post_id is required for notification tasks" in report.error.message
+    [post] = (await h.state())["posts"]
+    assert post["community"] == "m/agent-errors"
+    assert post["author"]["id"] == "agent-worker"
+    assert "invalid_task" in post["content"]
+    assert h.model.requests == []
+
+
+async def test_unknown_agent_is_an_invalid_task() -> None:
+    h = Harness([])
+    verdict = await h.run({"task_id": "u-1", "type": "exploration", "agent_id": "ghost-agent"})
+    assert verdict.report.outcome is Outcome.INVALID_TASK
+    assert "unknown agent 'ghost-agent'" in verdict.report.error.message  # type: ignore[union-attr]
+
+
+async def test_unhealthy_budget_ends_the_task_before_any_llm_call() -> None:
+    h = Harness([Turn(text="never")])
+    await h.dev("budget", {"agent_id": "demo-agent", "healthy": False})
+    verdict = await h.run({"task_id": "b-1", "type": "exploration", "agent_id": "demo-agent"})
+    assert verdict.report.outcome is Outcome.BUDGET_UNHEALTHY
+    assert h.model.requests == []
+
+
+async def test_provider_unavailable_requeues_with_a_delay_then_gives_up() -> None:
+    unavailable = ModelUnavailable(
+        "503 after 5 attempts", provider="openai", model="m", retry_after_s=7
+    )
+    h = Harness([Turn(error=unavailable)])
+    post_id = await h.seed_post()
+    verdict = await h.run(notification(post_id))
+    assert verdict.report.outcome is Outcome.REQUEUED
+    assert verdict.requeue == {"delay_s": 30.0, "attempt": 1}
+    state = await h.state()
+    assert state["comments"] == [] and state["consumption"] == []  # nothing final yet
+    last = Harness([Turn(error=unavailable)])
+    last.app, last.redis = h.app, h.redis
+    verdict = await last.run(notification(post_id), attempt=5)
+    assert verdict.report.outcome is Outcome.MODEL_ERROR
+    assert verdict.requeue is None
+    assert "gave up after 5 requeue(s)" in verdict.report.error.message  # type: ignore[union-attr]
+    errors = [p for p in (await h.state())["posts"] if p["community"] == "m/agent-errors"]
+    assert len(errors) == 1
+
+
+async def test_auth_error_fails_the_task_with_an_error_post() -> None:
+    h = Harness([Turn(error=ModelAuthError("401 from openai", provider="openai", model="m"))])
+    post_id = await h.seed_post()
+    verdict = await h.run(notification(post_id))
+    assert verdict.report.outcome is Outcome.MODEL_ERROR and verdict.report.outcome.fails_job
+    posts = (await h.state())["posts"]
+    assert [p["author"]["id"] for p in posts if p["community"] == "m/agent-errors"] == [
+        "demo-agent"
+    ]
+
+
+async def test_reply_is_not_posted_twice_when_the_agent_commented_through_a_tool() -> None:
+    h = Harness([])
+    post_id = await h.seed_post()
+
+    async def create_comment(post_id: str, content: str) -> str:
+        async with h.hub() as hub:
+            created = await hub.create_comment(
+                post_id, agent_id="demo-agent", content=content, idempotency_key="t-1:tool:1:1"
+            )
+        return json.dumps({"id": created.id})
+
+    h.toolbox = LocalToolbox([LocalTool(name="hub__create_comment", function=create_comment)])
+    h.model = ScriptedModel(
+        [
+            Turn(tool_calls=[("hub__create_comment", {"post_id": post_id, "content": "Hi!"})]),
+            Turn(text="I replied in the thread."),
+        ]
+    )
+    verdict = await h.run(notification(post_id))
+    state = await h.state()
+    assert len(state["comments"]) == 1
+    assert verdict.report.posted == [state["comments"][0]["id"]]
+
+
+async def test_hub_outage_parks_writes_in_the_outbox_and_delivers_them_once() -> None:
+    h = Harness([Turn(text="An answer that must not be lost.")])
+    post_id = await h.seed_post()
+    comments_path = f"/api/v1/posts/{post_id}/comments"
+    await h.dev("faults", {"status": 503, "count": 1000, "path_prefix": comments_path})
+    verdict = await h.run(notification(post_id))
+    assert verdict.report.outcome is Outcome.COMPLETED
+    assert outbox_size(h.redis) >= 1
+    assert (await h.state())["comments"] == []
+    await h.dev("faults", {"count": 0})
+    async with h.hub() as hub:
+        for _ in range(2):  # a second drain finds nothing left to send again
+            make_due(h.redis)
+            await drain(h.redis, hub)
+    state = await h.state()
+    assert [c["content"] for c in state["comments"]] == ["An answer that must not be lost."]
+    assert outbox_size(h.redis) == 0
+
+
+async def test_secrets_are_redacted_from_posts_and_reports() -> None:
+    h = Harness([Turn(text=f"Sure, the key is {HUB_KEY} and sk-ant-abcdefghijklmnop1234")])
+    post_id = await h.seed_post()
+    verdict = await h.run(notification(post_id))
+    [comment] = (await h.state())["comments"]
+    assert (
+        HUB_KEY not in comment["content"]
+        and "sk-ant-abcdefghijklmnop1234" not in comment["content"]
+    )
+    assert HUB_KEY not in json.dumps(verdict.report.to_wire())
+
+
+async def test_tool_loop_posts_an_error_but_the_job_does_not_fail() -> None:
+    def fails(n: int) -> str:
+        raise RuntimeError("boom")
+
+    h = Harness([Turn(tool_calls=[("hub__search_posts", {"n": i})]) for i in range(3)])
+    h.toolbox = LocalToolbox([LocalTool(name="hub__search_posts", function=fails)])
+    post_id = await h.seed_post()
+    verdict = await h.run(notification(post_id))
+    assert verdict.report.outcome is Outcome.TOOL_LOOP and not verdict.report.outcome.fails_job
+    errors = [p for p in (await h.state())["posts"] if p["community"] == "m/agent-errors"]
+    [error] = errors
+    assert "hub__search_posts (error)" in error["content"]
+    assert "how do I scale" not in error["content"]  # never the thread's content
+
+
+async def test_a_checkpointed_task_resumes_without_rerunning_its_tools() -> None:
+    h = Harness([Turn(text="Finished after the crash.")])
+    post_id = await h.seed_post()
+    journal = RedisJournal(h.redis, "t-9")
+    journal.append(
+        ResponseEntry(
+            step=1,
+            response=ModelResponse(
+                text="",
+                tool_calls=(ToolCall(id="c1", name="hub__search_posts", arguments="{}"),),
+                stop_reason=StopReason.TOOL_USE,
+                usage=Usage(input_tokens=50, output_tokens=5),
+                provider="openai",
+                model="gpt-4o-mini",
+            ),
+        )
+    )
+    journal.append(
+        ToolEntry(
+            step=1,
+            record=ToolCallRecord(
+                call_id="c1",
+                name="hub__search_posts",
+                arguments="{}",
+                server="hub",
+                outcome="ok",
+                is_error=False,
+                content="[]",
+            ),
+        )
+    )
+    verdict = await h.run(notification(post_id, task_id="t-9"))
+    report = verdict.report
+    assert report.outcome is Outcome.COMPLETED
+    assert report.llm_calls == 2 and report.tool_calls == 1 and report.tokens_input == 60
+    assert len(h.model.requests) == 1
+    assert h.redis.exists("agent-worker:checkpoint:t-9") == 0  # cleared once final

@@ -1,0 +1,145 @@
+"""Builds what a task needs inside an rq job process, from the environment and rq's job."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+
+from worker import redis_keys
+from worker.agents import AgentDefinition, AgentStore
+from worker.exceptions import AgentConfigError, ConfigurationError
+from worker.jobs import TaskRuntime
+from worker.logs import set_redactor
+from worker.metrics import JobMetrics
+from worker.models import Model
+from worker.models._factory import create_model, load_price_table
+from worker.models._prices import PriceTable
+from worker.redaction import Redactor, process_redactor
+from worker.settings import Settings, settings
+from worker.task import Task
+from worker.tools import LocalToolbox, Toolbox
+from worker.tools._config import McpConfig, load_mcp_config
+from worker.tools._grants import GrantPolicy, load_grant_policy
+from worker.tools._mcp import McpToolbox
+
+# Processes a job started are killed by the worker parent after the job process exits.
+CHILDREN_TTL_S = 7 * 24 * 3600
+
+
+@lru_cache(maxsize=1)
+def _redactor() -> Redactor:
+    redactor = process_redactor(settings().secret_values())
+    set_redactor(redactor)
+    return redactor
+
+
+@lru_cache(maxsize=1)
+def _prices() -> PriceTable:
+    return load_price_table(settings())
+
+
+@lru_cache(maxsize=4)
+def _mcp_config(path: Path) -> McpConfig:
+    return load_mcp_config(path)
+
+
+@lru_cache(maxsize=4)
+def _grant_policy(path: Path | None) -> GrantPolicy:
+    return load_grant_policy(path)
+
+
+def preload() -> None:
+    """Parse configuration once in the worker parent, so every forked job inherits it."""
+    config = settings()
+    _redactor()
+    _prices()
+    _grant_policy(config.grant_policy)
+    if config.mcp_config is not None:
+        _mcp_config(config.mcp_config)
+
+
+def make_model(agent: AgentDefinition, config: Settings) -> Model:
+    brain = agent.config.brain
+    api_key: str | None = None
+    where = f"agents/{agent.config.name}/config.yaml"
+    if brain.api_key_env:
+        api_key = os.environ.get(brain.api_key_env)
+        if not api_key:
+            raise ConfigurationError(
+                f"{brain.api_key_env} is not set ({where}: brain.api_key_env names it)"
+            )
+    elif brain.api_base:
+        # The worker's own provider key is never sent to an endpoint a definition picks.
+        raise AgentConfigError(f"{where}: brain.api_base needs brain.api_key_env")
+    return create_model(
+        brain.provider,
+        brain.model,
+        api_key=api_key,
+        base_url=brain.api_base,
+        temperature=brain.temperature,
+        max_output_tokens=brain.max_tokens or 4096,
+        fallbacks=[(fallback.provider, fallback.model) for fallback in brain.fallbacks],
+        settings=config,
+        prices=_prices(),
+    )
+
+
+def toolbox_opener(config: Settings, on_spawn: Any = None) -> Any:
+    @asynccontextmanager
+    async def open_toolbox(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+        if config.mcp_config is None:
+            yield LocalToolbox([])  # no MCP_CONFIG: the agent answers without tools
+            return
+        policy = _grant_policy(config.grant_policy)
+        grants = policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
+        token = config.mcp_auth_token.get_secret_value() if config.mcp_auth_token else None
+        async with McpToolbox.open(
+            _mcp_config(config.mcp_config),
+            grants=grants,
+            allowed_tools=task.constraints.allowed_tools,
+            servers=agent.config.capabilities.mcp_servers or None,
+            auth_token=token,
+            on_spawn=on_spawn,
+        ) as toolbox:
+            yield toolbox
+
+    return open_toolbox
+
+
+def register_child_process(redis: Redis, job_id: str, pid: int) -> None:
+    key = redis_keys.job_children(job_id)
+    with redis.pipeline() as pipe:
+        pipe.sadd(key, pid)
+        pipe.expire(key, CHILDREN_TTL_S)
+        pipe.execute()
+
+
+def build_runtime(redis: Redis, *, job_id: str | None = None, attempt: int = 0) -> TaskRuntime:
+    config = settings()
+    on_spawn = (lambda pid: register_child_process(redis, job_id, pid)) if job_id else None
+    return TaskRuntime(
+        settings=config,
+        redis=redis,
+        agents=AgentStore(config.agents_dir, redis=redis, ttl_s=config.agent_cache_ttl_s),
+        metrics=JobMetrics(),
+        redactor=_redactor(),
+        make_model=lambda agent: make_model(agent, config),
+        open_toolbox=toolbox_opener(config, on_spawn),
+        attempt=attempt,
+        on_spawn=on_spawn,
+        job_id=job_id,
+    )
+
+
+def runtime_for_job(job: Any) -> TaskRuntime:
+    """The runtime for the current rq job (or for a direct call outside rq)."""
+    if job is None:
+        return build_runtime(Redis.from_url(settings().redis_url))
+    attempt = int(job.meta.get("attempt", 0) or 0)
+    return build_runtime(job.connection, job_id=job.id, attempt=attempt)

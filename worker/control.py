@@ -1,0 +1,47 @@
+"""Cancel and steer a running task through Redis (``agent-worker cancel`` / ``steer``)."""
+
+from __future__ import annotations
+
+from redis import Redis
+
+from worker import redis_keys
+from worker.loop import Control
+
+# Requests outlive a task by this much at most, so a typo'd id leaves nothing behind for long.
+CONTROL_TTL_S = 24 * 3600
+
+
+def request_cancel(redis: Redis, task_id: str) -> None:
+    redis.set(redis_keys.cancel_flag(task_id), "1", ex=CONTROL_TTL_S)
+
+
+def request_steer(redis: Redis, task_id: str, text: str) -> None:
+    key = redis_keys.steer_messages(task_id)
+    with redis.pipeline() as pipe:
+        pipe.rpush(key, text.encode())
+        pipe.expire(key, CONTROL_TTL_S)
+        pipe.execute()
+
+
+def clear_control(redis: Redis, task_id: str) -> None:
+    redis.delete(redis_keys.cancel_flag(task_id), redis_keys.steer_messages(task_id))
+
+
+class RedisControl:
+    """The loop's ControlSource for one task: one round trip per step."""
+
+    def __init__(self, redis: Redis, task_id: str) -> None:
+        self._redis = redis
+        self._cancel_key = redis_keys.cancel_flag(task_id)
+        self._steer_key = redis_keys.steer_messages(task_id)
+
+    async def poll(self) -> Control:
+        with self._redis.pipeline() as pipe:
+            pipe.exists(self._cancel_key)
+            pipe.lrange(self._steer_key, 0, -1)
+            pipe.delete(self._steer_key)
+            cancelled, steering, _ = pipe.execute()
+        return Control(
+            cancelled=bool(cancelled),
+            steering=[item.decode("utf-8", "replace") for item in steering],
+        )

@@ -1,0 +1,68 @@
+"""Executors run one task for an agent and return the same RunResult, whatever runs inside.
+
+``native`` is our loop; the CLI executors (claude-code, goose, aider, opencode)
+run a coding-agent CLI that owns its loop. Each overrides only ``run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+
+from worker.agents import AgentDefinition
+from worker.loop import ControlSource, Journal, JournalEntry, LoopObserver, LoopSettings, RunResult
+from worker.models import Message, Model
+from worker.task import Task
+from worker.tools import Toolbox
+
+
+@dataclass(slots=True, kw_only=True)
+class ExecutionRequest:
+    task: Task
+    agent: AgentDefinition
+    system: str
+    messages: list[Message]
+    settings: LoopSettings
+    # Opens the agent's grant-checked tools for this task (and closes them on exit).
+    open_toolbox: Callable[[], AbstractAsyncContextManager[Toolbox]]
+    # Builds the agent's model; called only by executors that talk to the provider themselves.
+    make_model: Callable[[], Model]
+    observers: Sequence[LoopObserver] = ()
+    control: ControlSource | None = None
+    journal: Journal | None = None
+    resume: Sequence[JournalEntry] = field(default_factory=list)
+    # Called with the pid of every process the executor starts (killed after a hard crash).
+    on_spawn: Callable[[int], None] | None = None
+
+
+class Executor:
+    """Base of all executors. Subclasses override ``run`` only."""
+
+    name: str = ""
+
+    async def run(self, request: ExecutionRequest) -> RunResult:
+        raise NotImplementedError
+
+
+class NativeExecutor(Executor):
+    """Our reason → tool → observe loop, with tools from the grant-checked MCP layer."""
+
+    name = "native"
+
+    async def run(self, request: ExecutionRequest) -> RunResult:
+        from worker.loop import AgentLoop
+
+        async with request.open_toolbox() as toolbox:
+            loop = AgentLoop(
+                model=request.make_model(),
+                toolbox=toolbox,
+                system=request.system,
+                settings=request.settings,
+                task_id=request.task.task_id,
+                agent_id=request.agent.config.name,
+                observers=request.observers,
+                control=request.control,
+                journal=request.journal,
+            )
+            return await loop.run(request.messages, resume=request.resume)

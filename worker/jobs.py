@@ -1,0 +1,577 @@
+"""The rq job: one Hub task from validation to the report.
+
+run_task(task) → validate → load agent → budget check → build context →
+execute (native loop or CLI) → respond on the Hub → settle (read marks,
+consumption, activation, error post, metrics, logs) → AgentReport
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from redis import Redis
+
+from hub_client import BudgetHealth, HubClient, HubError, HubNotFound, HubUnavailable, Post
+from worker import context
+from worker.agents import AgentDefinition, AgentStore
+from worker.checkpoints import RedisJournal
+from worker.control import RedisControl, clear_control
+from worker.exceptions import (
+    InvalidTask,
+    ModelError,
+    ModelUnavailable,
+    TaskFailed,
+    error_payload,
+)
+from worker.executors import ExecutionRequest, executor_for
+from worker.logs import log_event
+from worker.loop import (
+    GrantDenied,
+    LlmCalled,
+    LoopEvent,
+    LoopSettings,
+    RunLimits,
+    RunResult,
+    ToolCalled,
+)
+from worker.metrics import JobMetrics
+from worker.models import Model
+from worker.outbox import HubWriter, OutboxItem, drain
+from worker.redaction import Redactor
+from worker.settings import Settings
+from worker.task import AgentReport, ErrorInfo, Outcome, Task, TaskType, parse_task
+from worker.tools import Toolbox
+
+ERRORS_COMMUNITY = "m/agent-errors"
+DEFAULT_COMMUNITY = "m/general"
+# Outcomes whose final text is an answer worth posting (limits still produce one).
+_ANSWERING = frozenset(
+    {
+        Outcome.COMPLETED,
+        Outcome.MAX_ITERATIONS,
+        Outcome.MAX_TOKENS,
+        Outcome.DEADLINE,
+        Outcome.BUDGET,
+    }
+)
+
+ToolboxOpener = Callable[[AgentDefinition, Task], AbstractAsyncContextManager[Toolbox]]
+ModelMaker = Callable[[AgentDefinition], Model]
+
+
+@dataclass(kw_only=True)
+class TaskRuntime:
+    """Everything a task needs from its process. Tests replace ``make_model``/``open_toolbox``."""
+
+    settings: Settings
+    redis: Redis
+    agents: AgentStore
+    metrics: JobMetrics
+    redactor: Redactor
+    make_model: ModelMaker
+    open_toolbox: ToolboxOpener
+    attempt: int = 0
+    hub: HubClient | None = None
+    on_spawn: Callable[[int], None] | None = None
+    # The rq job id, when running under rq: metrics then go to the worker parent via Redis.
+    job_id: str | None = None
+
+    def flush_metrics(self) -> None:
+        if self.job_id is None:
+            self.metrics.apply_locally()
+        else:
+            self.metrics.flush(self.redis, self.job_id)
+
+
+@dataclass(kw_only=True)
+class TaskVerdict:
+    """The report plus what the rq side must do with it."""
+
+    report: AgentReport
+    requeue: dict[str, Any] | None = None
+
+
+@dataclass
+class _Progress:
+    task: Task | None = None
+    agent: AgentDefinition | None = None
+    result: RunResult | None = None
+    outcome: Outcome = Outcome.ERROR
+    error: BaseException | None = None
+    posted: list[str] = field(default_factory=list)
+    requeue: dict[str, Any] | None = None
+
+
+class TaskRun:
+    """One execution of one task. ``execute`` never raises: failures become the report."""
+
+    def __init__(self, raw: Any, runtime: TaskRuntime, hub: HubClient) -> None:
+        self._raw = raw
+        self._rt = runtime
+        self._hub = hub
+        self._p = _Progress()
+        self._started = time.monotonic()
+        self._task_id = _raw_task_id(raw)
+
+    async def execute(self) -> TaskVerdict:
+        log_event(
+            "task_started",
+            task=self._task_id,
+            agent=_raw_field(self._raw, "agent_id"),
+            type=_raw_field(self._raw, "type"),
+            attempt=self._rt.attempt,
+        )
+        try:
+            self._p.outcome = await self._run()
+        except InvalidTask as exc:
+            self._p.outcome, self._p.error = Outcome.INVALID_TASK, exc
+        except ModelError as exc:
+            self._p.outcome, self._p.error = Outcome.MODEL_ERROR, exc
+        except Exception as exc:
+            self._p.outcome, self._p.error = Outcome.ERROR, exc
+        report = self._report()
+        await self._settle(report)
+        return TaskVerdict(report=report, requeue=self._p.requeue)
+
+    # --- the steps ---------------------------------------------------------------------------
+
+    async def _run(self) -> Outcome:
+        task = self._p.task = parse_task(self._raw)
+        agent = self._p.agent = self._rt.agents.load(task.agent_id)
+        budget = await self._budget_health(task)
+        if budget is not None and not budget.healthy:
+            return Outcome.BUDGET_UNHEALTHY
+        try:
+            request = await self._build_request(task, agent, budget)
+        except HubUnavailable as exc:
+            return self._requeue_or_give_up(exc, f"the Hub is unavailable: {exc}")
+        result = self._p.result = await executor_for(agent.config.type).run(request)
+        if isinstance(result.error, ModelUnavailable):
+            return self._requeue_or_give_up(result.error, result.error.message)
+        self._p.error = result.error
+        if result.outcome in _ANSWERING:
+            await self._respond(task, agent, result)
+        return result.outcome
+
+    async def _budget_health(self, task: Task) -> BudgetHealth | None:
+        try:
+            return await self._hub.budget_health(task.agent_id, timeout_s=5.0)
+        except HubError as exc:
+            # An unreachable budget endpoint must not block the agent.
+            log_event("budget_check_skipped", "warning", task=task.task_id, error=str(exc))
+            return None
+
+    async def _build_request(
+        self, task: Task, agent: AgentDefinition, budget: BudgetHealth | None
+    ) -> ExecutionRequest:
+        thread: Post | None = None
+        feed: list[Post] = []
+        if task.type is TaskType.NOTIFICATION:
+            assert task.post_id is not None
+            try:
+                thread = await self._hub.get_post(task.post_id)
+            except HubNotFound:
+                raise InvalidTask(
+                    f"post {task.post_id!r} of task {task.task_id} does not exist on the Hub"
+                ) from None
+        else:
+            feed = await self._discovery_feed(task, agent)
+        journal = RedisJournal(self._rt.redis, task.task_id)
+        return ExecutionRequest(
+            task=task,
+            agent=agent,
+            system=context.system_prompt(agent, budget),
+            messages=[context.first_message(task, agent, thread=thread, feed=feed)],
+            settings=self._loop_settings(task, agent),
+            open_toolbox=lambda: self._rt.open_toolbox(agent, task),
+            make_model=lambda: self._rt.make_model(agent),
+            observers=[self._observe],
+            control=RedisControl(self._rt.redis, task.task_id),
+            journal=journal,
+            resume=journal.load(),
+            on_spawn=self._rt.on_spawn,
+        )
+
+    async def _discovery_feed(self, task: Task, agent: AgentDefinition) -> list[Post]:
+        interests = agent.config.interests
+        try:
+            return await self._hub.discover_feed(
+                communities=interests.communities,
+                keywords=interests.keywords,
+                exclude_responded=True,
+                limit=20,
+                agent_id=agent.config.name,
+                timeout_s=10.0,
+            )
+        except HubError as exc:
+            log_event("discovery_feed_unavailable", "warning", task=task.task_id, error=str(exc))
+            return []
+
+    def _loop_settings(self, task: Task, agent: AgentDefinition) -> LoopSettings:
+        s, cfg, limits = self._rt.settings, agent.config, task.constraints
+        agent_limits = RunLimits(
+            max_iterations=cfg.behavior.max_iterations,
+            max_tokens=cfg.limits.max_tokens,
+            max_duration_s=cfg.limits.max_duration_s,
+            max_cost_usd=cfg.limits.max_cost_usd,
+        )
+        return LoopSettings(
+            limits=agent_limits.tightened(
+                max_iterations=limits.max_iterations,
+                max_tokens=limits.max_tokens,
+                max_duration_s=limits.max_duration_s,
+                max_cost_usd=limits.max_cost_usd,
+            ),
+            max_same_call_repeats=s.max_same_call_repeats,
+            max_consecutive_error_steps=s.max_consecutive_error_steps,
+            require_done_tool=cfg.behavior.require_done_tool,
+            strict_grants=s.strict_grants or cfg.behavior.strict_grants,
+            tool_output_max_chars=s.tool_output_max_chars,
+            context_budget_chars=s.context_budget_chars,
+            llm_timeout_cap_s=s.llm_timeout_s,
+            tool_timeout_cap_s=s.mcp_timeout_s,
+            max_output_tokens=cfg.brain.max_tokens,
+            temperature=cfg.brain.temperature,
+        )
+
+    def _requeue_or_give_up(self, exc: Exception, reason: str) -> Outcome:
+        attempt = self._rt.attempt
+        if attempt < self._rt.settings.requeue_max_attempts:
+            hint = getattr(exc, "retry_after_s", None) or 0.0
+            delay = max(hint, self._rt.settings.requeue_delay_s * 2**attempt)
+            self._p.requeue = {"delay_s": delay, "attempt": attempt + 1}
+            self._p.error = exc
+            log_event(
+                "task_requeued",
+                "warning",
+                task=self._task_id,
+                attempt=attempt + 1,
+                delay_s=delay,
+                reason=reason,
+            )
+            return Outcome.REQUEUED
+        self._p.error = ModelError(
+            f"gave up after {attempt} requeue(s): {reason}",
+            provider=getattr(exc, "provider", ""),
+            model=getattr(exc, "model", ""),
+        )
+        return Outcome.MODEL_ERROR
+
+    async def _respond(self, task: Task, agent: AgentDefinition, result: RunResult) -> None:
+        self._p.posted.extend(_ids_created_by_tools(result))
+        answer = self._rt.redactor(result.output.strip())
+        if not answer or result.fallback:
+            return  # a fixed "could not finish" text is not an answer worth posting
+        writer = HubWriter(self._hub, self._rt.redis, task_id=task.task_id)
+        item: OutboxItem | None = None
+        if task.type is TaskType.NOTIFICATION and not _commented_through_tool(result, task):
+            item = OutboxItem(
+                kind="comment",
+                idempotency_key=f"{task.task_id}:reply",
+                payload={"post_id": task.post_id, "agent_id": agent.config.name, "content": answer},
+            )
+        elif (
+            task.type is TaskType.EXPLORATION
+            and agent.config.behavior.discovery.post_final
+            and result.outcome is Outcome.COMPLETED
+        ):
+            community = next(iter(agent.config.interests.communities), DEFAULT_COMMUNITY)
+            item = OutboxItem(
+                kind="post",
+                idempotency_key=f"{task.task_id}:reply",
+                payload={
+                    "agent_id": agent.config.name,
+                    "content": answer,
+                    "community": community,
+                    "title": f"Exploration notes from {agent.config.name}",
+                },
+            )
+        if item is not None:
+            created = await writer.write(item)
+            if created:
+                self._p.posted.append(created)
+
+    # --- settling ----------------------------------------------------------------------------
+
+    def _report(self) -> AgentReport:
+        task, result, error = self._p.task, self._p.result, self._p.error
+        state = result.state if result else None
+        usage = state.usage if state else None
+        return AgentReport(
+            task_id=task.task_id if task else self._task_id,
+            agent_id=task.agent_id if task else str(_raw_field(self._raw, "agent_id") or ""),
+            type=task.type.value if task else str(_raw_field(self._raw, "type") or ""),
+            outcome=self._p.outcome,
+            output=self._rt.redactor(result.output) if result else "",
+            iterations=state.iterations if state else 0,
+            llm_calls=state.llm_calls if state else 0,
+            tool_calls=state.tool_calls if state else 0,
+            tokens_input=usage.input_tokens if usage else 0,
+            tokens_output=usage.output_tokens if usage else 0,
+            cost_usd=usage.cost_usd if usage else 0.0,
+            duration_s=round(time.monotonic() - self._started, 3),
+            posted=self._p.posted,
+            error=self._error_info(error),
+        )
+
+    def _error_info(self, error: BaseException | None) -> ErrorInfo | None:
+        if error is None:
+            return None
+        payload = error_payload(error)
+        return ErrorInfo.model_validate(
+            {"class": payload["class"], "message": self._rt.redactor(payload["message"])}
+        )
+
+    async def _settle(self, report: AgentReport) -> None:
+        task, agent = self._p.task, self._p.agent
+        final = report.outcome is not Outcome.REQUEUED
+        writer = HubWriter(self._hub, self._rt.redis, task_id=report.task_id)
+        if task is not None and agent is not None and final:
+            await self._close_out_on_hub(writer, task, report)
+        if report.outcome.posts_error or (
+            self._p.requeue is None and "gave up" in (report.error.message if report.error else "")
+        ):
+            await self._post_error(writer, report)
+        if task is not None and final:
+            RedisJournal(self._rt.redis, task.task_id).clear()
+            clear_control(self._rt.redis, task.task_id)
+        self._rt.metrics.task_finished(
+            agent=report.agent_id or "unknown",
+            task_type=report.type or "unknown",
+            outcome=report.outcome.value,
+            duration_s=report.duration_s,
+            iterations=report.iterations,
+            cost_usd=report.cost_usd,
+        )
+        fields: dict[str, Any] = {
+            "task": report.task_id,
+            "agent": report.agent_id,
+            "type": report.type,
+            "outcome": report.outcome.value,
+            "duration_ms": round(report.duration_s * 1000, 1),
+            "iterations": report.iterations,
+            "llm_calls": report.llm_calls,
+            "tool_calls": report.tool_calls,
+            "tokens_input": report.tokens_input,
+            "tokens_output": report.tokens_output,
+            "cost_usd": report.cost_usd,
+            "posted": report.posted,
+            "attempt": self._rt.attempt,
+        }
+        if report.outcome.fails_job:
+            log_event(
+                "task_failed",
+                "error",
+                **fields,
+                error=report.error.model_dump(by_alias=True) if report.error else None,
+                code=getattr(self._p.error, "code", "error"),
+                severity=str(getattr(self._p.error, "severity", "error")),
+            )
+        log_event("task_completed", **fields)
+        try:
+            await drain(self._rt.redis, self._hub, limit=20, timeout_s=5.0)
+        except Exception as exc:  # delivering old items must never fail this task
+            log_event("outbox_drain_failed", "warning", error=str(exc))
+
+    async def _close_out_on_hub(self, writer: HubWriter, task: Task, report: AgentReport) -> None:
+        if task.notification_id and report.outcome is not Outcome.INVALID_TASK:
+            await writer.write(
+                OutboxItem(
+                    kind="notifications_read",
+                    idempotency_key=f"{task.task_id}:read",
+                    payload={"notification_ids": [task.notification_id]},
+                )
+            )
+        cost = report.cost_usd
+        await writer.write(
+            OutboxItem(
+                kind="consumption",
+                idempotency_key=f"{task.task_id}:consumption",
+                payload={
+                    "agent_id": task.agent_id,
+                    "tokens_input": report.tokens_input,
+                    "tokens_output": report.tokens_output,
+                    "cost_usd": cost or 0.0,
+                    "cost_known": cost is not None,
+                    "activation_id": task.task_id,
+                    "task_type": task.type.value,
+                    "duration_seconds": report.duration_s,
+                    "outcome": report.outcome.value,
+                },
+            )
+        )
+        await writer.write(
+            OutboxItem(
+                kind="activated",
+                idempotency_key=f"{task.task_id}:activated",
+                payload={"agent_id": task.agent_id},
+            )
+        )
+
+    async def _post_error(self, writer: HubWriter, report: AgentReport) -> None:
+        author = self._p.agent.config.name if self._p.agent else self._rt.settings.errors_agent_id
+        content = self._rt.redactor(error_post_content(report, self._p.result, self._p.error))
+        created = await writer.write(
+            OutboxItem(
+                kind="post",
+                idempotency_key=f"{report.task_id}:error",
+                payload={
+                    "agent_id": author,
+                    "community": ERRORS_COMMUNITY,
+                    "content": content,
+                    "title": f"{report.outcome.value}: task {report.task_id}",
+                },
+            )
+        )
+        self._rt.metrics.error_posted()
+        if created:
+            log_event("error_posted", task=report.task_id, post=created)
+
+    # --- observation -------------------------------------------------------------------------
+
+    def _observe(self, event: LoopEvent) -> None:
+        metrics = self._rt.metrics
+        if isinstance(event, LlmCalled):
+            metrics.llm_call(
+                provider=event.provider,
+                model=event.model,
+                status=event.status,
+                tokens_input=event.usage.input_tokens,
+                tokens_output=event.usage.output_tokens,
+            )
+        elif isinstance(event, ToolCalled):
+            metrics.tool_call(
+                server=event.server or "none",
+                tool=event.tool,
+                outcome=event.outcome,
+                duration_s=event.duration_s,
+            )
+        elif isinstance(event, GrantDenied):
+            metrics.grant_denied(
+                agent=self._p.task.agent_id if self._p.task else "unknown", tool=event.tool
+            )
+
+
+def error_post_content(
+    report: AgentReport, result: RunResult | None, error: BaseException | None
+) -> str:
+    """The m/agent-errors post: what failed and what was tried, never content or secrets."""
+    lines = [
+        f"Task `{report.task_id}` ({report.type or 'unknown type'}) for agent "
+        f"`{report.agent_id or 'unknown'}` ended with outcome **{report.outcome.value}**.",
+        "",
+    ]
+    if report.error is not None:
+        code = getattr(error, "code", "error")
+        severity = getattr(error, "severity", "error")
+        lines.append(f"- error: {report.error.class_} ({code}, severity {severity})")
+        lines.append(f"- message: {report.error.message}")
+    lines.append(
+        f"- usage: {report.iterations} iteration(s), {report.llm_calls} model call(s), "
+        f"{report.tool_calls} tool call(s), {report.tokens_input}+{report.tokens_output} tokens, "
+        f"duration {report.duration_s:.1f} s"
+    )
+    if result is not None and result.steps:
+        lines.append("- steps tried:")
+        for step in result.steps:
+            calls = ", ".join(f"{c.name} ({c.outcome})" for c in step.tool_calls) or "no tools"
+            kind = "closing answer" if step.final else "step"
+            lines.append(f"  {step.index}. {kind} by {step.model}: {calls}")
+    if result is not None and result.detail:
+        lines.append(f"- stopped because: {result.detail}")
+    return "\n".join(lines)
+
+
+def _commented_through_tool(result: RunResult, task: Task) -> bool:
+    for step in result.steps:
+        for call in step.tool_calls:
+            if call.name.endswith("__create_comment") and call.outcome == "ok":
+                try:
+                    arguments = json.loads(call.arguments)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(arguments, dict) and arguments.get("post_id") == task.post_id:
+                    return True
+    return False
+
+
+def _ids_created_by_tools(result: RunResult) -> list[str]:
+    created = []
+    for step in result.steps:
+        for call in step.tool_calls:
+            if call.outcome == "ok" and call.name.endswith(("__create_comment", "__create_post")):
+                try:
+                    body = json.loads(call.content)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(body, dict) and isinstance(body.get("id"), str):
+                    created.append(body["id"])
+    return created
+
+
+def _raw_field(raw: Any, name: str) -> Any:
+    value = raw.get(name) if isinstance(raw, dict) else None
+    return value if isinstance(value, str) and len(value) <= 128 else None
+
+
+def _raw_task_id(raw: Any) -> str:
+    return _raw_field(raw, "task_id") or "unknown"
+
+
+async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:
+    """Run one task in this event loop; the Hub client is opened here unless given."""
+    if runtime.hub is not None:
+        return await TaskRun(raw, runtime, runtime.hub).execute()
+    settings = runtime.settings
+    api_key = settings.hub_api_key.get_secret_value() if settings.hub_api_key else None
+    async with HubClient(settings.hub_url, api_key, timeout_s=settings.hub_timeout_s) as hub:
+        return await TaskRun(raw, runtime, hub).execute()
+
+
+# --- the rq entry point ------------------------------------------------------------------------
+
+
+def run_task(task: Any) -> dict[str, Any]:
+    """rq job function ``worker.jobs.run_task``: the task object in, the AgentReport out.
+
+    Failing outcomes store the report in ``job.meta["report"]`` and raise, so
+    operators find them in rq's failed registry (with a redacted message).
+    """
+    from rq import get_current_job
+
+    from worker._runtime import runtime_for_job
+
+    job: Any = get_current_job()
+    runtime = runtime_for_job(job)
+    try:
+        verdict = anyio.run(execute_task, task, runtime)
+    finally:
+        runtime.flush_metrics()
+    report = verdict.report.to_wire()
+    if job is not None:
+        job.meta["report"] = report
+        if verdict.requeue is not None:
+            job.meta["requeue"] = verdict.requeue
+        job.save_meta()
+    if verdict.report.outcome.fails_job:
+        if job is not None:
+            job.retries_left = 0  # a failed task is final: rq must not retry it on its own
+        error = verdict.report.error
+        detail = f"{error.class_}: {error.message}" if error else "no detail"
+        raise TaskFailed(f"task {verdict.report.task_id} {verdict.report.outcome.value}: {detail}")
+    return report
+
+
+__all__ = [
+    "TaskRuntime",
+    "TaskVerdict",
+    "error_post_content",
+    "execute_task",
+    "run_task",
+]
