@@ -1,0 +1,11 @@
+"""Our MCP servers; each holds its own credentials so agents and models never see them.
+
+    python -m mcp_servers.hub   Hub tools (search_posts, get_thread, get_feed, create_post,
+                                create_comment); needs HUB_URL, holds HUB_API_KEY; port 8101
+    python -m mcp_servers.web   fetch: a public web page as readable text, SSRF-safe; port 8102
+
+Both serve streamable HTTP at ``/mcp`` on ``--host`` (default 127.0.0.1) and ``--port``,
+or stdio with ``--stdio``. With ``MCP_AUTH_TOKEN`` set, HTTP requests need
+``Authorization: Bearer <token>``. The caller (``agent_id``, ``task_id``,
+``idempotency_key``) comes in each tool call's request ``_meta``, set by the worker.
+"""

@@ -45,3 +45,31 @@ class RedisControl:
             cancelled=bool(cancelled),
             steering=[item.decode("utf-8", "replace") for item in steering],
         )
+
+
+def _job_status(redis: Redis, task_id: str) -> str | None:
+    status = redis.hget(f"rq:job:{task_id}", "status")
+    return status.decode() if isinstance(status, bytes) else None
+
+
+def cancel_task(redis: Redis, task_id: str) -> str:
+    """Cancel a task wherever it is; returns a line saying what happened."""
+    status = _job_status(redis, task_id)
+    if status in {"queued", "scheduled", "deferred"}:
+        from rq.job import Job
+        from rq.serializers import JSONSerializer
+
+        Job.fetch(task_id, connection=redis, serializer=JSONSerializer).cancel()
+        return f"{task_id}: removed from the queue (was {status})"
+    request_cancel(redis, task_id)
+    if status == "started":
+        return f"{task_id}: cancel requested; it stops at its next step"
+    return f"{task_id}: not running (status {status or 'unknown'}); cancel recorded for 24 h"
+
+
+def steer_task(redis: Redis, task_id: str, text: str) -> str:
+    request_steer(redis, task_id, text)
+    status = _job_status(redis, task_id)
+    if status == "started":
+        return f"{task_id}: message queued; it is added before the next step"
+    return f"{task_id}: message queued for when it runs (status {status or 'unknown'})"

@@ -8,6 +8,7 @@ consumption, activation, error post, metrics, logs) → AgentReport
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -41,7 +42,7 @@ from worker.loop import (
     ToolCalled,
 )
 from worker.metrics import JobMetrics
-from worker.models import Model
+from worker.models import Model, aclose_shared_http_clients
 from worker.outbox import HubWriter, OutboxItem, drain
 from worker.redaction import Redactor
 from worker.settings import Settings
@@ -60,6 +61,9 @@ _ANSWERING = frozenset(
         Outcome.BUDGET,
     }
 )
+
+# What mcp_servers.hub answers to a successful write ("Created comment c-2 on post p-1.").
+_CREATED = re.compile(r"Created (?:post|comment) ([A-Za-z0-9_-]+)")
 
 ToolboxOpener = Callable[[AgentDefinition, Task], AbstractAsyncContextManager[Toolbox]]
 ModelMaker = Callable[[AgentDefinition], Model]
@@ -502,16 +506,14 @@ def _commented_through_tool(result: RunResult, task: Task) -> bool:
 
 
 def _ids_created_by_tools(result: RunResult) -> list[str]:
+    """Ids of what the agent created through our hub server's write tools."""
     created = []
     for step in result.steps:
         for call in step.tool_calls:
             if call.outcome == "ok" and call.name.endswith(("__create_comment", "__create_post")):
-                try:
-                    body = json.loads(call.content)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(body, dict) and isinstance(body.get("id"), str):
-                    created.append(body["id"])
+                match = _CREATED.match(call.content)
+                if match is not None:
+                    created.append(match.group(1))
     return created
 
 
@@ -526,12 +528,16 @@ def _raw_task_id(raw: Any) -> str:
 
 async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:
     """Run one task in this event loop; the Hub client is opened here unless given."""
-    if runtime.hub is not None:
-        return await TaskRun(raw, runtime, runtime.hub).execute()
-    settings = runtime.settings
-    api_key = settings.hub_api_key.get_secret_value() if settings.hub_api_key else None
-    async with HubClient(settings.hub_url, api_key, timeout_s=settings.hub_timeout_s) as hub:
-        return await TaskRun(raw, runtime, hub).execute()
+    try:
+        if runtime.hub is not None:
+            return await TaskRun(raw, runtime, runtime.hub).execute()
+        settings = runtime.settings
+        api_key = settings.hub_api_key.get_secret_value() if settings.hub_api_key else None
+        async with HubClient(settings.hub_url, api_key, timeout_s=settings.hub_timeout_s) as hub:
+            return await TaskRun(raw, runtime, hub).execute()
+    finally:
+        # Provider connection pools belong to this event loop, which ends with the task.
+        await aclose_shared_http_clients()
 
 
 # --- the rq entry point ------------------------------------------------------------------------

@@ -212,7 +212,7 @@ async def test_reply_is_not_posted_twice_when_the_agent_commented_through_a_tool
             created = await hub.create_comment(
                 post_id, agent_id="demo-agent", content=content, idempotency_key="t-1:tool:1:1"
             )
-        return json.dumps({"id": created.id})
+        return f"Created comment {created.id} on post {post_id}."  # as mcp_servers.hub says
 
     h.toolbox = LocalToolbox([LocalTool(name="hub__create_comment", function=create_comment)])
     h.model = ScriptedModel(

@@ -1,0 +1,315 @@
+"""MCP server ``hub``: search, read and write on the Hub for an agent.
+
+Run ``python -m mcp_servers.hub [--host H] [--port 8101] [--stdio] [--timeout-s 20]``
+with ``HUB_URL`` (and ``HUB_API_KEY`` when the Hub wants one) in its environment:
+the key lives here, never in the worker's prompts. Writes act for the agent named
+in the request ``_meta`` and pass its idempotency key to the Hub, so a retried
+tool call never posts twice. One ``HubClient`` serves the whole process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from hub_client import (
+    Comment,
+    HubAuthError,
+    HubClient,
+    HubError,
+    HubNotFound,
+    HubRejected,
+    HubUnavailable,
+    Post,
+)
+from mcp_servers._identity import Caller, optional_caller, require_caller
+from mcp_servers._serving import add_tools, argument_parser, logged_tool_call, serve
+
+DEFAULT_PORT = 8101
+DEFAULT_TIMEOUT_S = 20.0
+# One attempt; the call's own timeout (DEFAULT_TIMEOUT_S) covers its retries too.
+ATTEMPT_TIMEOUT_S = 10.0
+MAX_LIMIT = 50
+# Lists show a preview of each post; a thread shows posts and comments in full up to these.
+PREVIEW_CHARS = 300
+POST_CHARS = 4000
+COMMENT_CHARS = 1500
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HubAccess:
+    """What every hub tool shares for the life of the server process."""
+
+    client: HubClient
+    call_timeout_s: float
+
+
+async def search_posts(
+    query: str,
+    ctx: Context[HubAccess, Any],
+    community: str | None = None,
+    author: str | None = None,
+    limit: int = 10,
+) -> str:
+    """Search posts on the Hub by text.
+
+    Returns matching posts, newest first: id, community, author, title and the
+    start of the content. Use get_thread with a post id to read it in full.
+
+    Args:
+        query: Words to look for in titles and contents.
+        community: Only posts in this community, e.g. "m/devops".
+        author: Only posts by this agent id.
+        limit: How many posts at most (1-50).
+    """
+    hub = ctx.request_context.lifespan_context
+    with logged_tool_call(server="hub", tool="search_posts", caller=optional_caller(ctx)):
+        async with _hub_errors_as_tool_errors():
+            posts = await hub.client.search(
+                query,
+                community=community,
+                author=author,
+                limit=_checked_limit(limit),
+                timeout_s=hub.call_timeout_s,
+            )
+        return _post_list(posts, empty=f"No posts match {query!r}.")
+
+
+async def get_thread(post_id: str, ctx: Context[HubAccess, Any]) -> str:
+    """Read one post in full with all its comments, oldest comment first.
+
+    Args:
+        post_id: The post's id, as shown in brackets by search_posts or get_feed.
+    """
+    hub = ctx.request_context.lifespan_context
+    with logged_tool_call(server="hub", tool="get_thread", caller=optional_caller(ctx)):
+        async with _hub_errors_as_tool_errors():
+            post = await hub.client.get_post(post_id, timeout_s=hub.call_timeout_s)
+        return _thread(post)
+
+
+async def get_feed(
+    ctx: Context[HubAccess, Any],
+    communities: list[str] | None = None,
+    keywords: list[str] | None = None,
+    limit: int = 20,
+) -> str:
+    """Discover recent posts you have not answered yet, from communities or about keywords.
+
+    Returns posts newest first with a preview of each; use get_thread to read one.
+
+    Args:
+        communities: Community names, e.g. ["m/devops", "m/python"].
+        keywords: Words a post should mention.
+        limit: How many posts at most (1-50).
+    """
+    hub = ctx.request_context.lifespan_context
+    caller = optional_caller(ctx)
+    with logged_tool_call(server="hub", tool="get_feed", caller=caller):
+        async with _hub_errors_as_tool_errors():
+            posts = await hub.client.discover_feed(
+                communities=communities or (),
+                keywords=keywords or (),
+                exclude_responded=True,
+                limit=_checked_limit(limit),
+                agent_id=caller.agent_id if caller else None,
+                timeout_s=hub.call_timeout_s,
+            )
+        return _post_list(posts, empty="Nothing new in the feed.")
+
+
+async def create_post(
+    content: str,
+    ctx: Context[HubAccess, Any],
+    title: str | None = None,
+    community: str | None = None,
+) -> str:
+    """Publish a new post on the Hub as yourself.
+
+    Args:
+        content: The text of the post (Markdown is fine).
+        title: A short title.
+        community: Where to post, e.g. "m/devops"; the Hub's default community if omitted.
+    """
+    hub = ctx.request_context.lifespan_context
+    with logged_tool_call(server="hub", tool="create_post", caller=optional_caller(ctx)):
+        caller = require_caller(ctx, "create_post")
+        _require_text(content, "content")
+        async with _hub_errors_as_tool_errors(caller):
+            created = await hub.client.create_post(
+                agent_id=caller.agent_id,
+                content=content,
+                title=title,
+                community=community,
+                idempotency_key=caller.idempotency_key,
+                timeout_s=hub.call_timeout_s,
+            )
+        where = f" in {community}" if community else ""
+        return f"Created post {created.id}{where}."
+
+
+async def create_comment(post_id: str, content: str, ctx: Context[HubAccess, Any]) -> str:
+    """Comment on a post as yourself (a reply in its thread).
+
+    Args:
+        post_id: The id of the post to comment on.
+        content: The text of the comment (Markdown is fine).
+    """
+    hub = ctx.request_context.lifespan_context
+    with logged_tool_call(server="hub", tool="create_comment", caller=optional_caller(ctx)):
+        caller = require_caller(ctx, "create_comment")
+        _require_text(content, "content")
+        async with _hub_errors_as_tool_errors(caller):
+            created = await hub.client.create_comment(
+                post_id,
+                agent_id=caller.agent_id,
+                content=content,
+                idempotency_key=caller.idempotency_key,
+                timeout_s=hub.call_timeout_s,
+            )
+        return f"Created comment {created.id} on post {post_id}."
+
+
+def _checked_limit(limit: int) -> int:
+    if limit < 1:
+        raise ToolError("limit must be at least 1")
+    return min(limit, MAX_LIMIT)
+
+
+def _require_text(value: str, name: str) -> None:
+    if not value.strip():
+        raise ToolError(f"{name} must not be empty")
+
+
+@asynccontextmanager
+async def _hub_errors_as_tool_errors(caller: Caller | None = None) -> AsyncIterator[None]:
+    """Turn Hub failures into messages the model can act on, without keys of any kind."""
+    try:
+        yield
+    except HubError as error:
+        message = _readable_hub_error(error)
+        if caller is not None:
+            message = message.replace(caller.idempotency_key, "[idempotency key]")
+        raise ToolError(message) from None
+
+
+def _readable_hub_error(error: HubError) -> str:
+    if isinstance(error, HubAuthError):
+        # The model cannot fix the server's credentials; the operator can.
+        return "the Hub refused this server's credentials (an operator must fix HUB_API_KEY)"
+    if isinstance(error, HubNotFound):
+        return f"not found on the Hub: {error.hub_message or error.path}"
+    if isinstance(error, HubRejected):
+        return f"the Hub rejected the request ({error.status}): {error.hub_message or 'no reason'}"
+    if isinstance(error, HubUnavailable):
+        return "the Hub is unavailable right now; try again later"
+    return "the Hub sent an answer that could not be read"
+
+
+def _post_list(posts: Sequence[Post], *, empty: str) -> str:
+    if not posts:
+        return empty
+    count = f"{len(posts)} post{'s' if len(posts) != 1 else ''}:"
+    return "\n\n".join([count, *(_post_block(post, PREVIEW_CHARS) for post in posts)])
+
+
+def _thread(post: Post) -> str:
+    lines = [_post_block(post, POST_CHARS), ""]
+    if not post.comments:
+        lines.append("No comments yet.")
+    else:
+        lines.append(f"Comments ({len(post.comments)}):")
+        lines.extend(_comment_line(comment) for comment in post.comments)
+    return "\n".join(lines)
+
+
+def _post_block(post: Post, max_chars: int) -> str:
+    header = f"[{post.id}] {post.community or '(no community)'} · {_byline(post)}"
+    lines = [header]
+    if post.title:
+        lines.append(f"Title: {post.title}")
+    lines.append(_clip(post.content, max_chars))
+    return "\n".join(lines)
+
+
+def _comment_line(comment: Comment) -> str:
+    reply = f" (reply to {comment.parent_id})" if comment.parent_id else ""
+    return f"- [{comment.id}] {_byline(comment)}{reply}: {_clip(comment.content, COMMENT_CHARS)}"
+
+
+def _byline(item: Post | Comment) -> str:
+    author = item.author.id
+    if item.author.name and item.author.name != item.author.id:
+        author += f" ({item.author.name})"
+    return f"by {author}{_when(item.created_at)}"
+
+
+def _when(moment: datetime | None) -> str:
+    return f" at {moment:%Y-%m-%d %H:%M} UTC" if moment else ""
+
+
+def _clip(text: str, max_chars: int) -> str:
+    text = text.strip()
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars].rstrip()}… [{len(text) - max_chars} more characters]"
+
+
+def build_server(
+    *,
+    hub_url: str,
+    api_key: str | None = None,
+    call_timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> MCPServer[HubAccess]:
+    """The ``hub`` MCPServer; its one HubClient opens and closes with the server."""
+
+    @asynccontextmanager
+    async def one_client(_server: MCPServer[HubAccess]) -> AsyncIterator[HubAccess]:
+        attempt_timeout_s = min(ATTEMPT_TIMEOUT_S, call_timeout_s)
+        async with HubClient(hub_url, api_key, timeout_s=attempt_timeout_s) as client:
+            yield HubAccess(client=client, call_timeout_s=call_timeout_s)
+
+    server: MCPServer[HubAccess] = MCPServer(
+        "hub",
+        instructions="Read and write on the Hub, the agents' social network.",
+        lifespan=one_client,
+    )
+    add_tools(server, search_posts, get_thread, get_feed, create_post, create_comment)
+    return server
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("hub", DEFAULT_PORT)
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help="time one Hub call may take, retries included (default: %(default)s)",
+    )
+    options = parser.parse_args(argv)
+    hub_url = os.environ.get("HUB_URL", "").strip()
+    if not hub_url.startswith(("http://", "https://")):
+        print(
+            "mcp_servers.hub: HUB_URL must be set to the Hub's base URL "
+            "(for example http://127.0.0.1:8100)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    server = build_server(
+        hub_url=hub_url,
+        api_key=os.environ.get("HUB_API_KEY") or None,
+        call_timeout_s=options.timeout_s,
+    )
+    serve(server, default_port=DEFAULT_PORT, options=options)
+
+
+if __name__ == "__main__":
+    main()

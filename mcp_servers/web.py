@@ -1,0 +1,329 @@
+"""MCP server ``web``: fetch a public web page as readable text, SSRF-safe.
+
+Run ``python -m mcp_servers.web [--host H] [--port 8102] [--stdio] [--timeout-s 20]``.
+Every hop of a fetch (the URL and each redirect, at most five, followed here rather
+than by the HTTP client) is vetted, and the address each connection really uses is
+vetted again by ``VettingNetworkBackend``. ``MCP_WEB_ALLOW_NETWORKS`` opens chosen
+internal networks (operator escape hatch, empty by default).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import httpx2
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from mcp_servers._identity import optional_caller
+from mcp_servers._serving import add_tools, argument_parser, logged_tool_call, serve
+from mcp_servers._ssrf import AddressPolicy, AddressRefused, VettedTransport
+
+DEFAULT_PORT = 8102
+DEFAULT_MAX_BYTES = 200_000
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+USER_AGENT = "hub-agent-worker-web/0.1 (MCP fetch tool)"
+
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_TEXT_TYPES = frozenset(
+    {"application/json", "application/xml", "application/javascript", "application/x-yaml",
+     "application/yaml", "application/toml", "application/x-ndjson"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchLimits:
+    """How long and how much one fetch may take; ``max_bytes`` asked by the model is capped."""
+
+    timeout_s: float = 20.0
+    max_redirects: int = 5
+    hard_max_bytes: int = 2_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Page:
+    url: str
+    status: int
+    content_type: str
+    body: bytes
+    encoding: str
+    truncated_at: int | None
+
+    def readable(self) -> str:
+        """Header lines (URL, status, type, title) and the body as plain text."""
+        text = self.body.decode(self.encoding, errors="replace")
+        title = ""
+        if _kind_of(self.content_type, self.body) == "html":
+            title, text = html_to_text(text)
+        lines = [f"URL: {self.url}", f"Status: {self.status}", f"Content-Type: {self.content_type}"]
+        if title:
+            lines.append(f"Title: {title}")
+        lines.extend(["", text.strip() or "(no readable text)"])
+        if self.truncated_at is not None:
+            lines.append(f"\n[truncated: only the first {self.truncated_at} bytes were read]")
+        return "\n".join(lines)
+
+
+class Fetcher:
+    """One HTTP client for the whole server process; use as an async context manager."""
+
+    def __init__(
+        self,
+        policy: AddressPolicy,
+        limits: FetchLimits = FetchLimits(),
+        *,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._policy = policy
+        self._limits = limits
+        self._client = httpx2.AsyncClient(
+            transport=transport or VettedTransport(policy),
+            trust_env=False,  # an env proxy would connect to addresses we never vetted
+            follow_redirects=False,  # followed in _follow, so each hop is vetted
+            timeout=limits.timeout_s,
+            headers={
+                "User-Agent": USER_AGENT,
+                "Accept": "text/html, text/*;q=0.9, application/json;q=0.8, */*;q=0.1",
+                # Uncompressed, so max_bytes also bounds what gets decompressed.
+                "Accept-Encoding": "identity",
+            },
+        )
+
+    async def __aenter__(self) -> Self:
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self._client.__aexit__(exc_type, exc, traceback)
+
+    async def fetch(self, url: str, *, max_bytes: int) -> Page:
+        """The page at ``url`` after redirects; raise ToolError with a message for the model."""
+        if max_bytes < 1:
+            raise ToolError("max_bytes must be at least 1")
+        max_bytes = min(max_bytes, self._limits.hard_max_bytes)
+        try:
+            with anyio.fail_after(self._limits.timeout_s):
+                return await self._follow(url, max_bytes)
+        except TimeoutError:
+            raise ToolError(
+                f"timed out after {self._limits.timeout_s:g} s fetching {url}"
+            ) from None
+
+    async def _follow(self, url: str, max_bytes: int) -> Page:
+        current, came_from = url, None
+        for _hop in range(self._limits.max_redirects + 1):
+            try:
+                self._policy.check_url(current)
+                async with self._client.stream("GET", current) as response:
+                    location = _redirect_target(response)
+                    if location is None:
+                        return await _read(response, max_bytes)
+            except AddressRefused as refusal:
+                suffix = f" (redirected from {came_from})" if came_from else ""
+                raise ToolError(f"{refusal}{suffix}") from None
+            except httpx2.InvalidURL as exc:
+                raise ToolError(f"refused: not a valid URL ({exc})") from None
+            except httpx2.TimeoutException:
+                raise ToolError(f"timed out fetching {current}") from None
+            except httpx2.HTTPError as exc:
+                raise ToolError(f"could not fetch {current}: {exc or type(exc).__name__}") from None
+            came_from, current = current, location
+        raise ToolError(f"too many redirects (more than {self._limits.max_redirects}) from {url}")
+
+
+def _redirect_target(response: httpx2.Response) -> str | None:
+    if response.status_code not in REDIRECT_STATUSES:
+        return None
+    location = response.headers.get("location")
+    if not location:
+        return None
+    return str(response.url.join(location))
+
+
+async def _read(response: httpx2.Response, max_bytes: int) -> Page:
+    url = str(response.url)
+    if response.status_code >= 400:
+        raise ToolError(f"HTTP {response.status_code} {response.reason_phrase} from {url}")
+    content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type and _kind_of(content_type, b"") == "binary":
+        raise ToolError(f"refused: {url} is {content_type}; only HTML and text are returned")
+    body = bytearray()
+    truncated_at = None
+    async for chunk in response.aiter_bytes():
+        if len(body) + len(chunk) > max_bytes:
+            body += chunk[: max_bytes - len(body)]
+            truncated_at = max_bytes
+            break
+        body += chunk
+    if _kind_of(content_type, bytes(body[:1024])) == "binary":
+        raise ToolError(f"refused: {url} is binary content; only HTML and text are returned")
+    return Page(
+        url=url,
+        status=response.status_code,
+        content_type=content_type or "unknown",
+        body=bytes(body),
+        encoding=_usable_encoding(response.charset_encoding),
+        truncated_at=truncated_at,
+    )
+
+
+def _kind_of(content_type: str, head: bytes) -> str:
+    """``html``, ``text`` or ``binary``; without a declared type, guessed from the first bytes."""
+    if content_type in _HTML_TYPES:
+        return "html"
+    if (
+        content_type.startswith("text/")
+        or content_type in _TEXT_TYPES
+        or content_type.endswith(("+json", "+xml"))
+    ):
+        return "text"
+    if content_type and content_type != "unknown":
+        return "binary"
+    if b"\x00" in head:
+        return "binary"
+    return "html" if b"<html" in head.lower() or b"<!doctype html" in head.lower() else "text"
+
+
+def _usable_encoding(declared: str | None) -> str:
+    if declared:
+        try:
+            "".encode(declared)
+        except LookupError:
+            return "utf-8"
+        return declared
+    return "utf-8"
+
+
+# Content that is not text a reader would see.
+_SKIPPED_TAGS = frozenset(
+    {"script", "style", "noscript", "template", "svg", "iframe", "object", "canvas"}
+)
+# Tags that start a new line of text.
+_BLOCK_TAGS = frozenset(
+    {"address", "article", "aside", "blockquote", "br", "dd", "details", "div", "dl", "dt",
+     "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
+     "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "td", "th",
+     "tr", "ul"}
+)  # fmt: skip
+
+
+class _ReadableText(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.lines: list[str] = []
+        self.title_parts: list[str] = []
+        self._line_parts: list[str] = []
+        self._skip_depth = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _SKIPPED_TAGS:
+            self._skip_depth += 1
+        elif tag == "title":
+            self._in_title = True
+        elif tag in _BLOCK_TAGS:
+            self.end_line()
+            if tag == "li":
+                self._line_parts.append("- ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _SKIPPED_TAGS:
+            self._skip_depth = max(0, self._skip_depth - 1)
+        elif tag == "title":
+            self._in_title = False
+        elif tag in _BLOCK_TAGS:
+            self.end_line()
+
+    def handle_data(self, data: str) -> None:
+        if self._skip_depth:
+            return
+        (self.title_parts if self._in_title else self._line_parts).append(data)
+
+    def end_line(self) -> None:
+        line = " ".join("".join(self._line_parts).split())
+        if line and line != "-":
+            self.lines.append(line)
+        self._line_parts = []
+
+
+def html_to_text(html: str) -> tuple[str, str]:
+    """``(title, text)``: scripts, styles and tags dropped, one line per block, spaces collapsed."""
+    parser = _ReadableText()
+    parser.feed(html)
+    parser.close()
+    parser.end_line()
+    title = " ".join("".join(parser.title_parts).split())
+    return title, "\n".join(parser.lines)
+
+
+async def fetch(url: str, ctx: Context[Fetcher, Any], max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    """Fetch a public web page and return its readable text.
+
+    HTML is reduced to plain text (title first; scripts, styles and markup removed).
+    Plain text, JSON, XML and other text types come back as they are; images, PDFs
+    and other binary content are refused. Only http and https URLs on the public
+    internet can be fetched: private, loopback and cloud-metadata addresses are
+    refused. Redirects are followed (at most 5). Long pages are cut at max_bytes
+    and say so.
+
+    Args:
+        url: Absolute http:// or https:// URL of the page.
+        max_bytes: Read at most this many bytes of the body (at most 2000000).
+    """
+    fetcher = ctx.request_context.lifespan_context
+    with logged_tool_call(server="web", tool="fetch", caller=optional_caller(ctx)):
+        page = await fetcher.fetch(url, max_bytes=max_bytes)
+        return page.readable()
+
+
+def build_server(
+    *, policy: AddressPolicy, limits: FetchLimits = FetchLimits()
+) -> MCPServer[Fetcher]:
+    """The ``web`` MCPServer with its ``fetch`` tool; one Fetcher per server run."""
+
+    @asynccontextmanager
+    async def one_fetcher(_server: MCPServer[Fetcher]) -> AsyncIterator[Fetcher]:
+        async with Fetcher(policy, limits) as fetcher:
+            yield fetcher
+
+    server: MCPServer[Fetcher] = MCPServer(
+        "web",
+        instructions="Fetch public web pages as readable text.",
+        lifespan=one_fetcher,
+    )
+    add_tools(server, fetch)
+    return server
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("web", DEFAULT_PORT)
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=FetchLimits().timeout_s,
+        help="total time one fetch may take, redirects included (default: %(default)s)",
+    )
+    options = parser.parse_args(argv)
+    try:
+        policy = AddressPolicy.from_env()
+    except ValueError as exc:
+        print(f"mcp_servers.web: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    server = build_server(policy=policy, limits=FetchLimits(timeout_s=options.timeout_s))
+    serve(server, default_port=DEFAULT_PORT, options=options)
+
+
+if __name__ == "__main__":
+    main()

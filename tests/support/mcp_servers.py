@@ -1,0 +1,146 @@
+"""Our MCP servers (``python -m mcp_servers.hub|web``) as subprocesses on free ports.
+
+``with running_mcp_hub(hub_url=hub.url) as server:`` starts the server, waits until it
+accepts connections and stops it when the block ends, also when the test fails.
+``mcp_http_session(server.url, auth_token=...)`` opens an initialized client session.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.redis_server import free_port
+
+_READY_TIMEOUT_S = 20.0
+# Variables the servers read; a test sets them explicitly or not at all.
+_SERVER_VARIABLES = ("HUB_URL", "HUB_API_KEY", "MCP_AUTH_TOKEN", "MCP_WEB_ALLOW_NETWORKS")
+
+
+class McpServerFailedToStart(RuntimeError):
+    pass
+
+
+@dataclass
+class RunningMcpServer:
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def stderr_text(self) -> str:
+        """What the server logged so far (JSON lines)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def server_environment(variables: Mapping[str, str | None]) -> dict[str, str]:
+    """This process's environment without the servers' own variables, plus ``variables``."""
+    environment = {k: v for k, v in os.environ.items() if k not in _SERVER_VARIABLES}
+    environment.update({k: v for k, v in variables.items() if v is not None})
+    return environment
+
+
+@contextmanager
+def running_mcp_hub(
+    *, hub_url: str, hub_api_key: str | None = None, auth_token: str | None = None
+) -> Iterator[RunningMcpServer]:
+    """``python -m mcp_servers.hub`` over streamable HTTP, talking to the Hub at ``hub_url``."""
+    variables = {"HUB_URL": hub_url, "HUB_API_KEY": hub_api_key, "MCP_AUTH_TOKEN": auth_token}
+    with _running("mcp_servers.hub", server_environment(variables)) as server:
+        yield server
+
+
+@contextmanager
+def running_mcp_web(
+    *, auth_token: str | None = None, allow_networks: str | None = None
+) -> Iterator[RunningMcpServer]:
+    """``python -m mcp_servers.web`` over streamable HTTP; ``allow_networks`` e.g. loopback."""
+    variables = {"MCP_AUTH_TOKEN": auth_token, "MCP_WEB_ALLOW_NETWORKS": allow_networks}
+    with _running("mcp_servers.web", server_environment(variables)) as server:
+        yield server
+
+
+@contextmanager
+def _running(module: str, environment: dict[str, str]) -> Iterator[RunningMcpServer]:
+    port = free_port()
+    descriptor, log_name = tempfile.mkstemp(prefix=f"{module}-", suffix=".log")
+    log_path = Path(log_name)
+    with os.fdopen(descriptor, "wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, "--port", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            env=environment,
+        )
+    server = RunningMcpServer(port=port, process=process, log_path=log_path)
+    try:
+        _wait_accepting(server)
+        yield server
+    finally:
+        server.stop()
+        log_path.unlink(missing_ok=True)
+
+
+def _wait_accepting(server: RunningMcpServer) -> None:
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while True:
+        if server.process.poll() is not None:
+            raise McpServerFailedToStart(
+                f"exited with {server.process.returncode}: {server.stderr_text()[-2000:]}"
+            )
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise McpServerFailedToStart(
+                    f"port {server.port} not accepting after {_READY_TIMEOUT_S}s: "
+                    f"{server.stderr_text()[-2000:]}"
+                ) from None
+            time.sleep(0.05)
+
+
+@asynccontextmanager
+async def mcp_http_session(
+    url: str, *, auth_token: str | None = None
+) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session over streamable HTTP, with a bearer token if given."""
+    headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+    async with (
+        httpx2.AsyncClient(
+            headers=headers, timeout=httpx2.Timeout(30.0, read=300.0), trust_env=False
+        ) as http_client,
+        streamable_http_client(url, http_client=http_client) as (read_stream, write_stream),
+        ClientSession(read_stream, write_stream) as session,
+    ):
+        await session.initialize()
+        yield session

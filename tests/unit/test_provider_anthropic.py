@@ -1,0 +1,319 @@
+"""AnthropicModel driving the real anthropic SDK against an httpx2.MockTransport."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+import httpx2
+import pytest
+
+from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
+from worker.models._anthropic import AnthropicModel
+from worker.models._retry import RetryPolicy
+from worker.models._types import Message, ModelRequest, StopReason, ToolCall, ToolSpec
+
+API_KEY = "sk-ant-api03-secret-test-key-0123456789"
+
+
+class FakeAnthropic:
+    """Answers each HTTP request with the next scripted response; records what was sent."""
+
+    def __init__(self, *answers: httpx2.Response | Exception) -> None:
+        self.answers: deque[httpx2.Response | Exception] = deque(answers)
+        self.requests: list[httpx2.Request] = []
+        self.sleeps: list[float] = []
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        answer = self.answers.popleft()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+    def body(self, index: int = -1) -> dict[str, Any]:
+        body: dict[str, Any] = json.loads(self.requests[index].content)
+        return body
+
+    def model(self, name: str = "claude-sonnet-4-5", **options: Any) -> AnthropicModel:
+        options.setdefault("retry", RetryPolicy(max_retries=3, jitter=False, sleep=self.sleep))
+        return AnthropicModel(
+            name,
+            api_key=API_KEY,
+            http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle)),
+            **options,
+        )
+
+
+def message(
+    content: list[dict[str, Any]],
+    *,
+    stop_reason: str = "end_turn",
+    model: str = "claude-sonnet-4-5-20250929",
+    usage: dict[str, int] | None = None,
+) -> httpx2.Response:
+    return httpx2.Response(
+        200,
+        json={
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "usage": usage or {"input_tokens": 10, "output_tokens": 5},
+        },
+    )
+
+
+def error(status: int, text: str, headers: dict[str, str] | None = None) -> httpx2.Response:
+    body = {"type": "error", "error": {"type": "some_error", "message": text}}
+    return httpx2.Response(status, json=body, headers=headers)
+
+
+def ask(text: str = "hello", **options: Any) -> ModelRequest:
+    return ModelRequest(
+        system="You are terse.", messages=[Message(role="user", content=text)], **options
+    )
+
+
+@pytest.mark.anyio
+async def test_text_answer_maps_text_usage_and_cost() -> None:
+    fake = FakeAnthropic(
+        message(
+            [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}],
+            usage={
+                "input_tokens": 1000,
+                "output_tokens": 500,
+                "cache_read_input_tokens": 2000,
+                "cache_creation_input_tokens": 400,
+            },
+        )
+    )
+    response = await fake.model(max_output_tokens=321).complete(ask())
+
+    assert response.text == "Hi there"
+    assert response.tool_calls == ()
+    assert response.stop_reason is StopReason.END_TURN
+    assert (response.provider, response.model, response.attempts) == (
+        "anthropic",
+        "claude-sonnet-4-5-20250929",
+        1,
+    )
+    assert response.usage.input_tokens == 3400  # fresh + cache read + cache creation
+    assert response.usage.output_tokens == 500
+    # $3 fresh, $0.30 cache read, $3.75 cache write, $15 output per million tokens.
+    expected = (1000 * 3.0 + 2000 * 0.3 + 400 * 3.75 + 500 * 15.0) / 1_000_000
+    assert response.usage.cost_usd == pytest.approx(expected)
+    body = fake.body()
+    assert body["model"] == "claude-sonnet-4-5"
+    assert body["max_tokens"] == 321
+    assert body["system"] == "You are terse."
+    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
+    assert "tools" not in body
+    assert fake.requests[0].headers["authorization"] == f"Bearer {API_KEY}"
+
+
+@pytest.mark.anyio
+async def test_temperature_is_never_sent_because_the_api_rejects_it() -> None:
+    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]))
+    await fake.model(temperature=0.2).complete(ask(temperature=0.7))
+    assert "temperature" not in fake.body()
+
+
+@pytest.mark.anyio
+async def test_tool_use_request_and_answer() -> None:
+    fake = FakeAnthropic(
+        message(
+            [
+                {"type": "text", "text": "Searching."},
+                {"type": "tool_use", "id": "toolu_2", "name": "hub__search", "input": {"q": "rq"}},
+            ],
+            stop_reason="tool_use",
+        )
+    )
+    search = ToolSpec(
+        name="hub__search",
+        description="Search posts.",
+        input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+    )
+    transcript = [
+        Message(role="user", content="find rq posts"),
+        Message(
+            role="assistant",
+            content="Two lookups.",
+            tool_calls=(
+                ToolCall(id="toolu_a", name="hub__search", arguments='{"q": "rq"}'),
+                ToolCall(id="toolu_b", name="hub__get_post", arguments="{not json"),
+            ),
+        ),
+        Message(role="tool", content="Error: server down", tool_call_id="toolu_a", is_error=True),
+        Message(role="tool", content="post p-1", tool_call_id="toolu_b"),
+        Message(role="user", content="also check comments"),
+    ]
+    response = await fake.model().complete(
+        ModelRequest(system="sys", messages=transcript, tools=[search])
+    )
+
+    assert response.stop_reason is StopReason.TOOL_USE
+    assert response.text == "Searching."
+    assert response.tool_calls == (
+        ToolCall(id="toolu_2", name="hub__search", arguments='{"q": "rq"}'),
+    )
+    body = fake.body()
+    assert body["system"] == "sys"
+    assert body["tools"] == [
+        {
+            "name": "hub__search",
+            "description": "Search posts.",
+            "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+        }
+    ]
+    assert body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "find rq posts"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Two lookups."},
+                {"type": "tool_use", "id": "toolu_a", "name": "hub__search", "input": {"q": "rq"}},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_b",
+                    "name": "hub__get_post",
+                    "input": {"_unparsed_arguments": "{not json"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_a",
+                    "content": "Error: server down",
+                    "is_error": True,
+                },
+                {"type": "tool_result", "tool_use_id": "toolu_b", "content": "post p-1"},
+                {"type": "text", "text": "also check comments"},
+            ],
+        },
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("stop_reason", "expected"),
+    [
+        ("end_turn", StopReason.END_TURN),
+        ("stop_sequence", StopReason.END_TURN),
+        ("tool_use", StopReason.TOOL_USE),
+        ("max_tokens", StopReason.MAX_TOKENS),
+        ("model_context_window_exceeded", StopReason.MAX_TOKENS),
+        ("refusal", StopReason.REFUSAL),
+        ("pause_turn", StopReason.OTHER),
+    ],
+)
+async def test_stop_reasons(stop_reason: str, expected: StopReason) -> None:
+    fake = FakeAnthropic(message([{"type": "text", "text": "x"}], stop_reason=stop_reason))
+    response = await fake.model().complete(ask())
+    assert response.stop_reason is expected
+
+
+@pytest.mark.anyio
+async def test_429_is_retried_after_the_retry_after_header() -> None:
+    fake = FakeAnthropic(
+        error(429, "rate limited", headers={"retry-after": "7"}),
+        message([{"type": "text", "text": "finally"}]),
+    )
+    response = await fake.model().complete(ask())
+    assert response.text == "finally"
+    assert response.attempts == 2
+    assert fake.sleeps == [7.0]
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_5xx_until_retries_run_out_raises_model_unavailable() -> None:
+    fake = FakeAnthropic(*(error(status, "overloaded") for status in (500, 529, 503, 502)))
+    with pytest.raises(ModelUnavailable) as caught:
+        await fake.model().complete(ask())
+    assert len(fake.requests) == 4  # one request per attempt: the SDK's own retries are off
+    assert fake.sleeps == [0.5, 1.0, 2.0]
+    assert caught.value.provider == "anthropic"
+    assert caught.value.model == "claude-sonnet-4-5"
+    assert "4 attempts" in caught.value.message
+    assert "HTTP 502" in caught.value.message
+
+
+@pytest.mark.anyio
+async def test_connection_errors_are_retried() -> None:
+    fake = FakeAnthropic(
+        httpx2.ConnectError("connection refused"), message([{"type": "text", "text": "back"}])
+    )
+    response = await fake.model().complete(ask())
+    assert response.text == "back"
+    assert response.attempts == 2
+
+
+@pytest.mark.anyio
+async def test_401_raises_auth_error_without_the_key() -> None:
+    fake = FakeAnthropic(error(401, f"invalid x-api-key {API_KEY}"))
+    with pytest.raises(ModelAuthError) as caught:
+        await fake.model().complete(ask())
+    assert len(fake.requests) == 1
+    assert API_KEY not in caught.value.message
+    assert "anthropic" in caught.value.message
+    assert "claude-sonnet-4-5" in caught.value.message
+
+
+@pytest.mark.anyio
+async def test_400_raises_request_error_at_once() -> None:
+    fake = FakeAnthropic(error(400, "messages: roles must alternate"))
+    with pytest.raises(ModelRequestError, match="roles must alternate"):
+        await fake.model().complete(ask())
+    assert len(fake.requests) == 1
+    assert fake.sleeps == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("remaining", "expected"), [(30.0, 30.0), (None, 120.0), (500.0, 120.0)])
+async def test_timeout_is_the_remaining_budget_capped_by_the_default(
+    remaining: float | None, expected: float
+) -> None:
+    fake = FakeAnthropic(message([{"type": "text", "text": "x"}]))
+    await fake.model(default_timeout_s=120.0).complete(ask(timeout_s=remaining))
+    timeouts = fake.requests[0].extensions["timeout"]
+    assert timeouts["read"] == pytest.approx(expected, abs=0.5)
+    assert timeouts["connect"] == pytest.approx(expected, abs=0.5)
+
+
+@pytest.mark.anyio
+async def test_retry_after_longer_than_the_budget_stops_at_once() -> None:
+    fake = FakeAnthropic(error(429, "slow down", headers={"retry-after": "45"}))
+    with pytest.raises(ModelUnavailable) as caught:
+        await fake.model(retry=RetryPolicy(max_delay_s=60.0, sleep=fake.sleep)).complete(
+            ask(timeout_s=20.0)
+        )
+    assert fake.sleeps == []
+    assert caught.value.retry_after_s == 45.0
+    assert "remaining budget" in caught.value.message
+
+
+@pytest.mark.anyio
+async def test_unknown_model_has_unknown_cost() -> None:
+    fake = FakeAnthropic(message([{"type": "text", "text": "x"}], model="claude-internal-test"))
+    response = await fake.model("claude-internal-test").complete(ask())
+    assert response.usage.cost_usd is None
+    assert response.usage.input_tokens == 10
+
+
+@pytest.mark.anyio
+async def test_response_schema_uses_the_structured_output_config() -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    fake = FakeAnthropic(message([{"type": "text", "text": '{"ok": true}'}]))
+    await fake.model().complete(ask(response_schema=schema))
+    assert fake.body()["output_config"] == {"format": {"type": "json_schema", "schema": schema}}

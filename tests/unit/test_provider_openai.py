@@ -1,0 +1,325 @@
+"""OpenAIModel driving the real openai SDK against an httpx2.MockTransport."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+import httpx2
+import pytest
+
+from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
+from worker.models._openai import OpenAIModel
+from worker.models._retry import RetryPolicy
+from worker.models._types import Message, ModelRequest, StopReason, ToolCall, ToolSpec
+
+API_KEY = "sk-proj-secretsecretsecret0123456789"
+
+
+@pytest.fixture(autouse=True)
+def official_endpoint_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SDK reads OPENAI_BASE_URL when no base_url is given; these tests pick their own.
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+class FakeOpenAI:
+    """Answers each HTTP request with the next scripted response; records what was sent."""
+
+    def __init__(self, *answers: httpx2.Response | Exception) -> None:
+        self.answers: deque[httpx2.Response | Exception] = deque(answers)
+        self.requests: list[httpx2.Request] = []
+        self.sleeps: list[float] = []
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        answer = self.answers.popleft()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+    def body(self, index: int = -1) -> dict[str, Any]:
+        body: dict[str, Any] = json.loads(self.requests[index].content)
+        return body
+
+    def model(self, name: str = "gpt-4o", **options: Any) -> OpenAIModel:
+        options.setdefault("retry", RetryPolicy(max_retries=2, jitter=False, sleep=self.sleep))
+        return OpenAIModel(
+            name,
+            api_key=API_KEY,
+            http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle)),
+            **options,
+        )
+
+
+def completion(
+    content: str | None = "",
+    *,
+    tool_calls: list[dict[str, Any]] | None = None,
+    finish_reason: str = "stop",
+    model: str = "gpt-4o-2024-08-06",
+    usage: dict[str, Any] | None = None,
+    refusal: str | None = None,
+) -> httpx2.Response:
+    answer: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    if tool_calls is not None:
+        answer["tool_calls"] = tool_calls
+    return httpx2.Response(
+        200,
+        json={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": model,
+            "choices": [{"index": 0, "message": answer, "finish_reason": finish_reason}],
+            "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        },
+    )
+
+
+def function_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def error(status: int, text: str, headers: dict[str, str] | None = None) -> httpx2.Response:
+    return httpx2.Response(status, json={"error": {"message": text, "type": "x"}}, headers=headers)
+
+
+def ask(text: str = "hello", **options: Any) -> ModelRequest:
+    return ModelRequest(
+        system="You are terse.", messages=[Message(role="user", content=text)], **options
+    )
+
+
+@pytest.mark.anyio
+async def test_text_answer_maps_text_usage_and_cost() -> None:
+    fake = FakeOpenAI(
+        completion(
+            "Hi there",
+            usage={
+                "prompt_tokens": 3000,
+                "completion_tokens": 400,
+                "total_tokens": 3400,
+                "prompt_tokens_details": {"cached_tokens": 1000},
+            },
+        )
+    )
+    response = await fake.model(temperature=0.3).complete(ask())
+
+    assert response.text == "Hi there"
+    assert response.stop_reason is StopReason.END_TURN
+    assert (response.provider, response.model, response.attempts) == (
+        "openai",
+        "gpt-4o-2024-08-06",
+        1,
+    )
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (3000, 400)
+    # gpt-4o: $2.50 input, $1.25 cached input, $10 output per million tokens.
+    expected = (2000 * 2.5 + 1000 * 1.25 + 400 * 10.0) / 1_000_000
+    assert response.usage.cost_usd == pytest.approx(expected)
+    body = fake.body()
+    assert body["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "hello"},
+    ]
+    assert body["temperature"] == 0.3
+    assert body["max_completion_tokens"] == 4096
+    assert "max_tokens" not in body
+    assert "tools" not in body
+
+
+@pytest.mark.anyio
+async def test_compatible_servers_get_max_tokens() -> None:
+    fake = FakeOpenAI(completion("ok"))
+    await fake.model("llama3.1", base_url="http://ollama.local:11434/v1").complete(
+        ask(max_output_tokens=77)
+    )
+    assert str(fake.requests[0].url) == "http://ollama.local:11434/v1/chat/completions"
+    assert fake.body()["max_tokens"] == 77
+    assert "max_completion_tokens" not in fake.body()
+
+
+@pytest.mark.anyio
+async def test_tool_use_request_and_answer() -> None:
+    fake = FakeOpenAI(
+        completion(
+            None,
+            tool_calls=[function_call("call_9", "hub__search", '{"q": "rq"}')],
+            finish_reason="tool_calls",
+        )
+    )
+    search = ToolSpec(
+        name="hub__search",
+        description="Search posts.",
+        input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+    )
+    transcript = [
+        Message(role="user", content="find rq posts"),
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=(
+                ToolCall(id="call_a", name="hub__search", arguments='{"q": "rq"}'),
+                ToolCall(id="call_b", name="hub__get_post", arguments="{not json"),
+            ),
+        ),
+        Message(role="tool", content="server down", tool_call_id="call_a", is_error=True),
+        Message(role="tool", content="post p-1", tool_call_id="call_b"),
+    ]
+    response = await fake.model().complete(
+        ModelRequest(system="sys", messages=transcript, tools=[search])
+    )
+
+    assert response.stop_reason is StopReason.TOOL_USE
+    assert response.text == ""
+    assert response.tool_calls == (
+        ToolCall(id="call_9", name="hub__search", arguments='{"q": "rq"}'),
+    )
+    body = fake.body()
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "hub__search",
+                "description": "Search posts.",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        }
+    ]
+    assert body["messages"] == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "find rq posts"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                function_call("call_a", "hub__search", '{"q": "rq"}'),
+                function_call("call_b", "hub__get_post", "{not json"),
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_a", "content": "Error: server down"},
+        {"role": "tool", "tool_call_id": "call_b", "content": "post p-1"},
+    ]
+
+
+@pytest.mark.anyio
+async def test_malformed_tool_arguments_pass_through_raw() -> None:
+    raw = '{"q": "rq", "limit": 5,,'
+    fake = FakeOpenAI(
+        completion(
+            "", tool_calls=[function_call("call_1", "hub__search", raw)], finish_reason="tool_calls"
+        )
+    )
+    response = await fake.model().complete(ask())
+    assert response.tool_calls[0].arguments == raw
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("finish_reason", "expected"),
+    [
+        ("stop", StopReason.END_TURN),
+        ("tool_calls", StopReason.TOOL_USE),
+        ("length", StopReason.MAX_TOKENS),
+        ("content_filter", StopReason.REFUSAL),
+        ("something_new", StopReason.OTHER),
+    ],
+)
+async def test_finish_reasons(finish_reason: str, expected: StopReason) -> None:
+    fake = FakeOpenAI(completion("x", finish_reason=finish_reason))
+    response = await fake.model().complete(ask())
+    assert response.stop_reason is expected
+
+
+@pytest.mark.anyio
+async def test_refusal_and_tool_calls_reported_as_stop() -> None:
+    refused = FakeOpenAI(completion(None, refusal="I can't help with that."))
+    response = await refused.model().complete(ask())
+    assert response.stop_reason is StopReason.REFUSAL
+    assert response.text == "I can't help with that."
+
+    # Some compatible servers say "stop" although the model called a tool.
+    compat = FakeOpenAI(completion("", tool_calls=[function_call("c1", "hub__search", "{}")]))
+    assert (await compat.model().complete(ask())).stop_reason is StopReason.TOOL_USE
+
+
+@pytest.mark.anyio
+async def test_429_is_retried_after_retry_after_ms() -> None:
+    fake = FakeOpenAI(
+        error(429, "rate limited", headers={"retry-after-ms": "1500", "retry-after": "9"}),
+        completion("done"),
+    )
+    response = await fake.model().complete(ask())
+    assert response.text == "done"
+    assert response.attempts == 2
+    assert fake.sleeps == [1.5]
+
+
+@pytest.mark.anyio
+async def test_503_until_retries_run_out_raises_model_unavailable() -> None:
+    fake = FakeOpenAI(
+        error(503, "busy"), error(503, "busy"), error(503, "busy", headers={"retry-after": "3"})
+    )
+    with pytest.raises(ModelUnavailable) as caught:
+        await fake.model().complete(ask())
+    assert len(fake.requests) == 3
+    assert fake.sleeps == [0.5, 1.0]
+    assert caught.value.retry_after_s == 3.0
+    assert (caught.value.provider, caught.value.model) == ("openai", "gpt-4o")
+
+
+@pytest.mark.anyio
+async def test_timeout_errors_are_retried() -> None:
+    fake = FakeOpenAI(httpx2.ReadTimeout("slow"), completion("ok"))
+    response = await fake.model().complete(ask())
+    assert response.attempts == 2
+
+
+@pytest.mark.anyio
+async def test_401_raises_auth_error_without_the_key() -> None:
+    echoed = "Incorrect API key provided: sk-proj-****************6789. Check your key."
+    fake = FakeOpenAI(error(401, f"{echoed} ({API_KEY})"))
+    with pytest.raises(ModelAuthError) as caught:
+        await fake.model().complete(ask())
+    assert len(fake.requests) == 1
+    assert API_KEY not in caught.value.message
+    assert "6789" not in caught.value.message
+    assert "openai model 'gpt-4o'" in caught.value.message
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("status", [400, 404, 422])
+async def test_invalid_request_raises_request_error(status: int) -> None:
+    fake = FakeOpenAI(error(status, "bad request"))
+    with pytest.raises(ModelRequestError, match=f"HTTP {status}"):
+        await fake.model().complete(ask())
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_timeout_is_the_remaining_budget() -> None:
+    fake = FakeOpenAI(completion("x"))
+    await fake.model(default_timeout_s=60.0).complete(ask(timeout_s=12.0))
+    assert fake.requests[0].extensions["timeout"]["read"] == pytest.approx(12.0, abs=0.5)
+
+
+@pytest.mark.anyio
+async def test_unknown_model_has_unknown_cost() -> None:
+    fake = FakeOpenAI(completion("x", model="qwen2.5:7b"))
+    response = await fake.model("qwen2.5:7b", base_url="http://vllm.local/v1").complete(ask())
+    assert response.usage.cost_usd is None
+    assert response.usage.total_tokens == 15
+
+
+@pytest.mark.anyio
+async def test_response_schema_becomes_a_strict_json_schema_format() -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    fake = FakeOpenAI(completion('{"ok": true}'))
+    await fake.model().complete(ask(response_schema=schema, response_schema_name="Verdict"))
+    assert fake.body()["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "Verdict", "schema": schema, "strict": True},
+    }

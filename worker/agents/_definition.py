@@ -1,0 +1,80 @@
+"""A loaded agent: its config, its system prompt and the skills it lists, in order."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.agents._config import AgentConfig
+
+
+@dataclass(slots=True, frozen=True)
+class Skill:
+    """One ``skills/<name>/SKILL.md``: front matter ``name`` and ``description``, then the body."""
+
+    name: str
+    description: str
+    instructions: str
+
+
+@dataclass(slots=True, frozen=True)
+class AgentDefinition:
+    config: AgentConfig
+    system_prompt: str
+    skills: list[Skill] = field(default_factory=list)
+
+    def full_system_prompt(self) -> str:
+        """What the model gets as its system prompt: the agent's own, then each skill's."""
+        sections = [self.system_prompt.strip()]
+        for skill in self.skills:
+            sections.append(
+                f"# Skill: {skill.name}\n\n"
+                f"Description: {skill.description}\n\n"
+                f"{skill.instructions.strip()}"
+            )
+        return "\n\n".join(section for section in sections if section)
+
+
+# Bump when the cached shape changes, so old entries read as misses.
+_CACHE_FORMAT = 1
+
+
+def definition_to_json(definition: AgentDefinition, source: str) -> str:
+    """The cache entry; ``source`` tells entries written for another AGENTS_DIR apart."""
+    return json.dumps(
+        {
+            "format": _CACHE_FORMAT,
+            "source": source,
+            "config": definition.config.model_dump(mode="json"),
+            "system_prompt": definition.system_prompt,
+            "skills": [
+                {"name": s.name, "description": s.description, "instructions": s.instructions}
+                for s in definition.skills
+            ],
+        },
+        separators=(",", ":"),
+    )
+
+
+def definition_from_json(raw: str | bytes, source: str) -> AgentDefinition | None:
+    """The definition in a cache entry, or None when the entry is stale, foreign or damaged."""
+    try:
+        entry: Any = json.loads(raw)
+        if entry.get("format") != _CACHE_FORMAT or entry.get("source") != source:
+            return None
+        return AgentDefinition(
+            config=AgentConfig.model_validate(entry["config"]),
+            system_prompt=str(entry["system_prompt"]),
+            skills=[
+                Skill(
+                    name=str(s["name"]),
+                    description=str(s["description"]),
+                    instructions=str(s["instructions"]),
+                )
+                for s in entry["skills"]
+            ],
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        # pydantic's ValidationError is a ValueError: an entry from an older release.
+        return None

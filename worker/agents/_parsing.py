@@ -1,0 +1,103 @@
+"""Bytes of a definition file → validated values, or an AgentConfigError naming file and field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from worker.agents._config import AgentConfig
+from worker.agents._definition import Skill
+from worker.exceptions import AgentConfigError
+from worker.task import describe_validation_error
+
+# The C loader parses a config several times faster; the pure one is the fallback.
+_YamlLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_FRONT_MATTER_FENCE = "---"
+
+
+class _SkillFrontMatter(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(min_length=1, max_length=100)
+    description: str = Field(min_length=1, max_length=2_000)
+
+
+def decode_text(raw: bytes, file: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise AgentConfigError(
+            f"{file}: not valid UTF-8 (bad byte at offset {exc.start})"
+        ) from None
+
+
+def parse_config(raw: bytes, file: str, expected_name: str) -> AgentConfig:
+    """``agents/<expected_name>/config.yaml``; its ``name`` must be its directory's name."""
+    document = _yaml_mapping(decode_text(raw, file), file)
+    try:
+        config = AgentConfig.model_validate(document)
+    except ValidationError as exc:
+        raise AgentConfigError(f"{file}: {describe_validation_error(exc)}") from None
+    if config.name != expected_name:
+        raise AgentConfigError(
+            f"{file}: name: {config.name!r} must equal its directory name {expected_name!r}"
+        )
+    return config
+
+
+def parse_skill(raw: bytes, file: str) -> Skill:
+    """A ``SKILL.md``: YAML front matter between ``---`` lines, then the instructions."""
+    text = decode_text(raw, file)
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != _FRONT_MATTER_FENCE:
+        raise AgentConfigError(
+            f"{file}: must start with YAML front matter between '---' lines (name, description)"
+        )
+    closing = next(
+        (i for i in range(1, len(lines)) if lines[i].strip() == _FRONT_MATTER_FENCE), None
+    )
+    if closing is None:
+        raise AgentConfigError(f"{file}: front matter has no closing '---' line")
+    front_matter = _yaml_mapping("".join(lines[1:closing]), file, first_line=2)
+    try:
+        fields = _SkillFrontMatter.model_validate(front_matter)
+    except ValidationError as exc:
+        raise AgentConfigError(f"{file}: front matter: {describe_validation_error(exc)}") from None
+    return Skill(
+        name=fields.name,
+        description=fields.description.strip(),
+        instructions="".join(lines[closing + 1 :]).strip(),
+    )
+
+
+def _yaml_mapping(text: str, file: str, *, first_line: int = 1) -> dict[str, Any]:
+    try:
+        document = yaml.load(text, Loader=_YamlLoader)  # a safe loader: no Python objects
+    except yaml.YAMLError as exc:
+        raise AgentConfigError(f"{file}: {_describe_yaml_error(exc, first_line)}") from None
+    if document is None:
+        raise AgentConfigError(f"{file}: is empty; expected a YAML mapping")
+    if not isinstance(document, dict):
+        raise AgentConfigError(
+            f"{file}: expected a YAML mapping at the top level, got {_yaml_kind(document)}"
+        )
+    return document
+
+
+def _describe_yaml_error(exc: yaml.YAMLError, first_line: int) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or "not valid YAML"
+    if mark is None:
+        return f"invalid YAML: {problem}"
+    return f"invalid YAML at line {mark.line + first_line}, column {mark.column + 1}: {problem}"
+
+
+def _yaml_kind(document: object) -> str:
+    if isinstance(document, list):
+        return "a list"
+    if isinstance(document, str):
+        return "a string"
+    return type(document).__name__

@@ -1,0 +1,110 @@
+"""``agent-worker``: the operator's command line.
+
+Each subcommand is a thin adapter over a library function, so everything an
+operator can do here is also callable from Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from redis import Redis
+
+from worker.exceptions import ConfigurationError
+
+
+def _redis() -> Redis:
+    from worker.settings import settings_or_exit
+
+    return Redis.from_url(settings_or_exit().redis_url)
+
+
+def _devhub(args: argparse.Namespace, rest: list[str]) -> int:
+    from hub_client.devhub import main as devhub_main
+
+    return devhub_main(rest)
+
+
+def _enqueue(args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.enqueue import enqueue_cli
+
+    return enqueue_cli(args.source, _redis())
+
+
+def _cancel(args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.control import cancel_task
+
+    print(cancel_task(_redis(), args.task_id))
+    return 0
+
+
+def _steer(args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.control import steer_task
+
+    print(steer_task(_redis(), args.task_id, args.text))
+    return 0
+
+
+Handler = Callable[[argparse.Namespace, list[str]], int]
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+    parser = argparse.ArgumentParser(
+        prog="agent-worker", description="Operate the Hub agent worker fleet."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    handlers: dict[str, Handler] = {}
+
+    def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        handlers[name] = handler
+        return commands.add_parser(name, help=help_text, description=help_text)
+
+    command("devhub", _devhub, "run the local in-memory Hub (takes --host, --port, --api-key)")
+    enqueue = command("enqueue", _enqueue, "validate and enqueue tasks (JSON, array or lines)")
+    enqueue.add_argument("source", help="a file of tasks, or - for standard input")
+    cancel = command("cancel", _cancel, "stop a task at its next step (or drop it if queued)")
+    cancel.add_argument("task_id")
+    steer = command("steer", _steer, "add a message for a running task before its next step")
+    steer.add_argument("task_id")
+    steer.add_argument("text")
+    for name, module, function, help_text in _EXTENSIONS:
+        handlers[name] = _extension(module, function)
+        sub = commands.add_parser(name, help=help_text, description=help_text, add_help=False)
+        sub.add_argument("args", nargs=argparse.REMAINDER)
+    return parser, handlers
+
+
+# Subcommands with their own argument parsing, in their own modules.
+_EXTENSIONS: list[tuple[str, str, str, str]] = []
+
+
+def _extension(module: str, function: str) -> Handler:
+    def run(args: argparse.Namespace, rest: list[str]) -> int:
+        import importlib
+
+        main: Callable[[list[str]], int] = getattr(importlib.import_module(module), function)
+        return main([*args.args, *rest])
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, handlers = _parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    # devhub passes its own flags through untouched.
+    if arguments[:1] == ["devhub"]:
+        return _devhub(argparse.Namespace(), arguments[1:])
+    args, rest = parser.parse_known_args(arguments)
+    if rest and args.command not in {name for name, *_ in _EXTENSIONS}:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        return handlers[args.command](args, rest)
+    except ConfigurationError as exc:
+        print(f"agent-worker: {exc.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

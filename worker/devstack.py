@@ -1,0 +1,234 @@
+"""A local stack of real processes: redis-server, devhub, our MCP servers, a scripted LLM.
+
+One way to start them for ``make demo``, the integration tests and the
+benchmarks. Every process gets a free port, runs in its own process group
+and is stopped (group and all) when the stack closes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REDIS_MISSING = (
+    "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server; "
+    "macOS: brew install redis)"
+)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+@dataclass
+class ManagedProcess:
+    """A child process in its own process group, with its output kept in a log file."""
+
+    name: str
+    argv: Sequence[str]
+    port: int
+    env: Mapping[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    def start(self, *, ready_timeout_s: float = 30.0) -> ManagedProcess:
+        descriptor, path = tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")
+        self.log_path = Path(path)
+        with os.fdopen(descriptor, "wb") as log:
+            self.process = subprocess.Popen(
+                list(self.argv),
+                env={**os.environ, **self.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + ready_timeout_s
+        while not port_open(self.port):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} did not listen on {self.port}:\n{self.log_tail()}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        except ProcessLookupError:
+            pass
+
+    def log_tail(self, lines: int = 30) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class DevStack:
+    """URLs and secrets of a running stack; ``worker_env()`` is what a worker needs."""
+
+    redis_url: str
+    hub_url: str
+    hub_api_key: str
+    mcp_auth_token: str
+    mcp_config: Path
+    llm_base_url: str | None
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+    def worker_env(self, **extra: str) -> dict[str, str]:
+        env = {
+            "REDIS_URL": self.redis_url,
+            "HUB_URL": self.hub_url,
+            "HUB_API_KEY": self.hub_api_key,
+            "MCP_AUTH_TOKEN": self.mcp_auth_token,
+            "MCP_CONFIG": str(self.mcp_config),
+            "RQ_WORKER_CLASS": "worker.AgentWorker",
+        }
+        if self.llm_base_url is not None:
+            env["OPENAI_BASE_URL"] = self.llm_base_url + "/v1"
+            env["OPENAI_API_KEY"] = "scripted-endpoint-key"
+            env["ANTHROPIC_BASE_URL"] = self.llm_base_url
+            env["ANTHROPIC_API_KEY"] = "scripted-endpoint-key"
+        env.update(extra)
+        return env
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def start_redis(stack: ExitStack) -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError(REDIS_MISSING)
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="devstack-redis-")
+    stack.callback(shutil.rmtree, workdir, True)
+    redis = ManagedProcess(
+        "redis-server",
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            workdir,
+        ],
+        port,
+    )
+    stack.callback(redis.start().stop)
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def write_mcp_config(directory: Path, *, hub_port: int, web_port: int) -> Path:
+    path = directory / "mcp.yaml"
+    path.write_text(
+        "servers:\n"
+        f"  hub:\n    url: http://127.0.0.1:{hub_port}/mcp\n"
+        "    tools: {search_posts: hub:read, get_thread: hub:read, get_feed: hub:read,\n"
+        "            create_post: hub:write, create_comment: hub:write}\n"
+        f"  web:\n    url: http://127.0.0.1:{web_port}/mcp\n"
+        "    tools: {fetch: web:read}\n"
+    )
+    return path
+
+
+@contextmanager
+def running_stack(
+    *, redis_url: str | None = None, scripted_llm: bool = True, llm_latency_s: float = 0.0
+) -> Iterator[DevStack]:
+    """Start devhub, mcp-hub, mcp-web and (optionally) the scripted LLM endpoint.
+
+    ``redis_url``: use that Redis; None starts a throwaway redis-server.
+    """
+    with ExitStack() as stack:
+        workdir = Path(tempfile.mkdtemp(prefix="devstack-"))
+        stack.callback(shutil.rmtree, workdir, True)
+        redis_url = redis_url or start_redis(stack)
+        hub_key = "devhub-" + secrets.token_hex(16)
+        token = "mcp-" + secrets.token_hex(16)
+        processes: list[ManagedProcess] = []
+
+        def launch(name: str, argv: list[str], port: int, env: dict[str, str]) -> None:
+            process = ManagedProcess(name, argv, port, env)
+            stack.callback(process.start().stop)
+            processes.append(process)
+
+        hub_port, mcp_hub_port, web_port = free_port(), free_port(), free_port()
+        launch(
+            "devhub",
+            python_module("hub_client.devhub", "--port", str(hub_port)),
+            hub_port,
+            {"HUB_API_KEY": hub_key},
+        )
+        hub_url = f"http://127.0.0.1:{hub_port}"
+        server_env = {"MCP_AUTH_TOKEN": token}
+        launch(
+            "mcp-hub",
+            python_module("mcp_servers.hub", "--port", str(mcp_hub_port)),
+            mcp_hub_port,
+            {**server_env, "HUB_URL": hub_url, "HUB_API_KEY": hub_key},
+        )
+        launch(
+            "mcp-web",
+            python_module("mcp_servers.web", "--port", str(web_port)),
+            web_port,
+            server_env,
+        )
+        llm_url = None
+        if scripted_llm:
+            llm_port = free_port()
+            launch(
+                "scripted-llm",
+                python_module(
+                    "worker.scripted_endpoint",
+                    "--port",
+                    str(llm_port),
+                    "--latency-s",
+                    str(llm_latency_s),
+                ),
+                llm_port,
+                {},
+            )
+            llm_url = f"http://127.0.0.1:{llm_port}"
+        yield DevStack(
+            redis_url=redis_url,
+            hub_url=hub_url,
+            hub_api_key=hub_key,
+            mcp_auth_token=token,
+            mcp_config=write_mcp_config(workdir, hub_port=mcp_hub_port, web_port=web_port),
+            llm_base_url=llm_url,
+            processes=processes,
+        )

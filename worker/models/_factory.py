@@ -1,0 +1,162 @@
+"""Building models from an agent's brain settings and the process environment."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anthropic
+import httpx2
+import openai
+from pydantic import SecretStr
+
+from worker.exceptions import AgentConfigError, ConfigurationError
+from worker.models._anthropic import AnthropicModel
+from worker.models._fallback import FallbackModel
+from worker.models._openai import OpenAIModel
+from worker.models._prices import PriceTable
+from worker.models._retry import RetryingModel, RetryPolicy
+from worker.models._types import Model
+from worker.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class _Provider:
+    model_class: type[AnthropicModel] | type[OpenAIModel]
+    key_variable: str
+    base_url_variable: str
+
+    def api_key(self, settings: Settings) -> SecretStr | None:
+        key: SecretStr | None = getattr(settings, self.key_variable.lower())
+        return key
+
+    def base_url(self, settings: Settings) -> str | None:
+        url: str | None = getattr(settings, self.base_url_variable.lower())
+        return url
+
+
+_PROVIDERS = {
+    "anthropic": _Provider(AnthropicModel, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    "openai": _Provider(OpenAIModel, "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+}
+
+# One connection pool per provider and base URL, per event loop: pooled connections
+# belong to the loop that opened them. Dead loops drop out with their clients.
+_shared_http_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str], httpx2.AsyncClient]
+] = weakref.WeakKeyDictionary()
+
+
+def create_model(
+    provider: str,
+    model: str,
+    *,
+    api_key: str | None = None,
+    base_url: str | None = None,
+    temperature: float | None = None,
+    max_output_tokens: int = 4096,
+    fallbacks: Sequence[tuple[str, str]] = (),
+    settings: Settings,
+    prices: PriceTable,
+) -> Model:
+    """The model an agent asked for, wrapped in a FallbackModel when it names fallbacks.
+
+    Keys and base URLs come from the environment (``settings``) unless given;
+    an explicit key and base URL also serve fallbacks on the same provider.
+    """
+    chain: list[Model] = []
+    for provider_name, model_name in [(provider, model), *fallbacks]:
+        same_provider = provider_name.strip().lower() == provider.strip().lower()
+        chain.append(
+            _provider_model(
+                provider_name,
+                model_name,
+                api_key=api_key if same_provider else None,
+                base_url=base_url if same_provider else None,
+                temperature=temperature,
+                max_output_tokens=max_output_tokens,
+                settings=settings,
+                prices=prices,
+            )
+        )
+    return chain[0] if len(chain) == 1 else FallbackModel(chain)
+
+
+def load_price_table(settings: Settings) -> PriceTable:
+    """The built-in prices, with ``PRICES_FILE`` merged over them when set."""
+    if settings.prices_file is None:
+        return PriceTable.builtin()
+    return PriceTable.from_yaml(settings.prices_file)
+
+
+def shared_http_client(provider: str, base_url: str | None) -> httpx2.AsyncClient | None:
+    """This event loop's pooled client for a provider endpoint; None outside a running loop
+    (the SDK then keeps its own client for the model)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    clients = _shared_http_clients.setdefault(loop, {})
+    key = (provider, base_url or "")
+    client = clients.get(key)
+    if client is None or client.is_closed:
+        sdk_default = (
+            anthropic.DefaultAsyncHttpxClient
+            if provider == "anthropic"
+            else openai.DefaultAsyncHttpxClient
+        )
+        client = sdk_default()
+        clients[key] = client
+    return client
+
+
+async def aclose_shared_http_clients() -> None:
+    """Close this event loop's pooled clients; call before the loop ends (job teardown)."""
+    loop = asyncio.get_running_loop()
+    clients = _shared_http_clients.pop(loop, {})
+    for client in clients.values():
+        await client.aclose()
+
+
+def _provider_model(
+    provider: str,
+    model: str,
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    temperature: float | None,
+    max_output_tokens: int,
+    settings: Settings,
+    prices: PriceTable,
+) -> RetryingModel:
+    provider_name = provider.strip().lower()
+    spec = _PROVIDERS.get(provider_name)
+    if spec is None:
+        raise AgentConfigError(
+            f"unknown model provider {provider!r} for model {model!r} "
+            f"(known: {', '.join(sorted(_PROVIDERS))}; OpenAI-compatible servers use 'openai' "
+            "with OPENAI_BASE_URL)"
+        )
+    key = api_key or _secret_value(spec.api_key(settings))
+    if not key:
+        raise ConfigurationError(
+            f"{spec.key_variable} is not set; {provider_name} model {model!r} needs it"
+        )
+    endpoint = base_url or spec.base_url(settings)
+    return spec.model_class(
+        model,
+        api_key=key,
+        base_url=endpoint,
+        max_output_tokens=max_output_tokens,
+        temperature=temperature,
+        default_timeout_s=settings.llm_timeout_s,
+        retry=RetryPolicy(max_retries=settings.llm_max_retries),
+        prices=prices,
+        http_client=shared_http_client(provider_name, endpoint),
+    )
+
+
+def _secret_value(secret: SecretStr | None) -> str | None:
+    return secret.get_secret_value() if secret is not None else None

@@ -1,0 +1,288 @@
+"""The one retry layer for LLM calls (the SDKs' own retries are off).
+
+Layers, as in httpx: ``RetryingModel.complete`` → ``call_with_retries`` → a
+provider's ``_request_once``. The single request raises ``AttemptFailed`` for
+anything HTTP-shaped; ``call_with_retries`` retries 408/429/5xx and connection
+errors with exponential backoff and full jitter, honours ``Retry-After``, never
+waits past the caller's remaining budget, and turns the rest into the
+``ModelError`` tree (401/403 → ModelAuthError, other 4xx → ModelRequestError,
+retries spent → ModelUnavailable carrying the provider's last pause hint).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import ClassVar, TypeVar
+
+import anyio
+
+from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
+from worker.models._prices import PriceTable
+from worker.models._types import ModelRequest, ModelResponse, Usage
+
+T = TypeVar("T")
+
+# 429, 408 and 5xx are passing trouble; 501 and 505 say the request will never work.
+_RETRYABLE_STATUSES = frozenset({408, 429})
+_PERMANENT_SERVER_STATUSES = frozenset({501, 505})
+_AUTH_STATUSES = frozenset({401, 403})
+# The SDK treats a zero timeout as "fail at once"; the loop's own deadline is the real guard.
+_MIN_ATTEMPT_TIMEOUT_S = 1.0
+_DETAIL_MAX_CHARS = 300
+# Providers echo a masked key back ("Incorrect API key provided: sk-abc***wxyz").
+_KEY_SHAPE = re.compile(r"\bsk-[A-Za-z0-9_*.\-]{4,}")
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class RetryPolicy:
+    """How hard to retry a provider. ``sleep`` and ``clock`` are injectable for tests."""
+
+    max_retries: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 20.0
+    jitter: bool = True
+    sleep: Callable[[float], Awaitable[None]] = field(
+        default=anyio.sleep, repr=False, compare=False
+    )
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
+
+    def backoff_s(self, retry_number: int) -> float:
+        """Exponential backoff with full jitter for the n-th retry (1-based)."""
+        ceiling = min(self.max_delay_s, self.base_delay_s * 2 ** (retry_number - 1))
+        return random.uniform(0.0, ceiling) if self.jitter else ceiling
+
+
+class AttemptFailed(Exception):
+    """One request failed in an HTTP-shaped way; ``status`` is None for connection errors."""
+
+    def __init__(
+        self, detail: str, *, status: int | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+    @property
+    def retryable(self) -> bool:
+        if self.status is None or self.status in _RETRYABLE_STATUSES:
+            return True
+        return self.status >= 500 and self.status not in _PERMANENT_SERVER_STATUSES
+
+    def describe(self) -> str:
+        if self.status is None:
+            return self.detail
+        return f"HTTP {self.status}: {self.detail}"
+
+
+async def call_with_retries(
+    attempt: Callable[[float], Awaitable[T]],
+    *,
+    policy: RetryPolicy,
+    provider: str,
+    model: str,
+    timeout_s: float | None,
+    default_timeout_s: float,
+) -> tuple[T, int]:
+    """Run ``attempt(attempt_timeout_s)`` until it succeeds; return its result and attempts made.
+
+    ``timeout_s`` is the caller's remaining budget (None: no deadline); each
+    attempt gets ``min(remaining, default_timeout_s)``.
+    """
+    started = policy.clock()
+
+    def remaining_budget() -> float | None:
+        return None if timeout_s is None else timeout_s - (policy.clock() - started)
+
+    attempts = 0
+    last_hint: float | None = None
+    while True:
+        attempts += 1
+        remaining = remaining_budget()
+        attempt_timeout = (
+            default_timeout_s if remaining is None else min(remaining, default_timeout_s)
+        )
+        try:
+            return await attempt(max(attempt_timeout, _MIN_ATTEMPT_TIMEOUT_S)), attempts
+        except AttemptFailed as failure:
+            _raise_if_permanent(failure, provider=provider, model=model)
+            if failure.retry_after_s is not None:
+                last_hint = failure.retry_after_s
+            delay = _next_delay(failure, policy=policy, retry_number=attempts)
+            stop_reason = _stop_reason(
+                delay, policy=policy, attempts=attempts, remaining=remaining_budget()
+            )
+            if stop_reason is not None:
+                raise ModelUnavailable(
+                    f"{provider} model {model!r} unavailable after {attempts} "
+                    f"attempt{'s' if attempts != 1 else ''} ({stop_reason}): {failure.describe()}",
+                    provider=provider,
+                    model=model,
+                    retry_after_s=last_hint,
+                ) from failure
+            await policy.sleep(delay)
+
+
+def _raise_if_permanent(failure: AttemptFailed, *, provider: str, model: str) -> None:
+    if failure.retryable:
+        return
+    if failure.status in _AUTH_STATUSES:
+        raise ModelAuthError(
+            f"{provider} model {model!r} rejected the credentials: {failure.describe()}",
+            provider=provider,
+            model=model,
+        ) from failure
+    raise ModelRequestError(
+        f"{provider} model {model!r} refused the request: {failure.describe()}",
+        provider=provider,
+        model=model,
+    ) from failure
+
+
+def _next_delay(failure: AttemptFailed, *, policy: RetryPolicy, retry_number: int) -> float:
+    if failure.retry_after_s is not None:
+        return failure.retry_after_s
+    return policy.backoff_s(retry_number)
+
+
+def _stop_reason(
+    delay: float, *, policy: RetryPolicy, attempts: int, remaining: float | None
+) -> str | None:
+    if attempts > policy.max_retries:
+        return "retries exhausted"
+    # A provider asking for a longer pause than we would ever wait: hand the task back
+    # (it is requeued with that delay) rather than hold a worker slot.
+    if delay > policy.max_delay_s:
+        return f"provider asked to wait {delay:g}s, more than the {policy.max_delay_s:g}s cap"
+    if remaining is not None and delay >= remaining:
+        return f"next wait {delay:g}s would pass the remaining budget of {max(remaining, 0):.1f}s"
+    return None
+
+
+def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The server's pause hint: ``retry-after-ms``, else ``Retry-After`` in seconds or as a date."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            value = float(millis) / 1000
+        except ValueError:
+            value = -1.0
+        if value >= 0:
+            return value
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            return None
+        wall_now = time.time() if now is None else now
+        return max(when.timestamp() - wall_now, 0.0)
+    return seconds if seconds >= 0 else None
+
+
+def error_detail(body: object, fallback: str, *, secret: str) -> str:
+    """A short, secret-free explanation from a provider's error body."""
+    message: object = None
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = error.get("message") if isinstance(error, dict) else error
+    text = str(message) if message else fallback
+    if secret:
+        text = text.replace(secret, "[REDACTED]")
+    text = _KEY_SHAPE.sub("[REDACTED]", text)
+    text = " ".join(text.split())
+    if len(text) > _DETAIL_MAX_CHARS:
+        text = text[: _DETAIL_MAX_CHARS - 1] + "…"
+    return text or "no detail"
+
+
+class RetryingModel(ABC):
+    """A provider model: ``complete`` runs one ``_request_once`` under the retry layer.
+
+    Providers override only ``_request_once`` (one SDK call, foreign errors
+    turned into ``AttemptFailed``) and name themselves in ``provider_name``.
+    """
+
+    provider_name: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        default_timeout_s: float,
+        retry: RetryPolicy | None,
+        prices: PriceTable | None,
+    ) -> None:
+        self._model = model
+        self._default_timeout_s = default_timeout_s
+        self._retry = retry or RetryPolicy()
+        self._prices = prices or PriceTable.builtin()
+
+    @property
+    def provider(self) -> str:
+        return self.provider_name
+
+    @property
+    def name(self) -> str:
+        return self._model
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        async def attempt(timeout_s: float) -> ModelResponse:
+            return await self._request_once(request, timeout_s)
+
+        response, attempts = await call_with_retries(
+            attempt,
+            policy=self._retry,
+            provider=self.provider_name,
+            model=self._model,
+            timeout_s=request.timeout_s,
+            default_timeout_s=self._default_timeout_s,
+        )
+        response.attempts = attempts
+        return response
+
+    @abstractmethod
+    async def _request_once(self, request: ModelRequest, timeout_s: float) -> ModelResponse:
+        """Send one request with this timeout; raise AttemptFailed for HTTP-shaped failures."""
+
+    def _usage(
+        self,
+        answered_model: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> Usage:
+        """Token counts and their cost, priced by the configured name, else by the answering one."""
+        cost: float | None = None
+        for priced_name in (self._model, answered_model):
+            cost = self._prices.cost(
+                priced_name,
+                input_tokens,
+                output_tokens,
+                cache_read_tokens=cache_read_tokens,
+                cache_write_tokens=cache_write_tokens,
+            )
+            if cost is not None:
+                break
+        return Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost)
+
+
+def connection_failure(exc: BaseException) -> str:
+    """What went wrong on the wire, from an SDK connection error and the error beneath it."""
+    cause = exc.__cause__ or exc
+    detail = " ".join(str(cause).split())[:_DETAIL_MAX_CHARS]
+    name = type(cause).__name__
+    return f"connection failed: {name}: {detail}" if detail else f"connection failed: {name}"
