@@ -42,8 +42,10 @@ class LocalToolbox:
         }
 
     def _granted(self, tool: LocalTool) -> bool:
-        return self._grants is None or tool.required_grant is None or (
-            tool.required_grant in self._grants
+        return (
+            self._grants is None
+            or tool.required_grant is None
+            or (tool.required_grant in self._grants)
         )
 
     def offered(self) -> Sequence[ToolSpec]:

@@ -1,0 +1,93 @@
+"""A test MCP server whose tools echo, add, hang, crash, fail and return huge or binary output.
+
+Run: ``python -m tests.support.mcp_test_servers.toolkit --stdio`` or ``... --port <port>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import anyio
+from mcp.server.mcpserver import Audio, Context, Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, EmbeddedResource, TextResourceContents
+
+from mcp_servers._serving import serve
+
+server = MCPServer("toolkit")
+
+
+@server.tool()
+def echo(text: str, ctx: Context) -> str:
+    """Return the text and the request _meta the server received, as JSON."""
+    meta = dict(ctx.request_context.meta or {})
+    return json.dumps({"text": text, "meta": meta})
+
+
+@server.tool()
+def add(a: int, b: int) -> str:
+    """Add two integers."""
+    return str(a + b)
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Sleep for the given number of seconds, then answer."""
+    await anyio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool()
+def pid() -> str:
+    """Return the server's process id."""
+    return str(os.getpid())
+
+
+@server.tool()
+def crash() -> str:
+    """Kill the server process at once, as a crashing server would."""
+    os._exit(1)
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Fail with a message the model should read."""
+    raise ToolError(reason)
+
+
+@server.tool()
+def huge(megabytes: int) -> str:
+    """Return a text of the given size in megabytes."""
+    return "x" * (megabytes * 1024 * 1024)
+
+
+@server.tool()
+def media() -> list[Image | Audio | EmbeddedResource]:
+    """Return an image, an audio clip and an embedded binary resource."""
+    return [
+        Image(data=b"\x89PNG" + bytes(1020), format="png"),
+        Audio(data=bytes(2048), format="wav"),
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(
+                uri="file:///notes.txt", mime_type="text/plain", text="hi"
+            ),
+        ),
+    ]
+
+
+@server.tool()
+def structured_only() -> CallToolResult:
+    """Return structured content without any text block."""
+    return CallToolResult(content=[], structured_content={"answer": 42, "unit": "items"})
+
+
+@server.tool(name="dotted.name")
+def dotted_name() -> str:
+    """A tool whose name no model provider accepts."""
+    return "unreachable"
+
+
+if __name__ == "__main__":
+    serve(server, default_port=0)

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from worker.exceptions import ConfigurationError
+from worker.tools._config import McpConfig, load_mcp_config
+
+EXAMPLE = """
+servers:
+  hub:  {url: http://127.0.0.1:8101/mcp,
+         tools: {search_posts: hub:read, get_thread: hub:read,
+                 create_post: hub:write, create_comment: hub:write}}
+  time: {command: mcp-server-time, args: [--local-timezone, UTC], cwd: /tmp,
+         tools: {"*": time:read}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mcp.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_loads_the_design_example(tmp_path: Path) -> None:
+    config = load_mcp_config(write(tmp_path, EXAMPLE))
+    hub = config.servers["hub"]
+    time = config.servers["time"]
+    assert hub.is_http
+    assert hub.url == "http://127.0.0.1:8101/mcp"
+    assert not time.is_http
+    assert time.command == "mcp-server-time"
+    assert time.args == ("--local-timezone", "UTC")
+    assert time.cwd == Path("/tmp")
+
+
+def test_required_grant_uses_the_map_then_the_star(tmp_path: Path) -> None:
+    config = McpConfig.model_validate(
+        {
+            "servers": {
+                "hub": {"url": "http://h/mcp", "tools": {"create_post": "hub:write"}},
+                "gh": {"command": "gh-mcp", "tools": {"*": "github:read", "merge": "github:write"}},
+            }
+        }
+    )
+    assert config.required_grant("hub", "create_post") == "hub:write"
+    assert config.required_grant("hub", "delete_post") is None
+    assert config.required_grant("gh", "merge") == "github:write"
+    assert config.required_grant("gh", "list_issues") == "github:read"
+    assert config.required_grant("nowhere", "merge") is None
+
+
+def test_no_servers_means_no_tools(tmp_path: Path) -> None:
+    assert load_mcp_config(write(tmp_path, "")).servers == {}
+    assert load_mcp_config(write(tmp_path, "servers: {}\n")).servers == {}
+
+
+def test_bad_grant_error_names_file_server_and_tool(tmp_path: Path) -> None:
+    path = write(tmp_path, "servers:\n  hub: {url: http://h/mcp, tools: {create_post: write}}\n")
+    with pytest.raises(ConfigurationError) as error:
+        load_mcp_config(path)
+    assert str(error.value) == (
+        f"{path}: servers.hub.tools.create_post: grant must look like svc:scope[:res], got 'write'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("server_yaml", "expected"),
+    [
+        (
+            "{url: http://h/mcp, command: x, tools: {'*': a:b}}",
+            "servers.s: give exactly one of url (HTTP server) or command (stdio server)",
+        ),
+        ("{tools: {'*': a:b}}", "servers.s: give exactly one of url"),
+        ("{url: ftp://h, tools: {'*': a:b}}", "servers.s.url: url must start with http://"),
+        ("{url: http://h, env: {A: b}, tools: {'*': a:b}}", "servers.s: args, env and cwd belong"),
+        ("{command: x, headers: {A: b}, tools: {'*': a:b}}", "servers.s: headers belong"),
+        ("{command: x, tools: {}}", "servers.s.tools: map at least one tool"),
+        ("{command: x}", "servers.s.tools: Field required"),
+        ("{command: x, tool: {'*': a:b}, tools: {'*': a:b}}", "servers.s.tool: Extra inputs"),
+        ("{command: x, tools: {'*': 'hub:*'}}", "servers.s.tools.*: grant must look like"),
+    ],
+)
+def test_server_errors_name_the_field(tmp_path: Path, server_yaml: str, expected: str) -> None:
+    path = write(tmp_path, f"servers:\n  s: {server_yaml}\n")
+    with pytest.raises(ConfigurationError) as error:
+        load_mcp_config(path)
+    assert str(error.value).startswith(f"{path}: {expected}")
+
+
+@pytest.mark.parametrize("name", ["Hub", "hub__x", "hub.x", "hub x"])
+def test_server_names_must_fit_the_model_tool_name(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path, f"servers:\n  '{name}': {{command: x, tools: {{'*': a:b}}}}\n")
+    with pytest.raises(ConfigurationError, match="server name must match"):
+        load_mcp_config(path)
+
+
+def test_unreadable_or_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="cannot read the MCP configuration"):
+        load_mcp_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigurationError, match="cannot read the MCP configuration"):
+        load_mcp_config(write(tmp_path, "servers: {a: [\n"))
+    with pytest.raises(ConfigurationError, match="expected a mapping with 'servers'"):
+        load_mcp_config(write(tmp_path, "- a\n"))
+
+
+def test_environment_references_are_expanded_at_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GH_TOKEN", "ghp-secret-value")
+    monkeypatch.setenv("HUB_PORT", "8101")
+    path = write(
+        tmp_path,
+        "servers:\n"
+        "  gh:  {command: gh-mcp, args: ['${GH_TOKEN}'], env: {GITHUB_TOKEN: '${GH_TOKEN}'},\n"
+        "        tools: {'*': github:read}}\n"
+        "  hub: {url: 'http://127.0.0.1:${HUB_PORT}/mcp',\n"
+        "        headers: {Authorization: 'token ${GH_TOKEN}'}, tools: {'*': hub:read}}\n",
+    )
+    config = load_mcp_config(path)
+    gh = config.servers["gh"]
+    hub = config.servers["hub"]
+    assert gh.env["GITHUB_TOKEN"].get_secret_value() == "ghp-secret-value"
+    # args are not expanded: a secret there would show in every process listing.
+    assert gh.args == ("${GH_TOKEN}",)
+    assert hub.url == "http://127.0.0.1:8101/mcp"
+    assert hub.headers["Authorization"].get_secret_value() == "token ghp-secret-value"
+    assert "ghp-secret-value" not in repr(config)
+
+
+def test_missing_environment_variable_names_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    path = write(
+        tmp_path,
+        "servers:\n  gh: {command: x, env: {TOKEN: '${NOT_SET_ANYWHERE}'}, tools: {'*': a:b}}\n",
+    )
+    with pytest.raises(ConfigurationError) as error:
+        load_mcp_config(path)
+    assert str(error.value) == (
+        f"{path}: servers.gh.env.TOKEN: environment variable NOT_SET_ANYWHERE is not set"
+    )
+
+
+def test_config_is_frozen(tmp_path: Path) -> None:
+    config = load_mcp_config(write(tmp_path, EXAMPLE))
+    with pytest.raises(ValueError, match="frozen"):
+        config.servers["hub"].url = "http://elsewhere/mcp"  # type: ignore[misc]

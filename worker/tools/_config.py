@@ -1,0 +1,166 @@
+"""``MCP_CONFIG``: the MCP servers the worker may use, and the grant each tool requires.
+
+::
+
+    servers:
+      hub:  {url: http://127.0.0.1:8101/mcp,
+             headers: {X-Tenant: "${HUB_TENANT}"},
+             tools: {search_posts: hub:read, create_post: hub:write}}
+      time: {command: mcp-server-time, args: [], env: {TZ: UTC},
+             tools: {"*": time:read}}
+
+Each server has exactly one of ``url`` (streamable HTTP, optional ``headers``)
+or ``command`` (stdio, optional ``args``, ``env``, ``cwd``). ``tools`` maps a
+tool name, or ``"*"`` for every other tool of the server, to the grant it
+requires; a tool that maps to nothing is never offered. Server names match
+``^[a-z0-9_-]+$`` without ``__``, because the model sees ``<server>__<tool>``.
+
+``${VAR}`` in ``url``, ``headers`` and ``env`` values is replaced from the
+worker's environment when the file is loaded, so credentials for a tool server
+live in the environment, not in the file. Header and env values are kept as
+``SecretStr`` so they never show in a repr or a log line. A stdio server gets
+only those ``env`` values plus a minimal safe environment (PATH, HOME, ...),
+never the worker's own keys.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from worker.exceptions import ConfigurationError
+from worker.tools._grants import check_required_grant, describe_validation_error
+
+_SERVER_NAME = re.compile(r"^[a-z0-9_-]+$")
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+ALL_TOOLS = "*"
+
+
+def _check_server_name(name: str) -> str:
+    if not _SERVER_NAME.match(name) or "__" in name:
+        raise ValueError(f"server name must match ^[a-z0-9_-]+$ without '__', got {name!r}")
+    return name
+
+
+ServerName = Annotated[str, AfterValidator(_check_server_name)]
+RequiredGrant = Annotated[str, AfterValidator(check_required_grant)]
+
+
+class McpServerConfig(BaseModel):
+    """One server: HTTP when ``url`` is set, stdio when ``command`` is set."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str | None = None
+    headers: Mapping[str, SecretStr] = Field(default_factory=dict)
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, SecretStr] = Field(default_factory=dict)
+    cwd: Path | None = None
+    tools: Mapping[str, RequiredGrant]
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        return url
+
+    @field_validator("tools")
+    @classmethod
+    def _some_tools(cls, tools: Mapping[str, str]) -> Mapping[str, str]:
+        if not tools:
+            raise ValueError('map at least one tool (or "*") to the grant it requires')
+        return tools
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("give exactly one of url (HTTP server) or command (stdio server)")
+        if self.url is not None and (self.args or self.env or self.cwd is not None):
+            raise ValueError("args, env and cwd belong to stdio servers (command), not to url")
+        if self.command is not None and self.headers:
+            raise ValueError("headers belong to HTTP servers (url), not to command")
+        if self.command == "":
+            raise ValueError("command must not be empty")
+        return self
+
+    @property
+    def is_http(self) -> bool:
+        return self.url is not None
+
+    def required_grant(self, tool: str) -> str | None:
+        """The grant ``tool`` requires, the ``"*"`` entry otherwise; None if it is not offered."""
+        return self.tools.get(tool, self.tools.get(ALL_TOOLS))
+
+
+class McpConfig(BaseModel):
+    """All configured servers by name. ``McpConfig()`` has none (no tools at all)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    servers: Mapping[ServerName, McpServerConfig] = Field(default_factory=dict)
+
+    def required_grant(self, server: str, tool: str) -> str | None:
+        """The grant ``<server>__<tool>`` requires; None for an unknown server or unmapped tool."""
+        entry = self.servers.get(server)
+        return None if entry is None else entry.required_grant(tool)
+
+
+def load_mcp_config(path: Path) -> McpConfig:
+    """Read ``MCP_CONFIG``; raise ConfigurationError naming the file, server and field."""
+    try:
+        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"{path}: cannot read the MCP configuration: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{path}: expected a mapping with 'servers'")
+    servers = raw.get("servers")
+    if isinstance(servers, dict):
+        for name, server in servers.items():
+            if isinstance(server, dict):
+                _expand_environment(server, where=f"{path}: servers.{name}")
+    try:
+        return McpConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigurationError(f"{path}: {describe_validation_error(exc)}") from exc
+
+
+def _expand_environment(server: dict[str, Any], *, where: str) -> None:
+    """Replace ``${VAR}`` in the server's url, header and env values, in place."""
+    if isinstance(server.get("url"), str):
+        server["url"] = _expand(server["url"], where=f"{where}.url")
+    for field in ("headers", "env"):
+        values = server.get(field)
+        if isinstance(values, dict):
+            for key, value in values.items():
+                if isinstance(value, str):
+                    values[key] = _expand(value, where=f"{where}.{field}.{key}")
+
+
+def _expand(text: str, *, where: str) -> str:
+    def lookup(match: re.Match[str]) -> str:
+        variable = match.group(1)
+        value = os.environ.get(variable)
+        if value is None:
+            raise ConfigurationError(f"{where}: environment variable {variable} is not set")
+        return value
+
+    return _ENV_REFERENCE.sub(lookup, text)

@@ -1,0 +1,195 @@
+"""Grants: which tools an agent may call, capped by the operator's policy.
+
+A grant is ``svc:scope`` or ``svc:scope:res`` (``hub:read``, ``github:write:org/repo``).
+Tools *require* concrete grants (see ``worker.tools._config``); agents and the
+policy hold *patterns*, which may end in ``*``:
+
+- ``svc:*`` covers every grant of the service: ``svc:read``, ``svc:write:x``.
+- ``svc:scope`` covers itself and every resource under it: ``svc:scope:res``.
+- ``svc:scope:*`` covers every resource under the scope, not the bare scope.
+- a bare ``*`` is rejected: a grant must name its service.
+
+The operator's ``GRANT_POLICY`` YAML caps what agent definitions may claim::
+
+    default: {allowed_grants: ["hub:*"], denied_grants: ["hub:admin"]}
+    agents:
+      devops-agent: {allowed_grants: ["hub:*", "github:read"]}
+
+An agent entry replaces the default key by key (above, devops-agent keeps the
+default ``denied_grants``). A missing ``allowed_grants`` allows whatever is
+requested; an empty list allows nothing. Effective grants are
+requested ∩ allowed minus denied, and denied wins:
+
+- requested ``hub:*`` with allowed ``hub:read`` gives ``hub:read``
+  (the intersection is the narrower pattern);
+- requested ``hub:*`` with denied ``hub:write`` still covers ``hub:read``, but
+  neither ``hub:write`` nor ``hub:write:anything``.
+
+Because a denial can carve a hole in a wildcard, effective grants are an
+``EffectiveGrants`` (allowed patterns, denied patterns) asked with ``covers``.
+Without a policy file the requested grants are effective as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from worker.exceptions import AgentConfigError, ConfigurationError
+
+_SEGMENT = r"[a-z0-9][a-z0-9_.-]*"
+_RESOURCE = r"[A-Za-z0-9_.@/-]+"
+_REQUIRED_GRANT = re.compile(rf"^{_SEGMENT}:{_SEGMENT}(:{_RESOURCE})?$")
+_GRANT_PATTERN = re.compile(rf"^{_SEGMENT}:(\*|{_SEGMENT}(:(\*|{_RESOURCE}))?)$")
+
+
+def check_required_grant(grant: str) -> str:
+    """Return ``grant`` if it is a concrete ``svc:scope[:res]``; raise ValueError otherwise."""
+    if not isinstance(grant, str) or not _REQUIRED_GRANT.match(grant):
+        raise ValueError(f"grant must look like svc:scope[:res], got {grant!r}")
+    return grant
+
+
+def check_grant_pattern(pattern: str) -> str:
+    """Return ``pattern`` if it is a grant an agent or the policy may hold; raise ValueError."""
+    if not isinstance(pattern, str) or not _GRANT_PATTERN.match(pattern):
+        raise ValueError(
+            f"grant must look like svc:scope[:res], svc:* or svc:scope:*, got {pattern!r}"
+        )
+    return pattern
+
+
+def grant_covers(held: str, required: str) -> bool:
+    """Whether holding the pattern ``held`` entitles a call that requires ``required``.
+
+    ``required`` may itself be a pattern: then the answer is whether everything
+    it covers is covered by ``held``.
+    """
+    held_parts = held.split(":")
+    required_parts = required.split(":")
+    if len(required_parts) < len(held_parts):
+        return False
+    *prefix, last = held_parts
+    if prefix != required_parts[: len(prefix)]:
+        return False
+    return last == "*" or last == required_parts[len(prefix)]
+
+
+def _intersection(first: str, second: str) -> str | None:
+    """The pattern covering exactly what both patterns cover, or None when they are disjoint.
+
+    Grant patterns are prefixes of one another or disjoint, so the
+    intersection is the narrower of the two.
+    """
+    if grant_covers(first, second):
+        return second
+    if grant_covers(second, first):
+        return first
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveGrants:
+    """What one agent may call: any ``allowed`` pattern covers it and no ``denied`` one does."""
+
+    allowed: frozenset[str]
+    denied: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def of(cls, grants: Iterable[str]) -> EffectiveGrants:
+        """Grants taken as they are (no policy); each must be a valid pattern."""
+        return cls(allowed=frozenset(check_grant_pattern(grant) for grant in grants))
+
+    def covers(self, required: str) -> bool:
+        if any(grant_covers(denied, required) for denied in self.denied):
+            return False
+        return any(grant_covers(allowed, required) for allowed in self.allowed)
+
+    def __str__(self) -> str:
+        allowed = ", ".join(sorted(self.allowed)) or "nothing"
+        if not self.denied:
+            return allowed
+        return f"{allowed} (except {', '.join(sorted(self.denied))})"
+
+
+class _GrantRule(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # None: this entry says nothing about the key (the default's value, or no cap, applies).
+    allowed_grants: tuple[str, ...] | None = None
+    denied_grants: tuple[str, ...] | None = None
+
+    @field_validator("allowed_grants", "denied_grants")
+    @classmethod
+    def _patterns(cls, patterns: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if patterns is not None:
+            for pattern in patterns:
+                check_grant_pattern(pattern)
+        return patterns
+
+
+class GrantPolicy(BaseModel):
+    """The operator's cap on agent grants. ``GrantPolicy()`` (no file) caps nothing."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    default: _GrantRule = Field(default_factory=_GrantRule)
+    agents: Mapping[str, _GrantRule] = Field(default_factory=dict)
+
+    def effective_grants(self, agent: str, requested: Sequence[str]) -> EffectiveGrants:
+        """Requested ∩ allowed minus denied for ``agent``; AgentConfigError on a bad request."""
+        try:
+            requested_patterns = [check_grant_pattern(grant) for grant in requested]
+        except ValueError as exc:
+            raise AgentConfigError(f"agent {agent!r}: grants: {exc}") from exc
+        rule = self.agents.get(agent, _GrantRule())
+        allowed = rule.allowed_grants
+        if allowed is None:
+            allowed = self.default.allowed_grants
+        denied = rule.denied_grants
+        if denied is None:
+            denied = self.default.denied_grants
+        if allowed is None:
+            kept = set(requested_patterns)
+        else:
+            kept = {
+                narrower
+                for wanted in requested_patterns
+                for permitted in allowed
+                if (narrower := _intersection(wanted, permitted)) is not None
+            }
+        return EffectiveGrants(allowed=frozenset(kept), denied=frozenset(denied or ()))
+
+
+def load_grant_policy(path: Path | None) -> GrantPolicy:
+    """Read ``GRANT_POLICY``; None gives the empty policy (requested grants are effective)."""
+    if path is None:
+        return GrantPolicy()
+    try:
+        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"{path}: cannot read the grant policy: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{path}: expected a mapping with 'default' and 'agents'")
+    try:
+        return GrantPolicy.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigurationError(f"{path}: {describe_validation_error(exc)}") from exc
+
+
+def describe_validation_error(exc: ValidationError, prefix: Sequence[str | int] = ()) -> str:
+    """One line per problem, ``dotted.location: message``, without the input values."""
+    lines = []
+    for error in exc.errors(include_url=False, include_input=False):
+        location = ".".join(str(part) for part in (*prefix, *error["loc"]))
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{location}: {message}" if location else message)
+    return "; ".join(lines)
