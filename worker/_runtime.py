@@ -15,6 +15,7 @@ from worker import redis_keys
 from worker.agents import AgentDefinition, AgentStore
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.jobs import TaskRuntime
+from worker.limiter import FleetLimiter, RateLimitedModel, RateLimits
 from worker.logs import set_redactor
 from worker.metrics import JobMetrics
 from worker.models import Model
@@ -64,7 +65,7 @@ def preload() -> None:
         _mcp_config(config.mcp_config)
 
 
-def make_model(agent: AgentDefinition, config: Settings) -> Model:
+def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
     brain = agent.config.brain
     api_key: str | None = None
     where = f"agents/{agent.config.name}/config.yaml"
@@ -77,7 +78,7 @@ def make_model(agent: AgentDefinition, config: Settings) -> Model:
     elif brain.api_base:
         # The worker's own provider key is never sent to an endpoint a definition picks.
         raise AgentConfigError(f"{where}: brain.api_base needs brain.api_key_env")
-    return create_model(
+    model = create_model(
         brain.provider,
         brain.model,
         api_key=api_key,
@@ -88,6 +89,11 @@ def make_model(agent: AgentDefinition, config: Settings) -> Model:
         settings=config,
         prices=_prices(),
     )
+    limits = RateLimits(
+        requests_per_minute=config.llm_requests_per_minute,
+        tokens_per_minute=config.llm_tokens_per_minute,
+    )
+    return RateLimitedModel(model, FleetLimiter(redis, brain.provider, brain.model, limits))
 
 
 def toolbox_opener(config: Settings, on_spawn: Any = None) -> Any:
@@ -129,7 +135,7 @@ def build_runtime(redis: Redis, *, job_id: str | None = None, attempt: int = 0) 
         agents=AgentStore(config.agents_dir, redis=redis, ttl_s=config.agent_cache_ttl_s),
         metrics=JobMetrics(),
         redactor=_redactor(),
-        make_model=lambda agent: make_model(agent, config),
+        make_model=lambda agent: make_model(agent, config, redis),
         open_toolbox=toolbox_opener(config, on_spawn),
         attempt=attempt,
         on_spawn=on_spawn,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from redis import Redis
 
 from worker import redis_keys
@@ -27,15 +29,30 @@ def clear_control(redis: Redis, task_id: str) -> None:
     redis.delete(redis_keys.cancel_flag(task_id), redis_keys.steer_messages(task_id))
 
 
-class RedisControl:
-    """The loop's ControlSource for one task: one round trip per step."""
+class WorkerLost(BaseException):
+    """The worker that started this job process is gone: stop without settling anything.
 
-    def __init__(self, redis: Redis, task_id: str) -> None:
+    A BaseException so that no ``except Exception`` on the way turns it into an
+    outcome. The task's checkpoint stays; the copy rq re-runs resumes from it.
+    """
+
+
+class RedisControl:
+    """The loop's ControlSource for one task: one round trip per step.
+
+    Also checks, at every step, that the worker parent is still alive: a job
+    process orphaned by a killed worker must stop before its re-run starts.
+    """
+
+    def __init__(self, redis: Redis, task_id: str, *, watch_parent: bool = True) -> None:
         self._redis = redis
         self._cancel_key = redis_keys.cancel_flag(task_id)
         self._steer_key = redis_keys.steer_messages(task_id)
+        self._parent = os.getppid() if watch_parent else None
 
     async def poll(self) -> Control:
+        if self._parent is not None and os.getppid() != self._parent:
+            raise WorkerLost(f"worker process {self._parent} is gone")
         with self._redis.pipeline() as pipe:
             pipe.exists(self._cancel_key)
             pipe.lrange(self._steer_key, 0, -1)

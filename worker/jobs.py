@@ -8,7 +8,9 @@ consumption, activation, error post, metrics, logs) → AgentReport
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -31,6 +33,7 @@ from worker.exceptions import (
     error_payload,
 )
 from worker.executors import ExecutionRequest, executor_for
+from worker.leases import AgentSlots, TaskLease
 from worker.logs import log_event
 from worker.loop import (
     GrantDenied,
@@ -122,6 +125,7 @@ class TaskRun:
         self._p = _Progress()
         self._started = time.monotonic()
         self._task_id = _raw_task_id(raw)
+        self._releases: list[Callable[[], None]] = []
 
     async def execute(self) -> TaskVerdict:
         log_event(
@@ -131,6 +135,13 @@ class TaskRun:
             type=_raw_field(self._raw, "type"),
             attempt=self._rt.attempt,
         )
+        try:
+            return await self._execute()
+        finally:
+            for release in reversed(self._releases):
+                release()
+
+    async def _execute(self) -> TaskVerdict:
         try:
             self._p.outcome = await self._run()
         except InvalidTask as exc:
@@ -148,6 +159,8 @@ class TaskRun:
     async def _run(self) -> Outcome:
         task = self._p.task = parse_task(self._raw)
         agent = self._p.agent = self._rt.agents.load(task.agent_id)
+        if not await self._take_leases(task, agent):
+            return Outcome.REQUEUED
         budget = await self._budget_health(task)
         if budget is not None and not budget.healthy:
             return Outcome.BUDGET_UNHEALTHY
@@ -162,6 +175,36 @@ class TaskRun:
         if result.outcome in _ANSWERING:
             await self._respond(task, agent, result)
         return result.outcome
+
+    async def _take_leases(self, task: Task, agent: AgentDefinition) -> bool:
+        """One copy of this task, and at most ``max_concurrent`` tasks of the agent, at once.
+
+        Taken before the budget check, so two tasks of one agent never both pass it and
+        double-spend. Waits a little for a busy agent, then puts the task back shortly.
+        """
+        ttl = agent.config.limits.max_duration_s + self._rt.settings.job_timeout_grace_s
+        lease = TaskLease(self._rt.redis, task.task_id, holder=_holder(), ttl_s=ttl)
+        limit = agent.config.behavior.max_concurrent
+        slots = AgentSlots(self._rt.redis, task.agent_id, limit=limit, ttl_s=ttl)
+        claims: list[tuple[Callable[[], bool], Callable[[], None], str]] = [
+            (lease.acquire, lease.release, "another copy of this task is running"),
+            (
+                lambda: slots.take(task.task_id),
+                lambda: slots.release(task.task_id),
+                f"agent {task.agent_id} already runs {limit} task(s)",
+            ),
+        ]
+        deadline = time.monotonic() + self._rt.settings.busy_wait_s
+        for take, release, reason in claims:
+            while not take():
+                if time.monotonic() >= deadline:
+                    delay = self._rt.settings.busy_requeue_delay_s
+                    self._p.requeue = {"delay_s": delay, "attempt": self._rt.attempt}
+                    log_event("task_busy", task=task.task_id, reason=reason, requeue_in_s=delay)
+                    return False
+                await anyio.sleep(0.25)
+            self._releases.append(release)
+        return True
 
     async def _budget_health(self, task: Task) -> BudgetHealth | None:
         try:
@@ -515,6 +558,10 @@ def _ids_created_by_tools(result: RunResult) -> list[str]:
                 if match is not None:
                     created.append(match.group(1))
     return created
+
+
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _raw_field(raw: Any, name: str) -> Any:

@@ -47,11 +47,22 @@ class Settings(BaseSettings):
     mcp_timeout_s: float = Field(default=60.0, gt=0)
     requeue_max_attempts: int = Field(default=5, ge=0)
     requeue_delay_s: float = Field(default=30.0, ge=0)
+    # Fleet-wide model call limits per provider and model (0: none).
+    llm_requests_per_minute: int = Field(default=0, ge=0)
+    llm_tokens_per_minute: int = Field(default=0, ge=0)
+    # How long a task waits for its agent's free slot (or its own lease) before requeueing.
+    busy_wait_s: float = Field(default=10.0, ge=0)
+    busy_requeue_delay_s: float = Field(default=15.0, ge=1)
     log_level: str = "INFO"
 
     def secret_values(self) -> list[str]:
         """Every secret this process holds, for redaction."""
-        secrets = [self.hub_api_key, self.mcp_auth_token, self.anthropic_api_key, self.openai_api_key]
+        secrets = [
+            self.hub_api_key,
+            self.mcp_auth_token,
+            self.anthropic_api_key,
+            self.openai_api_key,
+        ]
         return [s.get_secret_value() for s in secrets if s is not None and s.get_secret_value()]
 
 

@@ -18,6 +18,7 @@ from worker.agents import AgentDefinition, AgentStore
 from worker.checkpoints import RedisJournal
 from worker.exceptions import ModelAuthError, ModelUnavailable
 from worker.jobs import TaskRuntime, TaskVerdict, execute_task
+from worker.leases import AgentSlots, TaskLease
 from worker.loop import ResponseEntry, ToolCallRecord, ToolEntry
 from worker.metrics import JobMetrics
 from worker.models import ModelResponse, ScriptedModel, StopReason, ToolCall, Turn, Usage
@@ -310,3 +311,24 @@ async def test_a_checkpointed_task_resumes_without_rerunning_its_tools() -> None
     assert report.llm_calls == 2 and report.tool_calls == 1 and report.tokens_input == 60
     assert len(h.model.requests) == 1
     assert h.redis.exists("agent-worker:checkpoint:t-9") == 0  # cleared once final
+
+
+async def test_a_busy_agent_puts_the_task_back_before_the_budget_check() -> None:
+    h = Harness([Turn(text="never")])
+    h.settings = Settings(  # type: ignore[call-arg]
+        hub_url="http://devhub", hub_api_key=HUB_KEY, busy_wait_s=0.3, busy_requeue_delay_s=20
+    )
+    AgentSlots(h.redis, "demo-agent", limit=1, ttl_s=60).take("other-task")
+    verdict = await h.run({"task_id": "e-1", "type": "exploration", "agent_id": "demo-agent"})
+    assert verdict.report.outcome is Outcome.REQUEUED
+    assert verdict.requeue == {"delay_s": 20.0, "attempt": 0}
+    assert h.model.requests == []
+    assert (await h.state())["consumption"] == []
+    assert AgentSlots(h.redis, "demo-agent", limit=1, ttl_s=60).running() == ["other-task"]
+
+
+async def test_leases_are_released_when_the_task_ends() -> None:
+    h = Harness([Turn(text="done")])
+    await h.run({"task_id": "e-2", "type": "exploration", "agent_id": "demo-agent"})
+    assert AgentSlots(h.redis, "demo-agent", limit=1, ttl_s=60).running() == []
+    assert TaskLease(h.redis, "e-2", holder="x", ttl_s=60).holder() is None

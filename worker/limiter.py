@@ -1,0 +1,134 @@
+"""A fleet-wide limit on model calls per provider and model, shared through Redis.
+
+Every worker takes from the same token buckets (requests per minute, tokens
+per minute) before it calls a model, and a provider's ``Retry-After`` puts the
+whole fleet on hold for that model, not just the worker that was told.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import anyio
+from redis import Redis
+
+from worker import redis_keys
+from worker.exceptions import ModelUnavailable
+from worker.logs import log_event
+from worker.models import Model, ModelRequest, ModelResponse
+
+# Token bucket: refill by elapsed time, take `cost` if there is enough, else say how long to
+# wait. Returns the wait in milliseconds (0 = taken). Also honours a fleet-wide hold.
+_TAKE = """
+local now = tonumber(ARGV[1])
+local hold = tonumber(redis.call('GET', KEYS[2]) or '0')
+if hold > now then return hold - now end
+local capacity = tonumber(ARGV[2])
+local per_ms = capacity / 60000.0
+local cost = math.min(tonumber(ARGV[3]), capacity)
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or capacity
+local at = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + (now - at) * per_ms)
+if tokens >= cost then
+  redis.call('HSET', KEYS[1], 'tokens', tokens - cost, 'at', now)
+  redis.call('PEXPIRE', KEYS[1], 120000)
+  return 0
+end
+return math.ceil((cost - tokens) / per_ms)
+"""
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class RateLimits:
+    requests_per_minute: int = 0  # 0: no limit
+    tokens_per_minute: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.requests_per_minute > 0 or self.tokens_per_minute > 0
+
+
+class FleetLimiter:
+    def __init__(self, redis: Redis, provider: str, model: str, limits: RateLimits) -> None:
+        self._redis = redis
+        base = redis_keys.limiter(provider, model)
+        self._requests_key = base + ":requests"
+        self._tokens_key = base + ":tokens"
+        self._hold_key = base + ":hold"
+        self._limits = limits
+        self._script = redis.register_script(_TAKE)
+
+    async def acquire(self, estimated_tokens: int, *, deadline: float) -> None:
+        """Wait for room in both buckets (and any fleet-wide hold); never past ``deadline``."""
+        for key, capacity, cost in (
+            (self._requests_key, self._limits.requests_per_minute, 1),
+            (self._tokens_key, self._limits.tokens_per_minute, estimated_tokens),
+        ):
+            while True:
+                wait_ms = int(self._take(key, capacity, cost))
+                if wait_ms <= 0:
+                    break
+                if time.monotonic() + wait_ms / 1000 > deadline:
+                    raise ModelUnavailable(
+                        f"fleet rate limit for {key.rsplit(':', 3)[-3]} leaves no room before "
+                        "the task's deadline",
+                        retry_after_s=wait_ms / 1000,
+                    )
+                await anyio.sleep(min(wait_ms / 1000, 5.0))
+
+    def _take(self, key: str, capacity: int, cost: int) -> int:
+        now_ms = int(time.time() * 1000)
+        if capacity <= 0:
+            # Unlimited bucket: only the fleet-wide hold applies.
+            hold = self._redis.get(self._hold_key)
+            return max(0, int(hold or 0) - now_ms)
+        return int(self._script(keys=[key, self._hold_key], args=[now_ms, capacity, cost]))
+
+    def hold(self, seconds: float) -> None:
+        """Tell every worker to leave this model alone for ``seconds`` (a provider's hint)."""
+        until = int((time.time() + seconds) * 1000)
+        self._redis.set(self._hold_key, until, px=int(seconds * 1000) + 1000)
+
+
+class RateLimitedModel:
+    """A model behind the fleet limiter. The provider's own retries stay inside ``inner``."""
+
+    def __init__(self, inner: Model, limiter: FleetLimiter) -> None:
+        self._inner = inner
+        self._limiter = limiter
+
+    @property
+    def provider(self) -> str:
+        return self._inner.provider
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        budget = request.timeout_s if request.timeout_s is not None else 120.0
+        deadline = time.monotonic() + budget
+        await self._limiter.acquire(_estimate_tokens(request), deadline=deadline)
+        remaining = max(0.001, deadline - time.monotonic())
+        request.timeout_s = remaining
+        try:
+            return await self._inner.complete(request)
+        except ModelUnavailable as exc:
+            if exc.retry_after_s:
+                self._limiter.hold(exc.retry_after_s)
+                log_event(
+                    "fleet_hold",
+                    "warning",
+                    provider=self.provider,
+                    model=self.name,
+                    seconds=exc.retry_after_s,
+                )
+            raise
+
+
+def _estimate_tokens(request: ModelRequest) -> int:
+    # About four characters a token; what matters is that the estimate is cheap and stable.
+    chars = len(request.system) + sum(len(m.content) for m in request.messages)
+    return max(1, chars // 4) + (request.max_output_tokens or 0)
