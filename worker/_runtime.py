@@ -11,7 +11,7 @@ from typing import Any
 
 from redis import Redis
 
-from worker import redis_keys
+from worker._worker_children import register_child_process
 from worker.agents import AgentDefinition, AgentStore
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.jobs import TaskRuntime
@@ -28,9 +28,6 @@ from worker.tools import LocalToolbox, Toolbox
 from worker.tools._config import McpConfig, load_mcp_config
 from worker.tools._grants import GrantPolicy, load_grant_policy
 from worker.tools._mcp import McpToolbox
-
-# Processes a job started are killed by the worker parent after the job process exits.
-CHILDREN_TTL_S = 7 * 24 * 3600
 
 
 @lru_cache(maxsize=1)
@@ -118,15 +115,13 @@ def toolbox_opener(config: Settings, on_spawn: Any = None) -> Any:
     return open_toolbox
 
 
-def register_child_process(redis: Redis, job_id: str, pid: int) -> None:
-    key = redis_keys.job_children(job_id)
-    with redis.pipeline() as pipe:
-        pipe.sadd(key, pid)
-        pipe.expire(key, CHILDREN_TTL_S)
-        pipe.execute()
-
-
-def build_runtime(redis: Redis, *, job_id: str | None = None, attempt: int = 0) -> TaskRuntime:
+def build_runtime(
+    redis: Redis,
+    *,
+    job_id: str | None = None,
+    attempt: int = 0,
+    deadline_cap_s: float | None = None,
+) -> TaskRuntime:
     config = settings()
     on_spawn = (lambda pid: register_child_process(redis, job_id, pid)) if job_id else None
     return TaskRuntime(
@@ -140,6 +135,7 @@ def build_runtime(redis: Redis, *, job_id: str | None = None, attempt: int = 0) 
         attempt=attempt,
         on_spawn=on_spawn,
         job_id=job_id,
+        deadline_cap_s=deadline_cap_s,
     )
 
 
@@ -148,4 +144,5 @@ def runtime_for_job(job: Any) -> TaskRuntime:
     if job is None:
         return build_runtime(Redis.from_url(settings().redis_url))
     attempt = int(job.meta.get("attempt", 0) or 0)
-    return build_runtime(job.connection, job_id=job.id, attempt=attempt)
+    cap = job.timeout - settings().job_timeout_grace_s if job.timeout else None
+    return build_runtime(job.connection, job_id=job.id, attempt=attempt, deadline_cap_s=cap)

@@ -88,6 +88,8 @@ class TaskRuntime:
     on_spawn: Callable[[int], None] | None = None
     # The rq job id, when running under rq: metrics then go to the worker parent via Redis.
     job_id: str | None = None
+    # rq kills the job at its timeout: the loop winds down before that (timeout - grace).
+    deadline_cap_s: float | None = None
 
     def flush_metrics(self) -> None:
         if self.job_id is None:
@@ -272,7 +274,7 @@ class TaskRun:
             limits=agent_limits.tightened(
                 max_iterations=limits.max_iterations,
                 max_tokens=limits.max_tokens,
-                max_duration_s=limits.max_duration_s,
+                max_duration_s=_smallest(limits.max_duration_s, self._rt.deadline_cap_s),
                 max_cost_usd=limits.max_cost_usd,
             ),
             max_same_call_repeats=s.max_same_call_repeats,
@@ -558,6 +560,11 @@ def _ids_created_by_tools(result: RunResult) -> list[str]:
                 if match is not None:
                     created.append(match.group(1))
     return created
+
+
+def _smallest(*values: float | None) -> float | None:
+    present = [value for value in values if value is not None]
+    return min(present) if present else None
 
 
 def _holder() -> str:

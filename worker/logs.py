@@ -7,6 +7,7 @@ into a field or an exception message is masked before it is written.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -18,6 +19,15 @@ _lock = threading.Lock()
 _redact: Callable[[str], str] = str
 _min_level = _LEVELS["info"]
 _stream: TextIO | None = None
+
+
+def _new_lock_after_fork() -> None:
+    # A thread of the parent may hold the lock at the moment rq forks a job process.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def set_redactor(redact: Callable[[str], str]) -> None:

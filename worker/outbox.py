@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import anyio
 from redis import Redis
 
 from hub_client import ConsumptionRecord, HubClient, HubRejected, HubUnavailable
@@ -195,3 +196,23 @@ async def drain(
 
 def _backoff(attempts: int) -> float:
     return float(min(MAX_BACKOFF_S, 2.0 * 2**attempts) * random.uniform(0.5, 1.0))
+
+
+def drain_outbox_now(redis: Redis, *, limit: int = 50) -> DrainResult:
+    """Deliver due outbox items from synchronous code (the worker parent's maintenance)."""
+    if redis.zcount(redis_keys.OUTBOX, "-inf", time.time()) == 0:
+        return DrainResult()
+    from worker.settings import settings
+
+    config = settings()
+    api_key = config.hub_api_key.get_secret_value() if config.hub_api_key else None
+
+    async def run() -> DrainResult:
+        async with HubClient(config.hub_url, api_key, timeout_s=config.hub_timeout_s) as hub:
+            return await drain(redis, hub, limit=limit)
+
+    try:
+        return anyio.run(run)
+    except Exception as exc:  # maintenance must go on; the items stay for the next round
+        log_event("outbox_drain_failed", "warning", error=str(exc))
+        return DrainResult()

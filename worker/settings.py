@@ -24,6 +24,8 @@ class Settings(BaseSettings):
     grant_policy: Path | None = None
     strict_grants: bool = False
     metrics_port: int = Field(default=9108, ge=0, le=65535)
+    # When set, the worker writes its metrics there on exit (burst and cron workers).
+    metrics_textfile: Path | None = None
     prices_file: Path | None = None
     errors_agent_id: str = "agent-worker"
     mcp_auth_token: SecretStr | None = None

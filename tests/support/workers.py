@@ -1,0 +1,158 @@
+"""Real ``rq worker`` subprocesses for integration tests, set up only by environment variables."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from worker._worker import AgentWorker
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RQ = str(Path(sys.executable).parent / "rq")
+WORKER_CLASS = "tests.support.workers.TestAgentWorker"
+
+T = TypeVar("T")
+
+
+class TestAgentWorker(AgentWorker):
+    """AgentWorker that may also run the job functions of tests.support.jobs."""
+
+    __test__ = False  # not a pytest test class
+    allowed_functions: ClassVar[frozenset[str]] = AgentWorker.allowed_functions | {
+        "tests.support.jobs.echo_task",
+        "tests.support.jobs.fail_as_invalid",
+        "tests.support.jobs.fail",
+        "tests.support.jobs.record_metrics",
+        "tests.support.jobs.spawn_child",
+        "tests.support.jobs.ask_requeue",
+    }
+
+
+def worker_env(redis_url: str, *, metrics_port: int = 0) -> dict[str, str]:
+    """The environment an operator sets: worker class, Redis URL, metrics port."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"RQ_WORKER_CLASS", "RQ_REDIS_URL", "REDIS_URL", "METRICS_PORT"}
+    }
+    env.update(
+        RQ_WORKER_CLASS=WORKER_CLASS,
+        RQ_REDIS_URL=redis_url,
+        REDIS_URL=redis_url,
+        METRICS_PORT=str(metrics_port),
+        PYTHONPATH=str(REPO_ROOT),
+    )
+    return env
+
+
+@dataclass
+class BurstRun:
+    returncode: int
+    stderr: str
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        return parse_events(self.stderr, name)
+
+
+def run_burst_worker(redis_url: str, *, timeout_s: float = 60) -> BurstRun:
+    """``rq worker agents --burst`` until the queue is empty."""
+    completed = subprocess.run(
+        [RQ, "worker", "agents", "--burst"],
+        cwd=REPO_ROOT,
+        env=worker_env(redis_url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    return BurstRun(returncode=completed.returncode, stderr=completed.stderr)
+
+
+@dataclass
+class RunningWorker:
+    process: subprocess.Popen[bytes]
+    stderr_path: Path
+    # What the worker wrote, kept once it stopped and its log file is gone.
+    final_stderr: str | None = None
+
+    @property
+    def stderr(self) -> str:
+        if self.final_stderr is not None:
+            return self.final_stderr
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        return parse_events(self.stderr, name)
+
+    def wait_for_event(self, name: str, timeout_s: float = 30) -> dict[str, Any]:
+        found = wait_until(lambda: self.events(name), timeout_s, f"event {name}")
+        return found[0]
+
+    def stop(self, timeout_s: float = 30) -> int:
+        """Warm shutdown with SIGTERM, as systemd or docker stop would do."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+@contextmanager
+def running_worker(redis_url: str, *, metrics_port: int = 0) -> Iterator[RunningWorker]:
+    """A long-running ``rq worker agents``, stopped with SIGTERM on exit."""
+    with tempfile.TemporaryDirectory(prefix="test-worker-") as workdir:
+        stderr_path = Path(workdir) / "stderr.log"
+        with stderr_path.open("wb") as stderr_file:
+            process = subprocess.Popen(
+                [RQ, "worker", "agents"],
+                cwd=REPO_ROOT,
+                env=worker_env(redis_url, metrics_port=metrics_port),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr_file,
+            )
+        worker = RunningWorker(process=process, stderr_path=stderr_path)
+        try:
+            worker.wait_for_event("worker_started")
+            yield worker
+        finally:
+            worker.stop()
+            worker.final_stderr = worker.stderr
+
+
+def parse_events(stderr: str, name: str | None = None) -> list[dict[str, Any]]:
+    """The JSON log events in a worker's stderr, optionally only those named ``name``."""
+    events = []
+    for line in stderr.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and (name is None or event.get("event") == name):
+            events.append(event)
+    return events
+
+
+def wait_until(condition: Callable[[], T], timeout_s: float, what: str) -> T:
+    """Poll ``condition`` until it returns something truthy (a wait, not a speed check)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

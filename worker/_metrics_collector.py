@@ -1,0 +1,106 @@
+"""Gauges read from Redis at scrape time: rq's queues and registries, and our outbox."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from redis import Redis
+from redis.exceptions import RedisError
+from rq.queue import Queue
+from rq.registry import (
+    CanceledJobRegistry,
+    DeferredJobRegistry,
+    FailedJobRegistry,
+    FinishedJobRegistry,
+    ScheduledJobRegistry,
+    StartedJobRegistry,
+)
+
+from worker import redis_keys
+from worker.logs import log_event
+
+# state -> key template of the rq sorted set holding the jobs in that state
+_REGISTRY_TEMPLATES = {
+    "started": StartedJobRegistry.key_template,
+    "scheduled": ScheduledJobRegistry.key_template,
+    "deferred": DeferredJobRegistry.key_template,
+    "finished": FinishedJobRegistry.key_template,
+    "failed": FailedJobRegistry.key_template,
+    "canceled": CanceledJobRegistry.key_template,
+}
+
+
+class QueueCollector(Collector):
+    """``agent_queue_jobs{queue,state}`` and ``agent_outbox_items``, in one Redis round trip.
+
+    Counts are ZCARD/LLEN (constant time), so scrapes cost the same however many
+    jobs ran. Every worker exports the same numbers: dashboards take ``max``.
+    """
+
+    def __init__(self, redis_factory: Callable[[], Redis], queue_names: Sequence[str]) -> None:
+        self._redis_factory = redis_factory
+        self._queue_names = list(queue_names)
+        self._redis_failing = False
+
+    def describe(self) -> Iterable[Metric]:
+        # Lets the registry check names without a Redis call at registration.
+        return [_queue_family(), _outbox_family()]
+
+    def collect(self) -> Iterable[Metric]:
+        queue_jobs = _queue_family()
+        outbox = _outbox_family()
+        try:
+            counts, outbox_items = self._read_counts()
+        except RedisError as exc:
+            # Once per outage, not once per scrape.
+            if not self._redis_failing:
+                log_event("metrics_redis_unavailable", level="warning", error=str(exc))
+            self._redis_failing = True
+            return [queue_jobs, outbox]
+        self._redis_failing = False
+        for (queue_name, state), count in counts.items():
+            queue_jobs.add_metric([queue_name, state], count)
+        outbox.add_metric([], outbox_items)
+        return [queue_jobs, outbox]
+
+    def _read_counts(self) -> tuple[dict[tuple[str, str], int], int]:
+        with self._redis_factory().pipeline(transaction=False) as pipe:
+            order: list[tuple[str, str]] = []
+            for queue_name in self._queue_names:
+                pipe.llen(Queue.redis_queue_namespace_prefix + queue_name)
+                order.append((queue_name, "queued"))
+                for state, template in _REGISTRY_TEMPLATES.items():
+                    pipe.zcard(template.format(queue_name))
+                    order.append((queue_name, state))
+            # The outbox is a list or a sorted set: ask both, keep the one that is not WRONGTYPE.
+            pipe.llen(redis_keys.OUTBOX)
+            pipe.zcard(redis_keys.OUTBOX)
+            results = pipe.execute(raise_on_error=False)
+        counts = dict(zip(order, (_as_count(value) for value in results), strict=False))
+        outbox_items = max(_as_count(value) for value in results[len(order) :])
+        return counts, outbox_items
+
+
+def _as_count(value: object) -> int:
+    if isinstance(value, Exception):
+        if isinstance(value, RedisError) and "WRONGTYPE" not in str(value):
+            raise value
+        return 0
+    return int(value) if isinstance(value, int) else 0
+
+
+def _queue_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "agent_queue_jobs",
+        "Jobs per rq queue and state, read from Redis at scrape time (same on every worker).",
+        labels=["queue", "state"],
+    )
+
+
+def _outbox_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "agent_outbox_items",
+        "Hub calls waiting in the outbox for a retry, read from Redis at scrape time.",
+    )

@@ -1,0 +1,310 @@
+"""The contract between a CLI executor and ``mcp_servers.gateway``, in both directions.
+
+The executor never talks to the gateway: the CLI starts it as its only MCP server.
+So the executor writes everything the gateway needs into the environment block of
+the CLI's MCP configuration (``GatewaySpec.environment``), and the gateway writes
+what happened into a call log (JSON lines) that the executor reads when the CLI is
+done (``read_call_log``): each tool call as a ``ToolCallRecord``, each grant
+denial, the pids of the processes it started, and a strict-grants violation.
+
+Secrets (``MCP_AUTH_TOKEN`` and the tool credentials ``MCP_CONFIG`` references as
+``${VAR}``) never go into that block, which the CLI can read: they go into a file
+only the worker's user can read (``GATEWAY_SECRETS_FILE``), loaded by the gateway
+into its own environment before it reads ``MCP_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from worker.loop import ToolCallRecord
+
+AGENT_ID = "GATEWAY_AGENT_ID"
+TASK_ID = "GATEWAY_TASK_ID"
+GRANTS = "GATEWAY_GRANTS"
+DENIED_GRANTS = "GATEWAY_DENIED_GRANTS"
+ALLOWED_TOOLS = "GATEWAY_ALLOWED_TOOLS"
+SERVERS = "GATEWAY_SERVERS"
+STRICT_GRANTS = "GATEWAY_STRICT_GRANTS"
+DEADLINE = "GATEWAY_DEADLINE"
+TOOL_TIMEOUT_S = "GATEWAY_TOOL_TIMEOUT_S"
+MAX_OUTPUT_CHARS = "GATEWAY_MAX_OUTPUT_CHARS"
+CALL_LOG = "GATEWAY_CALL_LOG"
+SECRETS_FILE = "GATEWAY_SECRETS_FILE"
+WORKDIR = "GATEWAY_WORKDIR"
+MCP_CONFIG = "MCP_CONFIG"
+MCP_AUTH_TOKEN = "MCP_AUTH_TOKEN"
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewaySpec:
+    """One task's gateway: who calls, what it may call, until when, and where to report."""
+
+    agent_id: str
+    task_id: str
+    mcp_config: Path
+    call_log: Path
+    grants: tuple[str, ...]
+    denied_grants: tuple[str, ...] = ()
+    # None: no narrowing; the task's ``allowed_tools`` and the agent's ``mcp_servers``.
+    allowed_tools: tuple[str, ...] | None = None
+    servers: tuple[str, ...] | None = None
+    strict_grants: bool = False
+    # Wall-clock (epoch) end of the task: each call gets the time left, capped.
+    deadline_epoch_s: float
+    tool_timeout_s: float = 60.0
+    max_output_chars: int = 20_000
+    secrets_file: Path | None = None
+    # The worker's working directory, so stdio servers start where they would for `native`.
+    workdir: Path | None = None
+
+    def environment(self) -> dict[str, str]:
+        """The gateway's environment block (no secrets: the CLI can read it)."""
+        env = {
+            AGENT_ID: self.agent_id,
+            TASK_ID: self.task_id,
+            MCP_CONFIG: str(self.mcp_config),
+            CALL_LOG: str(self.call_log),
+            GRANTS: json.dumps(list(self.grants)),
+            DENIED_GRANTS: json.dumps(list(self.denied_grants)),
+            STRICT_GRANTS: "1" if self.strict_grants else "0",
+            DEADLINE: f"{self.deadline_epoch_s:.3f}",
+            TOOL_TIMEOUT_S: f"{self.tool_timeout_s:g}",
+            MAX_OUTPUT_CHARS: str(self.max_output_chars),
+        }
+        if self.allowed_tools is not None:
+            env[ALLOWED_TOOLS] = json.dumps(list(self.allowed_tools))
+        if self.servers is not None:
+            env[SERVERS] = json.dumps(list(self.servers))
+        if self.secrets_file is not None:
+            env[SECRETS_FILE] = str(self.secrets_file)
+        if self.workdir is not None:
+            env[WORKDIR] = str(self.workdir)
+        return env
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str]) -> GatewaySpec:
+        """Read the block back; ValueError names the first missing or malformed variable."""
+        return cls(
+            agent_id=_required(env, AGENT_ID),
+            task_id=_required(env, TASK_ID),
+            mcp_config=Path(_required(env, MCP_CONFIG)),
+            call_log=Path(_required(env, CALL_LOG)),
+            grants=_string_list(env, GRANTS) or (),
+            denied_grants=_string_list(env, DENIED_GRANTS) or (),
+            allowed_tools=_string_list(env, ALLOWED_TOOLS),
+            servers=_string_list(env, SERVERS),
+            strict_grants=env.get(STRICT_GRANTS, "0") == "1",
+            deadline_epoch_s=_number(env, DEADLINE),
+            tool_timeout_s=_number(env, TOOL_TIMEOUT_S, default=60.0),
+            max_output_chars=int(_number(env, MAX_OUTPUT_CHARS, default=20_000)),
+            secrets_file=Path(env[SECRETS_FILE]) if env.get(SECRETS_FILE) else None,
+            workdir=Path(env[WORKDIR]) if env.get(WORKDIR) else None,
+        )
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "")
+    if not value:
+        raise ValueError(f"{name} is not set")
+    return value
+
+
+def _string_list(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
+    raw = env.get(name)
+    if raw is None:
+        return None
+    try:
+        values = json.loads(raw)
+    except json.JSONDecodeError:
+        values = None
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{name} must be a JSON array of strings")
+    return tuple(values)
+
+
+def _number(env: Mapping[str, str], name: str, default: float | None = None) -> float:
+    raw = env.get(name)
+    if raw is None and default is not None:
+        return default
+    try:
+        return float(raw or "")
+    except ValueError:
+        raise ValueError(f"{name} must be a number") from None
+
+
+def referenced_variables(mcp_config: Path) -> list[str]:
+    """Names of the ``${VAR}`` the MCP configuration file expands (its tool credentials)."""
+    try:
+        text = mcp_config.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return sorted(set(_ENV_REFERENCE.findall(text)))
+
+
+def write_secrets_file(path: Path, secrets: Mapping[str, str]) -> None:
+    """Write ``secrets`` as JSON that only this user can read."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        json.dump(dict(secrets), file)
+
+
+def read_secrets_file(path: Path) -> dict[str, str]:
+    values: Any = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return {str(key): str(value) for key, value in values.items()}
+
+
+# --- the call log ------------------------------------------------------------------------------
+
+
+class CallLogWriter:
+    """The gateway's side: one JSON line per event, flushed at once (the CLI may be killed)."""
+
+    def __init__(self, path: Path) -> None:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._file: IO[str] = os.fdopen(descriptor, "a", encoding="utf-8")
+
+    def started(self, pid: int) -> None:
+        self._write({"event": "gateway_started", "pid": pid})
+
+    def spawned(self, pid: int) -> None:
+        self._write({"event": "server_spawned", "pid": pid})
+
+    def tool_call(self, step: int, record: ToolCallRecord) -> None:
+        self._write(
+            {
+                "event": "tool_call",
+                "step": step,
+                "call_id": record.call_id,
+                "name": record.name,
+                "arguments": record.arguments,
+                "server": record.server,
+                "outcome": record.outcome,
+                "is_error": record.is_error,
+                "content": record.content,
+                "duration_s": record.duration_s,
+            }
+        )
+
+    def grant_denied(self, step: int, tool: str, required_grant: str) -> None:
+        self._write(
+            {"event": "grant_denied", "step": step, "tool": tool, "required_grant": required_grant}
+        )
+
+    def autonomy_violation(self, step: int, message: str) -> None:
+        self._write({"event": "autonomy_violation", "step": step, "message": message})
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        # One write per line: concurrent appends from two gateways never interleave.
+        self._file.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Denial:
+    step: int
+    tool: str
+    required_grant: str
+
+
+@dataclass(slots=True, kw_only=True)
+class GatewayActivity:
+    """What the gateway reported for one task, in the order it happened."""
+
+    calls: list[ToolCallRecord] = field(default_factory=list)
+    denials: list[Denial] = field(default_factory=list)
+    gateway_pids: list[int] = field(default_factory=list)
+    server_pids: list[int] = field(default_factory=list)
+    violation: str | None = None
+
+
+def read_call_log(path: Path, *, offset: int = 0) -> tuple[GatewayActivity, int]:
+    """The activity logged from byte ``offset`` on, and the offset after the last whole line.
+
+    A line still being written (no newline yet) is left for the next read; a line
+    that is not a known event is skipped rather than failing the task.
+    """
+    activity = GatewayActivity()
+    try:
+        with path.open("rb") as file:
+            file.seek(offset)
+            data = file.read()
+    except FileNotFoundError:
+        return activity, offset
+    complete = data[: data.rfind(b"\n") + 1]
+    for line in complete.splitlines():
+        _apply(activity, line)
+    return activity, offset + len(complete)
+
+
+def merge(into: GatewayActivity, more: GatewayActivity) -> None:
+    into.calls.extend(more.calls)
+    into.denials.extend(more.denials)
+    into.gateway_pids.extend(more.gateway_pids)
+    into.server_pids.extend(more.server_pids)
+    into.violation = into.violation or more.violation
+
+
+def _apply(activity: GatewayActivity, line: bytes) -> None:
+    try:
+        entry: Any = json.loads(line)
+        event = entry["event"]
+        if event == "tool_call":
+            activity.calls.append(
+                ToolCallRecord(
+                    call_id=str(entry["call_id"]),
+                    name=str(entry["name"]),
+                    arguments=str(entry["arguments"]),
+                    server=str(entry["server"]),
+                    outcome=str(entry["outcome"]),
+                    is_error=bool(entry["is_error"]),
+                    content=str(entry["content"]),
+                    duration_s=float(entry["duration_s"]),
+                )
+            )
+        elif event == "grant_denied":
+            activity.denials.append(
+                Denial(
+                    step=int(entry["step"]),
+                    tool=str(entry["tool"]),
+                    required_grant=str(entry["required_grant"]),
+                )
+            )
+        elif event == "gateway_started":
+            activity.gateway_pids.append(int(entry["pid"]))
+        elif event == "server_spawned":
+            activity.server_pids.append(int(entry["pid"]))
+        elif event == "autonomy_violation" and activity.violation is None:
+            activity.violation = str(entry["message"])
+    except (ValueError, KeyError, TypeError):
+        return
+
+
+def gateway_command() -> list[str]:
+    """How a CLI starts the gateway: this interpreter, the module, over stdio."""
+    return [sys.executable, "-m", "mcp_servers.gateway", "--stdio"]
+
+
+def gateway_python_path() -> str:
+    """The directory holding ``mcp_servers`` and ``worker``, for the gateway's PYTHONPATH.
+
+    The CLI starts the gateway in the task's scratch directory: without it, a worker
+    run from a source checkout (not installed) could not import the gateway there.
+    """
+    import mcp_servers
+
+    return str(Path(mcp_servers.__file__).resolve().parent.parent)

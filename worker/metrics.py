@@ -1,0 +1,347 @@
+"""Prometheus metrics of DESIGN.md section 10, exported by the worker parent.
+
+rq forks one process per job, so a job never touches the parent's metric
+objects (their locks were copied at fork, trap 7). Inside a job, record into a
+``JobMetrics`` buffer and ``flush`` it to one Redis key; the parent applies the
+key right after the job process exits (``apply_job_metrics``) and sweeps keys
+whose parent died (``sweep_job_metrics``). Scrapes read in-memory metrics plus
+a handful of Redis counters, so their cost does not grow with jobs run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from redis import Redis
+from redis.exceptions import RedisError
+
+from worker import redis_keys
+from worker._metrics_collector import QueueCollector
+from worker._metrics_server import start_server, stop_servers
+from worker.logs import log_event
+
+# name -> (help, label names); the contract of DESIGN.md section 10.
+_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "agent_tasks_total": (
+        "Tasks finished, by agent, task type and outcome.",
+        ("agent", "type", "outcome"),
+    ),
+    "agent_llm_calls_total": (
+        "LLM calls, by provider, model and status.",
+        ("provider", "model", "status"),
+    ),
+    "agent_llm_tokens_total": (
+        "LLM tokens, by model and direction (input or output).",
+        ("model", "direction"),
+    ),
+    "agent_cost_usd_total": (
+        "LLM cost in US dollars of tasks with known prices, by agent.",
+        ("agent",),
+    ),
+    "agent_tool_calls_total": (
+        "Tool calls, by MCP server, tool and outcome.",
+        ("server", "tool", "outcome"),
+    ),
+    "agent_grant_denials_total": (
+        "Tool calls refused for a missing grant, by agent and tool.",
+        ("agent", "tool"),
+    ),
+    "agent_errors_posted_total": ("Failed tasks posted to m/agent-errors.", ()),
+}
+# name -> (help, label names, buckets)
+_HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
+    "agent_task_duration_seconds": (
+        "Wall-clock duration of tasks, by task type.",
+        ("type",),
+        (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600),
+    ),
+    "agent_loop_iterations": (
+        "Loop iterations per task, by task type.",
+        ("type",),
+        (1, 2, 3, 5, 8, 10, 15, 20, 30, 50),
+    ),
+    "agent_tool_call_duration_seconds": (
+        "Duration of tool calls, by MCP server.",
+        ("server",),
+        (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    ),
+}
+_UNDECODABLE_JOBS = "agent_jobs_undecodable_total"
+
+JOB_METRICS_TTL_S = 86_400
+
+LabelKey = tuple[str, tuple[str, ...]]
+
+
+class WorkerMetrics:
+    """The worker parent's metrics, in their own CollectorRegistry (never the global one)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._counters = {
+            name: (Counter(name, help_text, labels, registry=self.registry), labels)
+            for name, (help_text, labels) in _COUNTERS.items()
+        }
+        self._histograms = {
+            name: (
+                Histogram(name, help_text, labels, buckets=buckets, registry=self.registry),
+                labels,
+            )
+            for name, (help_text, labels, buckets) in _HISTOGRAMS.items()
+        }
+        self.jobs_undecodable = Counter(
+            _UNDECODABLE_JOBS,
+            "rq jobs whose data could not be decoded; failed without running.",
+            registry=self.registry,
+        )
+        self._queue_collector: QueueCollector | None = None
+
+    def watch_queues(self, redis_factory: Callable[[], Redis], queue_names: Sequence[str]) -> None:
+        """Export ``agent_queue_jobs`` and ``agent_outbox_items``, read from Redis per scrape."""
+        if self._queue_collector is not None:
+            self.registry.unregister(self._queue_collector)
+        self._queue_collector = QueueCollector(redis_factory, queue_names)
+        self.registry.register(self._queue_collector)
+
+    def apply(self, batch: Mapping[str, Any]) -> None:
+        """Add one flushed ``JobMetrics`` batch, skipping entries that break the contract."""
+        for name, labels, value in _entries(batch.get("counters")):
+            counter = self._counters.get(name)
+            if (
+                counter is None
+                or len(labels) != len(counter[1])
+                or not isinstance(value, int | float)
+            ):
+                continue
+            if value >= 0:
+                (counter[0].labels(*labels) if labels else counter[0]).inc(value)
+        for name, labels, values in _entries(batch.get("observations")):
+            histogram = self._histograms.get(name)
+            if (
+                histogram is None
+                or len(labels) != len(histogram[1])
+                or not isinstance(values, list)
+            ):
+                continue
+            child = histogram[0].labels(*labels)
+            for value in values:
+                if isinstance(value, int | float):
+                    child.observe(value)
+
+
+def _entries(raw: Any) -> list[tuple[str, tuple[str, ...], Any]]:
+    if not isinstance(raw, list):
+        return []
+    entries = []
+    for entry in raw:
+        if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], list):
+            entries.append((str(entry[0]), tuple(str(label) for label in entry[1]), entry[2]))
+    return entries
+
+
+_default_metrics: WorkerMetrics | None = None
+_default_lock = threading.Lock()
+
+
+def worker_metrics() -> WorkerMetrics:
+    """This process's metrics (created on first use)."""
+    global _default_metrics
+    with _default_lock:
+        if _default_metrics is None:
+            _default_metrics = WorkerMetrics()
+        return _default_metrics
+
+
+class JobMetrics:
+    """Metric increments recorded inside a job process.
+
+    Call ``flush(redis, job_id)`` before the job returns (the worker parent
+    applies the increments once the job process has exited), or
+    ``apply_locally()`` when the task ran in the worker's own process.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[LabelKey, float] = {}
+        self._observations: dict[LabelKey, list[float]] = {}
+
+    def task_finished(
+        self,
+        *,
+        agent: str,
+        task_type: str,
+        outcome: str,
+        duration_s: float,
+        iterations: int,
+        cost_usd: float | None,
+    ) -> None:
+        with self._lock:
+            self._count("agent_tasks_total", (agent, task_type, outcome))
+            self._observe("agent_task_duration_seconds", (task_type,), duration_s)
+            self._observe("agent_loop_iterations", (task_type,), iterations)
+            # An unknown price is not a zero cost: leave the counter alone.
+            if cost_usd is not None:
+                self._count("agent_cost_usd_total", (agent,), cost_usd)
+
+    def llm_call(
+        self, *, provider: str, model: str, status: str, tokens_input: int, tokens_output: int
+    ) -> None:
+        with self._lock:
+            self._count("agent_llm_calls_total", (provider, model, status))
+            self._count("agent_llm_tokens_total", (model, "input"), tokens_input)
+            self._count("agent_llm_tokens_total", (model, "output"), tokens_output)
+
+    def tool_call(self, *, server: str, tool: str, outcome: str, duration_s: float) -> None:
+        with self._lock:
+            self._count("agent_tool_calls_total", (server, tool, outcome))
+            self._observe("agent_tool_call_duration_seconds", (server,), duration_s)
+
+    def grant_denied(self, *, agent: str, tool: str) -> None:
+        with self._lock:
+            self._count("agent_grant_denials_total", (agent, tool))
+
+    def error_posted(self) -> None:
+        with self._lock:
+            self._count("agent_errors_posted_total", ())
+
+    def flush(self, redis: Redis, job_id: str, *, ttl_s: int = JOB_METRICS_TTL_S) -> bool:
+        """Append the buffer to the job's Redis key; False (buffer kept) on a Redis error."""
+        batch = self._take()
+        if batch is None:
+            return True
+        try:
+            with redis.pipeline(transaction=True) as pipe:
+                key = redis_keys.job_metrics(job_id)
+                pipe.rpush(key, json.dumps(batch))
+                pipe.expire(key, ttl_s)
+                pipe.zadd(redis_keys.JOB_METRICS_PENDING, {job_id: time.time()}, nx=True)
+                pipe.execute()
+        except RedisError as exc:
+            self._put_back(batch)
+            log_event("job_metrics_flush_failed", level="warning", job_id=job_id, error=str(exc))
+            return False
+        return True
+
+    def apply_locally(self, metrics: WorkerMetrics | None = None) -> None:
+        """Add the buffered increments to this process's metrics (no fork in between)."""
+        batch = self._take()
+        if batch is not None:
+            (metrics or worker_metrics()).apply(batch)
+
+    def _count(self, name: str, labels: tuple[str, ...], amount: float = 1) -> None:
+        key = (name, labels)
+        self._counts[key] = self._counts.get(key, 0) + amount
+
+    def _observe(self, name: str, labels: tuple[str, ...], value: float) -> None:
+        self._observations.setdefault((name, labels), []).append(value)
+
+    def _take(self) -> dict[str, Any] | None:
+        with self._lock:
+            if not self._counts and not self._observations:
+                return None
+            batch = {
+                "counters": [
+                    [name, list(labels), value] for (name, labels), value in self._counts.items()
+                ],
+                "observations": [
+                    [name, list(labels), values]
+                    for (name, labels), values in self._observations.items()
+                ],
+            }
+            self._counts = {}
+            self._observations = {}
+            return batch
+
+    def _put_back(self, batch: dict[str, Any]) -> None:
+        with self._lock:
+            for name, labels, value in batch["counters"]:
+                self._count(name, tuple(labels), value)
+            for name, labels, values in batch["observations"]:
+                self._observations.setdefault((name, tuple(labels)), []).extend(values)
+
+
+def apply_job_metrics(redis: Redis, job_id: str, *, metrics: WorkerMetrics | None = None) -> bool:
+    """Apply what a finished job process flushed; True if there was anything.
+
+    Reading and deleting happen in one transaction, so two workers sweeping the
+    same key can never count it twice.
+    """
+    key = redis_keys.job_metrics(job_id)
+    with redis.pipeline(transaction=True) as pipe:
+        pipe.lrange(key, 0, -1)
+        pipe.delete(key)
+        pipe.zrem(redis_keys.JOB_METRICS_PENDING, job_id)
+        raw_batches, _, _ = pipe.execute()
+    target = metrics or worker_metrics()
+    for raw in raw_batches:
+        try:
+            batch = json.loads(raw)
+        except ValueError:
+            batch = None
+        if isinstance(batch, dict):
+            target.apply(batch)
+        else:
+            log_event("job_metrics_malformed", level="warning", job_id=job_id)
+    return bool(raw_batches)
+
+
+def sweep_job_metrics(
+    redis: Redis, *, older_than_s: float, metrics: WorkerMetrics | None = None, limit: int = 100
+) -> int:
+    """Apply metrics of jobs whose worker died before applying them; returns how many."""
+    cutoff = time.time() - older_than_s
+    stale_ids = redis.zrangebyscore(
+        redis_keys.JOB_METRICS_PENDING, "-inf", cutoff, start=0, num=limit
+    )
+    applied = 0
+    for raw_id in stale_ids:
+        job_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+        if apply_job_metrics(redis, job_id, metrics=metrics):
+            applied += 1
+    return applied
+
+
+def start_metrics_server(
+    port: int,
+    redis_factory: Callable[[], Redis],
+    *,
+    queue_names: Sequence[str] = ("agents",),
+    host: str = "0.0.0.0",
+    metrics: WorkerMetrics | None = None,
+) -> int | None:
+    """Serve ``/metrics`` and ``/healthz`` from a daemon thread of this process.
+
+    Port 0 disables it. When the port is taken the next ones are tried, up to
+    ``port + 16``; returns the port used, or None when none was free.
+    ``redis_factory`` builds the client used at scrape time and for the health
+    check (give it short timeouts: a scrape must not hang on a dead Redis).
+    """
+    if port == 0:
+        return None
+    target = metrics or worker_metrics()
+    shared_client = _created_once(redis_factory)
+    target.watch_queues(shared_client, queue_names)
+    return start_server(port, host=host, registry=target.registry, redis_factory=shared_client)
+
+
+def _created_once(redis_factory: Callable[[], Redis]) -> Callable[[], Redis]:
+    lock = threading.Lock()
+    clients: list[Redis] = []
+
+    def client() -> Redis:
+        with lock:
+            if not clients:
+                clients.append(redis_factory())
+            return clients[0]
+
+    return client
+
+
+def stop_metrics_server() -> None:
+    """Stop every metrics server this process started."""
+    stop_servers()

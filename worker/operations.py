@@ -1,0 +1,192 @@
+"""Operator repairs: ``agent-worker requeue`` and ``agent-worker reload-agents``.
+
+``requeue <task_id> ...`` puts failed tasks back on their queue through the one
+atomic enqueue, with their original task object and attempt 0. Every id is
+checked first; when one is unknown, not failed, or holds an unreadable task,
+nothing is requeued (exit 2). The enqueue script takes the task out of the
+failed registry, so it is queued exactly once.
+
+``reload-agents [agent_id ...]`` drops cached agent definitions (all of them
+without ids), so every worker reads the files again on its next task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq.exceptions import DeserializationError, NoSuchJobError
+from rq.job import Job
+from rq.registry import FailedJobRegistry
+from rq.serializers import JSONSerializer
+
+from worker.agents import AGENT_NAME_PATTERN, AgentStore
+from worker.enqueue import (
+    DEFAULT_RESULT_TTL_S,
+    DEFAULT_TIMEOUT_GRACE_S,
+    EnqueueResult,
+    enqueue_task,
+)
+from worker.exceptions import InvalidTask
+from worker.redaction import process_redactor
+from worker.settings import settings_or_exit
+from worker.task import TASK_ID_PATTERN, Task, parse_task
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailedTask:
+    """A task found in a failed registry, ready to be enqueued again."""
+
+    task: Task
+    queue_name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequeueOutcome:
+    """``requeued`` when every id was put back; ``refusals`` (one line per id) otherwise."""
+
+    requeued: list[EnqueueResult]
+    refusals: list[str]
+
+
+def find_failed_task(redis: Redis, task_id: str) -> FailedTask | str:
+    """The failed task ``task_id``, or the reason it cannot be requeued (one line)."""
+    if not re.fullmatch(TASK_ID_PATTERN, task_id):
+        return f"{task_id!r}: not a task id (1-128 characters of A-Z, a-z, 0-9, '_' and '-')"
+    try:
+        job = Job.fetch(task_id, connection=redis, serializer=JSONSerializer)
+    except NoSuchJobError:
+        return f"{task_id}: unknown task (no job with this id; it may have expired)"
+    except (ValueError, DeserializationError):
+        return f"{task_id}: its job data cannot be read"
+    registry = FailedJobRegistry(job.origin, connection=redis, serializer=JSONSerializer)
+    if task_id not in registry:
+        status = job.get_status(refresh=False)
+        shown = status.value if status is not None else "unknown"
+        return f"{task_id}: not in the failed registry of queue {job.origin} (status {shown})"
+    try:
+        arguments = job.args
+        task = parse_task(arguments[0] if arguments else None)
+    except DeserializationError:
+        return f"{task_id}: its task cannot be decoded"
+    except InvalidTask as exc:
+        return f"{task_id}: the stored task is not valid ({exc.message})"
+    return FailedTask(task=task, queue_name=job.origin)
+
+
+def requeue_failed(
+    redis: Redis,
+    task_ids: list[str],
+    *,
+    result_ttl_s: int = DEFAULT_RESULT_TTL_S,
+    timeout_grace_s: int = DEFAULT_TIMEOUT_GRACE_S,
+) -> RequeueOutcome:
+    """Requeue every task of ``task_ids`` from the failed registry, or none of them."""
+    found: list[FailedTask] = []
+    refusals: list[str] = []
+    for task_id in dict.fromkeys(task_ids):
+        answer = find_failed_task(redis, task_id)
+        if isinstance(answer, str):
+            refusals.append(answer)
+        else:
+            found.append(answer)
+    if refusals:
+        return RequeueOutcome(requeued=[], refusals=refusals)
+    requeued = [
+        enqueue_task(
+            redis,
+            failed.task,
+            queue_name=failed.queue_name,
+            result_ttl_s=result_ttl_s,
+            timeout_grace_s=timeout_grace_s,
+            attempt=0,
+        )
+        for failed in found
+    ]
+    return RequeueOutcome(requeued=requeued, refusals=[])
+
+
+def requeue_main(argv: list[str]) -> int:
+    """``agent-worker requeue TASK_ID [...]``: 0 when all were requeued, 2 when one was refused."""
+    parser = argparse.ArgumentParser(
+        prog="agent-worker requeue",
+        description="Put failed tasks back on their queue (attempt 0); all or none.",
+    )
+    parser.add_argument("task_ids", nargs="+", metavar="TASK_ID")
+    args = parser.parse_args(argv)
+    settings = settings_or_exit()
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        outcome = requeue_failed(
+            redis,
+            args.task_ids,
+            result_ttl_s=settings.result_ttl_s,
+            timeout_grace_s=settings.job_timeout_grace_s,
+        )
+    except RedisError as exc:
+        print(f"agent-worker requeue: cannot reach Redis: {_redacted(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        redis.close()
+    if outcome.refusals:
+        for refusal in outcome.refusals:
+            print(f"agent-worker requeue: {refusal}", file=sys.stderr)
+        print("agent-worker requeue: nothing was requeued", file=sys.stderr)
+        return 2
+    for result in outcome.requeued:
+        # "duplicate" would mean another requeue of the same task got there first.
+        word = "requeued" if result.enqueued else result.status
+        print(f"{word} {result.task_id}")
+    return 0
+
+
+def reload_agents_main(argv: list[str]) -> int:
+    """``agent-worker reload-agents [AGENT_ID ...]``: drop cached definitions, say how many."""
+    parser = argparse.ArgumentParser(
+        prog="agent-worker reload-agents",
+        description="Drop cached agent definitions (all without ids); workers re-read the files.",
+    )
+    parser.add_argument("agent_ids", nargs="*", metavar="AGENT_ID")
+    args = parser.parse_args(argv)
+    malformed = [name for name in args.agent_ids if not re.fullmatch(AGENT_NAME_PATTERN, name)]
+    if malformed:
+        for name in malformed:
+            print(
+                f"agent-worker reload-agents: {name!r} is not an agent id "
+                "(3-50 characters of a-z, 0-9 and '-')",
+                file=sys.stderr,
+            )
+        return 2
+    settings = settings_or_exit()
+    redis = Redis.from_url(settings.redis_url)
+    store = AgentStore(settings.agents_dir, redis=redis, ttl_s=settings.agent_cache_ttl_s)
+    try:
+        if args.agent_ids:
+            dropped = sum(store.invalidate(agent_id) for agent_id in dict.fromkeys(args.agent_ids))
+        else:
+            dropped = store.invalidate()
+    except RedisError as exc:
+        print(f"agent-worker reload-agents: cannot reach Redis: {_redacted(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+        redis.close()
+    noun = "definition" if dropped == 1 else "definitions"
+    print(f"dropped {dropped} cached agent {noun}")
+    return 0
+
+
+def _redacted(exc: Exception) -> str:
+    return process_redactor(settings_or_exit().secret_values()).redact(str(exc))
+
+
+if __name__ == "__main__":
+    commands = {"requeue": requeue_main, "reload-agents": reload_agents_main}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        print("usage: python -m worker.operations {requeue|reload-agents} ...", file=sys.stderr)
+        raise SystemExit(2)
+    raise SystemExit(commands[sys.argv[1]](sys.argv[2:]))

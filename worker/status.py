@@ -1,0 +1,460 @@
+"""``agent-worker status [--json] [--failures N]``: the fleet at a glance, read from Redis.
+
+Queues by state, live workers and what each runs, the latest failures, the
+outbox. Read-only: nothing in Redis is changed (registry counts skip rq's
+cleanup, which would move abandoned jobs). Exit 0, or 1 when Redis cannot be
+reached.
+
+``--json`` prints one object whose schema is stable (``schema_version`` grows
+only on a breaking change; new fields may be added)::
+
+    field                         type             meaning
+    schema_version                int              1
+    generated_at                  str              ISO 8601 UTC time of the reading
+    queues[]                                       every rq queue, "agents" always
+      .name                       str
+      .queued .started .scheduled int              jobs in each state
+      .deferred .finished
+      .failed .canceled
+    workers[]                                      live rq workers (expired ones are gone)
+      .name .state                str              state: idle, busy, suspended, ...
+      .hostname                   str | null
+      .pid                        int | null
+      .queues                     [str]
+      .last_heartbeat             str | null       ISO 8601
+      .current_job                object | null    null when idle
+        .task_id                  str
+        .agent_id .type           str | null       null when the job data cannot be read
+        .started_at               str | null       ISO 8601
+        .elapsed_s                float | null
+        .step                     int              model responses in the task's checkpoint
+    recent_failures[]                              newest first, at most --failures
+      .task_id .queue             str
+      .agent_id .type             str | null
+      .outcome                    str | null       AgentReport outcome; null when it never ran
+      .error                      str | null       "Class: message", else rq's last error line
+      .failed_at                  str | null       ISO 8601
+    outbox.pending                int              Hub writes waiting for a retry
+    outbox.dead                   int              Hub writes the Hub refused, kept for an operator
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq.exceptions import DeserializationError, NoSuchJobError
+from rq.job import Job
+from rq.queue import Queue
+from rq.registry import (
+    CanceledJobRegistry,
+    DeferredJobRegistry,
+    FailedJobRegistry,
+    FinishedJobRegistry,
+    ScheduledJobRegistry,
+    StartedJobRegistry,
+)
+from rq.results import Result
+from rq.serializers import JSONSerializer
+from rq.worker import Worker
+
+from worker import redis_keys
+from worker.enqueue import DEFAULT_QUEUE
+from worker.loop import ResponseEntry, entry_from_json
+from worker.outbox import DEAD_LETTERS, outbox_size
+from worker.redaction import process_redactor
+from worker.settings import settings_or_exit
+
+SCHEMA_VERSION = 1
+DEFAULT_FAILURES_SHOWN = 10
+# The table keeps one line per failure; --json has the whole text.
+_TABLE_ERROR_CHARS = 100
+
+_STATES = ("queued", "started", "scheduled", "deferred", "finished", "failed", "canceled")
+_REGISTRIES = {
+    "started": StartedJobRegistry,
+    "scheduled": ScheduledJobRegistry,
+    "deferred": DeferredJobRegistry,
+    "finished": FinishedJobRegistry,
+    "failed": FailedJobRegistry,
+    "canceled": CanceledJobRegistry,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueDepth:
+    name: str
+    queued: int
+    started: int
+    scheduled: int
+    deferred: int
+    finished: int
+    failed: int
+    canceled: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunningJob:
+    task_id: str
+    agent_id: str | None
+    type: str | None
+    started_at: str | None
+    elapsed_s: float | None
+    step: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerInfo:
+    name: str
+    hostname: str | None
+    pid: int | None
+    state: str
+    queues: list[str]
+    last_heartbeat: str | None
+    current_job: RunningJob | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    task_id: str
+    queue: str
+    agent_id: str | None
+    type: str | None
+    outcome: str | None
+    error: str | None
+    failed_at: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboxState:
+    pending: int
+    dead: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetStatus:
+    generated_at: str
+    queues: list[QueueDepth]
+    workers: list[WorkerInfo]
+    recent_failures: list[Failure]
+    outbox: OutboxState
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented ``--json`` object (see the module docstring)."""
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
+
+
+def collect_status(
+    redis: Redis,
+    *,
+    failures_shown: int = DEFAULT_FAILURES_SHOWN,
+    redact: Callable[[str], str] = str,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> FleetStatus:
+    """Read the fleet's state from Redis; raises RedisError when Redis cannot be reached."""
+    now = clock()
+    queue_names = _queue_names(redis)
+    return FleetStatus(
+        generated_at=now.astimezone(UTC).isoformat(timespec="seconds"),
+        queues=[_queue_depth(redis, name) for name in queue_names],
+        workers=_workers(redis, now),
+        recent_failures=_recent_failures(redis, queue_names, failures_shown, redact),
+        outbox=OutboxState(pending=outbox_size(redis), dead=int(redis.llen(DEAD_LETTERS))),
+    )
+
+
+# --- queues ------------------------------------------------------------------------------------
+
+
+def _queue_names(redis: Redis) -> list[str]:
+    known = {queue.name for queue in Queue.all(connection=redis, serializer=JSONSerializer)}
+    return sorted(known | {DEFAULT_QUEUE})
+
+
+def _queue_depth(redis: Redis, name: str) -> QueueDepth:
+    counts = {
+        state: registry(name, connection=redis, serializer=JSONSerializer).get_job_count(
+            cleanup=False
+        )
+        for state, registry in _REGISTRIES.items()
+    }
+    queued = int(redis.llen(Queue.redis_queue_namespace_prefix + name))
+    return QueueDepth(name=name, queued=queued, **counts)
+
+
+# --- workers -----------------------------------------------------------------------------------
+
+
+def _workers(redis: Redis, now: datetime) -> list[WorkerInfo]:
+    workers = []
+    for worker in Worker.all(connection=redis, serializer=JSONSerializer):
+        job_id = worker.get_current_job_id()
+        workers.append(
+            WorkerInfo(
+                name=worker.name,
+                hostname=worker.hostname,
+                pid=worker.pid,
+                state=worker.get_state(),
+                queues=worker.queue_names(),
+                last_heartbeat=_iso(worker.last_heartbeat),
+                current_job=_running_job(redis, job_id, now) if job_id else None,
+            )
+        )
+    return sorted(workers, key=lambda info: (info.hostname or "", info.name))
+
+
+def _running_job(redis: Redis, job_id: str, now: datetime) -> RunningJob:
+    job = _fetch(redis, job_id)
+    task = _task_of(job) if job is not None else {}
+    started_at = job.started_at if job is not None else None
+    elapsed_s = round((now - started_at).total_seconds(), 1) if started_at else None
+    return RunningJob(
+        task_id=job_id,
+        agent_id=_text(task.get("agent_id")),
+        type=_text(task.get("type")),
+        started_at=_iso(started_at),
+        elapsed_s=elapsed_s,
+        step=model_steps(redis, job_id),
+    )
+
+
+def model_steps(redis: Redis, task_id: str) -> int:
+    """How many model responses the task's checkpoint holds (its step, as the loop counts)."""
+    steps = 0
+    for raw in redis.lrange(redis_keys.checkpoint(task_id), 0, -1):
+        try:
+            entry = entry_from_json(raw)
+        except (ValueError, KeyError, TypeError):
+            continue
+        steps += isinstance(entry, ResponseEntry)
+    return steps
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+
+def _recent_failures(
+    redis: Redis, queue_names: Sequence[str], limit: int, redact: Callable[[str], str]
+) -> list[Failure]:
+    if limit <= 0:
+        return []
+    failures = []
+    for name in queue_names:
+        registry = FailedJobRegistry(name, connection=redis, serializer=JSONSerializer)
+        # Scores are failure time plus one TTL, so the highest are the newest.
+        for job_id in registry.get_job_ids(0, limit - 1, desc=True, cleanup=False):
+            failures.append(_failure(redis, job_id, name, redact))
+    failures.sort(key=lambda failure: failure.failed_at or "", reverse=True)
+    return failures[:limit]
+
+
+def _failure(redis: Redis, job_id: str, queue: str, redact: Callable[[str], str]) -> Failure:
+    job = _fetch(redis, job_id)
+    if job is None:
+        return Failure(
+            task_id=job_id,
+            queue=queue,
+            agent_id=None,
+            type=None,
+            outcome=None,
+            error="job data expired or deleted",
+            failed_at=None,
+        )
+    task = _task_of(job)
+    report = job.meta.get("report")
+    report = report if isinstance(report, dict) else {}
+    error = _report_error(report) or _last_line(_rq_error(job))
+    return Failure(
+        task_id=job_id,
+        queue=queue,
+        agent_id=_text(report.get("agent_id")) or _text(task.get("agent_id")),
+        type=_text(report.get("type")) or _text(task.get("type")),
+        outcome=_text(report.get("outcome")),
+        error=redact(error) if error else None,
+        failed_at=_iso(job.ended_at),
+    )
+
+
+def _report_error(report: dict[str, Any]) -> str | None:
+    error = report.get("error")
+    if not isinstance(error, dict):
+        return None
+    return f"{error.get('class', 'Error')}: {error.get('message', '')}"
+
+
+def _rq_error(job: Job) -> str | None:
+    """rq's failure text: the latest failed Result, else the hash's ``exc_info`` field."""
+    try:
+        result = job.latest_result()
+    except (RedisError, ValueError, DeserializationError):
+        result = None
+    if result is not None and result.type == Result.Type.FAILED and result.exc_string:
+        return result.exc_string
+    # Failures recorded without running (a job rq cannot load) only have the hash field.
+    raw = job.connection.hget(job.key, "exc_info")
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        return zlib.decompress(raw).decode("utf-8", "replace")
+    except zlib.error:
+        return raw.decode("utf-8", "replace")
+
+
+def _last_line(text: str | None) -> str | None:
+    if not text:
+        return None
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+def _fetch(redis: Redis, job_id: str) -> Job | None:
+    try:
+        return Job.fetch(job_id, connection=redis, serializer=JSONSerializer)
+    except (NoSuchJobError, ValueError, DeserializationError):
+        return None
+
+
+def _task_of(job: Job) -> dict[str, Any]:
+    """The task object (the job's only argument), or {} when the data cannot be read."""
+    try:
+        arguments = job.args
+    except DeserializationError:
+        return {}
+    task = arguments[0] if arguments else None
+    return task if isinstance(task, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).isoformat(timespec="seconds") if moment else None
+
+
+# --- the table ---------------------------------------------------------------------------------
+
+
+def render_table(status: FleetStatus) -> str:
+    """The human view: one table per section."""
+    queue_rows: list[list[object]] = [
+        [q.name, q.queued, q.started, q.scheduled, q.deferred, q.finished, q.failed, q.canceled]
+        for q in status.queues
+    ]
+    sections = [
+        _table(["QUEUE", *(state.upper() for state in _STATES)], queue_rows),
+        f"WORKERS ({len(status.workers)})",
+    ]
+    if status.workers:
+        sections.append(
+            _table(
+                ["NAME", "HOST:PID", "STATE", "TASK", "AGENT", "TYPE", "ELAPSED", "STEP"],
+                [_worker_row(worker) for worker in status.workers],
+            )
+        )
+    sections.append(f"RECENT FAILURES ({len(status.recent_failures)})")
+    if status.recent_failures:
+        sections.append(
+            _table(
+                ["TASK", "AGENT", "OUTCOME", "FAILED AT", "ERROR"],
+                [
+                    [
+                        f.task_id,
+                        f.agent_id or "-",
+                        f.outcome or "-",
+                        f.failed_at or "-",
+                        _shorten(f.error or "-", _TABLE_ERROR_CHARS),
+                    ]
+                    for f in status.recent_failures
+                ],
+            )
+        )
+    sections.append(f"OUTBOX  pending {status.outbox.pending}  dead {status.outbox.dead}")
+    return "\n\n".join(sections)
+
+
+def _worker_row(worker: WorkerInfo) -> list[object]:
+    where = f"{worker.hostname or '?'}:{worker.pid or '?'}"
+    job = worker.current_job
+    if job is None:
+        return [worker.name, where, worker.state, "-", "-", "-", "-", "-"]
+    elapsed = f"{job.elapsed_s:.0f}s" if job.elapsed_s is not None else "-"
+    return [
+        worker.name,
+        where,
+        worker.state,
+        job.task_id,
+        job.agent_id or "-",
+        job.type or "-",
+        elapsed,
+        job.step,
+    ]
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    cells = [header, *[[str(value) for value in row] for row in rows]]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
+    lines = [
+        "  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True))
+        for row in cells
+    ]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _shorten(text: str, limit: int) -> str:
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-worker status",
+        description="Queues, workers, recent failures and the outbox, read from Redis.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the documented JSON object")
+    parser.add_argument(
+        "--failures",
+        type=int,
+        default=DEFAULT_FAILURES_SHOWN,
+        metavar="N",
+        help="show the N newest failures (default %(default)s)",
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """``agent-worker status [--json] [--failures N]``."""
+    args = _parser().parse_args(argv)
+    settings = settings_or_exit()
+    redact = process_redactor(settings.secret_values())
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        status = collect_status(redis, failures_shown=max(0, args.failures), redact=redact)
+    except RedisError as exc:
+        print(f"agent-worker status: cannot reach Redis: {redact(str(exc))}", file=sys.stderr)
+        return 1
+    finally:
+        redis.close()
+    if args.json:
+        print(json.dumps(status.to_json(), indent=2))
+    else:
+        print(render_table(status))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
