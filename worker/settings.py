@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.exceptions import ConfigurationError
@@ -55,7 +56,12 @@ class Settings(BaseSettings):
     # How long a task waits for its agent's free slot (or its own lease) before requeueing.
     busy_wait_s: float = Field(default=10.0, ge=0)
     busy_requeue_delay_s: float = Field(default=15.0, ge=1)
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     def secret_values(self) -> list[str]:
         """Every secret this process holds, for redaction."""
