@@ -77,7 +77,31 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
 
 
 # Subcommands with their own argument parsing, in their own modules.
-_EXTENSIONS: list[tuple[str, str, str, str]] = []
+_EXTENSIONS: list[tuple[str, str, str, str]] = [
+    (
+        "schedule",
+        "worker.scheduler",
+        "main",
+        "enqueue explorations for stale agents (one leader per fleet)",
+    ),
+    (
+        "status",
+        "worker.status",
+        "main",
+        "queues, workers and their tasks, recent failures, outbox (--json)",
+    ),
+    (
+        "requeue",
+        "worker.operations",
+        "requeue_main",
+        "put failed tasks back on their queue (attempt 0)",
+    ),
+    ("reload-agents", "worker.operations", "reload_agents_main", "drop cached agent definitions"),
+]
+
+
+def _module_of(command: str) -> tuple[str, str]:
+    return next((module, function) for name, module, function, _ in _EXTENSIONS if name == command)
 
 
 def _extension(module: str, function: str) -> Handler:
@@ -93,9 +117,15 @@ def _extension(module: str, function: str) -> Handler:
 def main(argv: Sequence[str] | None = None) -> int:
     parser, handlers = _parser()
     arguments = list(sys.argv[1:] if argv is None else argv)
-    # devhub passes its own flags through untouched.
+    # devhub and the extension commands parse their own flags: hand them over in order.
     if arguments[:1] == ["devhub"]:
         return _devhub(argparse.Namespace(), arguments[1:])
+    if arguments[:1] and arguments[0] in {name for name, *_ in _EXTENSIONS}:
+        try:
+            return _extension(*_module_of(arguments[0]))(argparse.Namespace(args=arguments[1:]), [])
+        except ConfigurationError as exc:
+            print(f"agent-worker: {exc.message}", file=sys.stderr)
+            return 2
     args, rest = parser.parse_known_args(arguments)
     if rest and args.command not in {name for name, *_ in _EXTENSIONS}:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

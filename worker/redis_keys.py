@@ -61,3 +61,8 @@ def checkpoint(task_id: str) -> str:
 def limiter(provider: str, model: str) -> str:
     """Rate-limit state shared by every worker calling this provider and model."""
     return f"{PREFIX}limiter:{provider}:{model}"
+
+
+def scheduler_agent(agent_id: str) -> str:
+    """Exploration scheduling state of one agent: last task, its slot, failures, backoff end."""
+    return f"{PREFIX}scheduler:agent:{agent_id}"

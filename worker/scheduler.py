@@ -69,9 +69,6 @@ MIN_LOCK_TTL_S = 30.0
 # Longer than the longest backoff and than the result TTL of the job the state points at.
 AGENT_STATE_TTL_S = 8 * 86_400
 
-# Per-agent scheduling state (hash): last task, its slot, consecutive failures, backoff end.
-_AGENT_STATE_PREFIX = redis_keys.PREFIX + "scheduler:agent:"
-
 # rq states in which a job has yet to run or is running.
 _NOT_DONE = frozenset(
     {
@@ -137,7 +134,7 @@ def exploration_task_id(agent_id: str, slot: int) -> str:
 
 
 def agent_state_key(agent_id: str) -> str:
-    return f"{_AGENT_STATE_PREFIX}{agent_id}"
+    return redis_keys.scheduler_agent(agent_id)
 
 
 class Decision(StrEnum):
@@ -272,8 +269,8 @@ class Scheduler:
     def _consider(
         self, agent_id: str, *, now: float, slot: int, room: bool
     ) -> tuple[Decision, str | None]:
-        state, last_run = self._settle(agent_id, now)
-        if last_run is LastRun.PENDING:
+        state, still_running = self._settle(agent_id, now)
+        if still_running:
             return Decision.IN_FLIGHT, None
         if state.slot == slot:
             return Decision.EXPLORED_THIS_SLOT, None
@@ -304,14 +301,17 @@ class Scheduler:
             return Decision.IN_FLIGHT, None
         return Decision.ENQUEUED, task.task_id
 
-    def _settle(self, agent_id: str, now: float) -> tuple[AgentState, LastRun]:
-        """Count the outcome of the agent's last exploration into its failure streak, once."""
+    def _settle(self, agent_id: str, now: float) -> tuple[AgentState, bool]:
+        """Count the agent's last exploration into its failure streak, once it is over.
+
+        Returns the state and whether that exploration is still queued or running.
+        """
         state = AgentState.decode(self.redis.hgetall(agent_state_key(agent_id)))
         if state.task_id is None or state.settled:
-            return state, LastRun.UNKNOWN
+            return state, False
         last_run, outcome = last_run_of(self.redis, state.task_id)
         if last_run is LastRun.PENDING:
-            return state, last_run
+            return state, True
         if last_run is LastRun.FAILED:
             state.failures += 1
             backoff_s = self.config.backoff_s(state.failures)
@@ -337,7 +337,7 @@ class Scheduler:
             state.failures, state.not_before = 0, 0.0
         state.settled = True
         self._save(agent_id, state)
-        return state, last_run
+        return state, False
 
     def _definition_skips(self, agent_id: str) -> Decision | None:
         try:
@@ -482,15 +482,21 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
     return value
 
 
 def _count(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        value = int(text)
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
         return value
@@ -543,13 +549,12 @@ def main(argv: list[str]) -> int:
     api_key = settings.hub_api_key.get_secret_value() if settings.hub_api_key else None
     hub = HubStaleAgents(settings.hub_url, api_key, timeout_s=settings.hub_timeout_s)
     scheduler = Scheduler(redis, agents, hub, config)
+    lock = LeaderLock(redis, ttl_s=config.lock_ttl_s)
+    stop = threading.Event()
     try:
-        lock = LeaderLock(redis, ttl_s=config.lock_ttl_s)
-        if args.once:
-            return run_once(scheduler, lock)
-        stop = threading.Event()
+        # With --once, a SIGTERM lets the round finish and release the lock.
         with _stop_on_signals(stop):
-            return run_forever(scheduler, lock, stop)
+            return run_once(scheduler, lock) if args.once else run_forever(scheduler, lock, stop)
     finally:
         agents.close()
         redis.close()

@@ -1,16 +1,17 @@
 """``agent-worker status [--json] [--failures N]``: the fleet at a glance, read from Redis.
 
 Queues by state, live workers and what each runs, the latest failures, the
-outbox. Read-only: nothing in Redis is changed (registry counts skip rq's
-cleanup, which would move abandoned jobs). Exit 0, or 1 when Redis cannot be
-reached.
+outbox. Read-only, apart from rq forgetting the keys of workers that expired:
+registry counts skip rq's cleanup, which would move abandoned jobs. Exit 0, or
+1 when Redis cannot be reached.
 
 ``--json`` prints one object whose schema is stable (``schema_version`` grows
-only on a breaking change; new fields may be added)::
+only on a breaking change; new fields may be added). Times are ISO 8601 in
+UTC with milliseconds, so they sort as strings::
 
     field                         type             meaning
     schema_version                int              1
-    generated_at                  str              ISO 8601 UTC time of the reading
+    generated_at                  str              when the reading was taken
     queues[]                                       every rq queue, "agents" always
       .name                       str
       .queued .started .scheduled int              jobs in each state
@@ -21,19 +22,19 @@ only on a breaking change; new fields may be added)::
       .hostname                   str | null
       .pid                        int | null
       .queues                     [str]
-      .last_heartbeat             str | null       ISO 8601
+      .last_heartbeat             str | null
       .current_job                object | null    null when idle
         .task_id                  str
         .agent_id .type           str | null       null when the job data cannot be read
-        .started_at               str | null       ISO 8601
+        .started_at               str | null
         .elapsed_s                float | null
         .step                     int              model responses in the task's checkpoint
     recent_failures[]                              newest first, at most --failures
       .task_id .queue             str
       .agent_id .type             str | null
-      .outcome                    str | null       AgentReport outcome; null when it never ran
+      .outcome                    str | null       AgentReport outcome; null without a report
       .error                      str | null       "Class: message", else rq's last error line
-      .failed_at                  str | null       ISO 8601
+      .failed_at                  str | null
     outbox.pending                int              Hub writes waiting for a retry
     outbox.dead                   int              Hub writes the Hub refused, kept for an operator
 """
@@ -163,7 +164,7 @@ def collect_status(
     now = clock()
     queue_names = _queue_names(redis)
     return FleetStatus(
-        generated_at=now.astimezone(UTC).isoformat(timespec="seconds"),
+        generated_at=now.astimezone(UTC).isoformat(timespec="milliseconds"),
         queues=[_queue_depth(redis, name) for name in queue_names],
         workers=_workers(redis, now),
         recent_failures=_recent_failures(redis, queue_names, failures_shown, redact),
@@ -340,7 +341,8 @@ def _text(value: Any) -> str | None:
 
 
 def _iso(moment: datetime | None) -> str | None:
-    return moment.astimezone(UTC).isoformat(timespec="seconds") if moment else None
+    # Milliseconds, always in UTC: these strings sort in time order.
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds") if moment else None
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -373,7 +375,7 @@ def render_table(status: FleetStatus) -> str:
                         f.task_id,
                         f.agent_id or "-",
                         f.outcome or "-",
-                        f.failed_at or "-",
+                        _short_time(f.failed_at),
                         _shorten(f.error or "-", _TABLE_ERROR_CHARS),
                     ]
                     for f in status.recent_failures
@@ -410,6 +412,10 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
         for row in cells
     ]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _short_time(iso: str | None) -> str:
+    return f"{iso[:10]} {iso[11:19]}Z" if iso else "-"
 
 
 def _shorten(text: str, limit: int) -> str:

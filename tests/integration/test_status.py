@@ -19,8 +19,9 @@ from tests.support.devhub import DevHub, running_devhub
 from tests.support.scripted_llm import running_scripted_llm
 from tests.support.workers import REPO_ROOT, RQ, running_worker, wait_until, worker_env
 from worker.agents import AgentStore
-from worker.enqueue import enqueue_task
+from worker.enqueue import _enqueue_call, enqueue_task
 from worker.outbox import OutboxItem, park
+from worker.task import parse_task
 
 pytestmark = pytest.mark.integration
 
@@ -109,6 +110,17 @@ def test_status_json_shows_queues_the_failure_with_its_outcome_and_the_outbox(
     redis_conn: redis.Redis, redis_url: str, hub: DevHub, tmp_path: Path
 ) -> None:
     enqueue_task(redis_conn, GHOST_TASK)
+    # A job that raises without a report: rq's own error text is all there is.
+    _enqueue_call(
+        redis_conn,
+        parse_task({"task_id": "t-crash", "type": "exploration", "agent_id": "a-b-c"}),
+        function_name="tests.support.jobs.fail",
+        queue_name="agents",
+        result_ttl_s=3600,
+        timeout_grace_s=60,
+        delay_s=0,
+        attempt=0,
+    )
     fail_for_real(redis_url, hub, tmp_path)
     enqueue_task(redis_conn, {"task_id": "t-waiting", "type": "exploration", "agent_id": "a-b-c"})
     park(
@@ -128,16 +140,26 @@ def test_status_json_shows_queues_the_failure_with_its_outcome_and_the_outbox(
         "scheduled": 0,
         "deferred": 0,
         "finished": 0,
-        "failed": 1,
+        "failed": 2,
         "canceled": 0,
     }
-    [failure] = status["recent_failures"]
+    # Newest first: the burst worker ran t-ghost, then t-crash.
+    crash, failure = status["recent_failures"]
+    assert crash == {
+        "task_id": "t-crash",
+        "queue": "agents",
+        "agent_id": "a-b-c",
+        "type": "exploration",
+        "outcome": None,
+        "error": "RuntimeError: this job always fails",
+        "failed_at": crash["failed_at"],
+    }
     assert failure["task_id"] == "t-ghost"
     assert failure["agent_id"] == "ghost-agent"
     assert failure["type"] == "exploration"
     assert failure["outcome"] == "invalid_task"
     assert failure["error"].startswith("InvalidTask: unknown agent 'ghost-agent'")
-    assert failure["failed_at"] is not None
+    assert failure["failed_at"] < crash["failed_at"]
     assert status["workers"] == []  # the burst worker is gone
     assert status["outbox"] == {"pending": 1, "dead": 0}
 
