@@ -14,7 +14,10 @@ from collections.abc import Iterable
 MASK = "[REDACTED]"
 # Values shorter than this are too likely to collide with ordinary words.
 _MIN_SECRET_LENGTH = 8
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+# Whole words of a variable name: MCP_AUTH_TOKEN is a secret, LLM_TOKENS_PER_MINUTE is not.
+_SECRET_NAME = re.compile(
+    r"(?<![A-Z])(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?![A-Z])", re.IGNORECASE
+)
 
 _SECRET_SHAPES = re.compile(
     "|".join(
