@@ -28,7 +28,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) redis-check lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -q
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
