@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from worker.exceptions import ConfigurationError
 
@@ -134,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"agent-worker: {exc.message}", file=sys.stderr)
         return 2
+    except RedisError as exc:
+        print(f"agent-worker: Redis is unreachable: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -84,6 +84,10 @@ class ManagedProcess:
         except ProcessLookupError:
             pass
 
+    def remove_log(self) -> None:
+        if self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+
     def log_tail(self, lines: int = 30) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""
@@ -148,6 +152,7 @@ def start_redis(stack: ExitStack) -> str:
         ],
         port,
     )
+    stack.callback(redis.remove_log)  # after the stop below (an ExitStack unwinds LIFO)
     stack.callback(redis.start().stop)
     return f"redis://127.0.0.1:{port}/0"
 
@@ -183,6 +188,7 @@ def running_stack(
 
         def launch(name: str, argv: list[str], port: int, env: dict[str, str]) -> None:
             process = ManagedProcess(name, argv, port, env)
+            stack.callback(process.remove_log)
             stack.callback(process.start().stop)
             processes.append(process)
 

@@ -1,13 +1,16 @@
-"""The model layer: a small Model protocol, providers behind it, and a scripted model."""
+"""The model layer: a small Model protocol, providers behind it, and a scripted model.
 
-from worker.models._anthropic import AnthropicModel
-from worker.models._factory import aclose_shared_http_clients, create_model, load_price_table
-from worker.models._fallback import FallbackModel
-from worker.models._openai import OpenAIModel
-from worker.models._prices import ModelPrice, PriceTable
-from worker.models._retry import RetryPolicy
+The providers load their SDKs (seconds of imports) only when first used, so
+that commands like ``agent-worker cancel`` never pay for them; the worker
+parent imports them once before it forks.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from worker.models._scripted import ScriptedModel, Turn
-from worker.models._structured import generate, parse_structured, strict_json_schema
 from worker.models._types import (
     Message,
     Model,
@@ -18,6 +21,38 @@ from worker.models._types import (
     ToolSpec,
     Usage,
 )
+
+if TYPE_CHECKING:
+    from worker.models._anthropic import AnthropicModel
+    from worker.models._factory import aclose_shared_http_clients, create_model, load_price_table
+    from worker.models._fallback import FallbackModel
+    from worker.models._openai import OpenAIModel
+    from worker.models._prices import ModelPrice, PriceTable
+    from worker.models._retry import RetryPolicy
+    from worker.models._structured import generate, parse_structured, strict_json_schema
+
+_LAZY = {
+    "AnthropicModel": "worker.models._anthropic",
+    "FallbackModel": "worker.models._fallback",
+    "ModelPrice": "worker.models._prices",
+    "OpenAIModel": "worker.models._openai",
+    "PriceTable": "worker.models._prices",
+    "RetryPolicy": "worker.models._retry",
+    "aclose_shared_http_clients": "worker.models._factory",
+    "create_model": "worker.models._factory",
+    "generate": "worker.models._structured",
+    "load_price_table": "worker.models._factory",
+    "parse_structured": "worker.models._structured",
+    "strict_json_schema": "worker.models._structured",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worker.models' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "AnthropicModel",

@@ -1,4 +1,12 @@
-"""Tools for the loop: the Toolbox protocol, in-process tools, and the grant-checked MCP layer."""
+"""Tools for the loop: the Toolbox protocol, in-process tools, and the grant-checked MCP layer.
+
+``McpToolbox`` (and with it the MCP client) is imported on first use only.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from worker.tools._base import CallContext, Granted, MissingGrant, Resolution, Toolbox, ToolResult
 from worker.tools._config import McpConfig, McpServerConfig, load_mcp_config
@@ -10,7 +18,16 @@ from worker.tools._grants import (
     load_grant_policy,
 )
 from worker.tools._local import LocalTool, LocalToolbox
-from worker.tools._mcp import McpToolbox
+
+if TYPE_CHECKING:
+    from worker.tools._mcp import McpToolbox
+
+
+def __getattr__(name: str) -> Any:
+    if name == "McpToolbox":
+        return importlib.import_module("worker.tools._mcp").McpToolbox
+    raise AttributeError(f"module 'worker.tools' has no attribute {name!r}")
+
 
 __all__ = [
     "CallContext",
