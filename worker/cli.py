@@ -98,6 +98,12 @@ _EXTENSIONS: list[tuple[str, str, str, str]] = [
         "put failed tasks back on their queue (attempt 0)",
     ),
     ("reload-agents", "worker.operations", "reload_agents_main", "drop cached agent definitions"),
+    (
+        "executors",
+        "worker.executors._listing",
+        "main",
+        "list executors and whether their CLIs are installed (--json)",
+    ),
 ]
 
 

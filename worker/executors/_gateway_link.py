@@ -74,17 +74,17 @@ class GatewaySpec:
             TASK_ID: self.task_id,
             MCP_CONFIG: str(self.mcp_config),
             CALL_LOG: str(self.call_log),
-            GRANTS: json.dumps(list(self.grants)),
-            DENIED_GRANTS: json.dumps(list(self.denied_grants)),
+            GRANTS: _compact(self.grants),
+            DENIED_GRANTS: _compact(self.denied_grants),
             STRICT_GRANTS: "1" if self.strict_grants else "0",
             DEADLINE: f"{self.deadline_epoch_s:.3f}",
             TOOL_TIMEOUT_S: f"{self.tool_timeout_s:g}",
             MAX_OUTPUT_CHARS: str(self.max_output_chars),
         }
         if self.allowed_tools is not None:
-            env[ALLOWED_TOOLS] = json.dumps(list(self.allowed_tools))
+            env[ALLOWED_TOOLS] = _compact(self.allowed_tools)
         if self.servers is not None:
-            env[SERVERS] = json.dumps(list(self.servers))
+            env[SERVERS] = _compact(self.servers)
         if self.secrets_file is not None:
             env[SECRETS_FILE] = str(self.secrets_file)
         if self.workdir is not None:
@@ -110,6 +110,11 @@ class GatewaySpec:
             secrets_file=Path(env[SECRETS_FILE]) if env.get(SECRETS_FILE) else None,
             workdir=Path(env[WORKDIR]) if env.get(WORKDIR) else None,
         )
+
+
+def _compact(values: tuple[str, ...]) -> str:
+    # No spaces: goose splits its extension command line on whitespace.
+    return json.dumps(list(values), separators=(",", ":"))
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

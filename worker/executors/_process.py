@@ -138,9 +138,7 @@ class _ReadersDone:
         await self._event.wait()
 
 
-async def _read(
-    stream: anyio.abc.ByteReceiveStream, capture: _Capture, done: _ReadersDone
-) -> None:
+async def _read(stream: anyio.abc.ByteReceiveStream, capture: _Capture, done: _ReadersDone) -> None:
     try:
         while True:
             try:
@@ -206,4 +204,3 @@ def kill_gateway(pid: int) -> None:
     if b"mcp_servers.gateway" in command:
         with suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-

@@ -4,8 +4,8 @@ A CLI reports its turns, its final text and its usage; the gateway reports the t
 calls it ran. ``run_result`` joins both into a ``LoopState``: one step per CLI turn,
 each tool call on the turn that asked for it. Where the CLI does not say which turn
 made which call (claude-code's JSON result only counts turns), calls go in order, one
-per turn that was followed by another, and any surplus (parallel calls) stays on the
-last turn that made calls.
+per turn that was followed by another (or cut short by a limit), and any surplus
+(parallel calls) stays on the last turn that made calls.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from worker.exceptions import WorkerError
+from worker.exceptions import AutonomyViolation, ModelError, WorkerError
 from worker.executors._gateway_link import GatewayActivity
 from worker.logs import log_event
 from worker.loop import (
     FALLBACK_ANSWER,
+    EventBus,
     GrantDenied,
     LlmCalled,
     LoopState,
@@ -29,7 +30,6 @@ from worker.loop import (
     ToolCalled,
     ToolCallRecord,
 )
-from worker.loop._events import EventBus
 from worker.models import Message, StopReason, ToolCall, Usage
 from worker.task import Outcome
 
@@ -65,6 +65,22 @@ class CliTranscript:
     # Calls the CLI refused itself, before they reached the gateway.
     refused_calls: list[ToolCallRecord] = field(default_factory=list)
 
+    def fail(self, error: WorkerError) -> CliTranscript:
+        """Mark the run failed with ``error``: no answer, the outcome its class calls for."""
+        self.error = error
+        self.outcome = outcome_of(error)
+        self.detail = error.message
+        self.output = ""
+        return self
+
+
+def outcome_of(error: WorkerError) -> Outcome:
+    if isinstance(error, AutonomyViolation):
+        return Outcome.AUTONOMY_VIOLATION
+    if isinstance(error, ModelError):
+        return Outcome.MODEL_ERROR
+    return Outcome.ERROR
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunContext:
@@ -91,7 +107,9 @@ def run_result(
     turns = transcript.turns
     if not turns and (transcript.output or calls):
         turns = [CliTurn(text=transcript.output)]
-    per_turn = _calls_per_turn(calls, turns)
+    per_turn = _calls_per_turn(
+        calls, turns, last_turn_answered=transcript.outcome is Outcome.COMPLETED
+    )
     usage_known = any(turn.usage is not None for turn in turns)
     steps = []
     for index, (turn, turn_calls) in enumerate(zip(turns, per_turn, strict=True), start=1):
@@ -136,15 +154,16 @@ def run_result(
 
 
 def _calls_per_turn(
-    calls: Sequence[ToolCallRecord], turns: Sequence[CliTurn]
+    calls: Sequence[ToolCallRecord], turns: Sequence[CliTurn], *, last_turn_answered: bool
 ) -> list[list[ToolCallRecord]]:
     buckets: list[list[ToolCallRecord]] = [[] for _ in turns]
     queue = deque(calls)
     for index, turn in enumerate(turns):
         wanted = turn.tool_requests
         if wanted is None:
-            # Unknown: a turn followed by another one made at least one call.
-            wanted = 1 if index < len(turns) - 1 else 0
+            # Unknown: a turn followed by another one made at least one call; so did the
+            # last one, when a limit (not an answer) ended the run.
+            wanted = 1 if index < len(turns) - 1 or not last_turn_answered else 0
         for _ in range(wanted):
             if not queue:
                 break

@@ -1,7 +1,8 @@
 """The agent loop: reason → tool → observe, with limits as data and observable steps."""
 
-from worker.loop._dispatch import DONE_TOOL, CanExecuteTool
+from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher
 from worker.loop._events import (
+    EventBus,
     GrantDenied,
     LlmCalled,
     LoopEvent,
@@ -34,6 +35,7 @@ __all__ = [
     "CanExecuteTool",
     "Control",
     "ControlSource",
+    "EventBus",
     "GrantDenied",
     "Journal",
     "JournalEntry",
@@ -52,6 +54,7 @@ __all__ = [
     "StepStarted",
     "ToolCallRecord",
     "ToolCalled",
+    "ToolDispatcher",
     "ToolEntry",
     "entry_from_json",
     "entry_to_json",

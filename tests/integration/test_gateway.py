@@ -1,0 +1,344 @@
+"""mcp_servers.gateway with a real MCP client over stdio, in front of real MCP servers.
+
+The gateway is started as a CLI would start it; behind it are the toolkit test
+server (stdio) and our hub server over streamable HTTP with its bearer token, in
+front of a real devhub. Then the CLI executors run fake CLIs that drive the real
+gateway, so the whole path (command line → gateway → server → call log → report)
+is exercised without a real coding-agent CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import yaml
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from tests.support.devhub import running_devhub
+from tests.support.fake_clis import install_fake_cli, read_record
+from tests.support.mcp_servers import running_mcp_hub
+from tests.support.mcp_test_servers.launch import stdio_entry
+from worker.agents import AgentConfig, AgentDefinition
+from worker.exceptions import AutonomyViolation
+from worker.executors import EXECUTORS, ClaudeCodeExecutor, CliExecutor, ExecutionRequest
+from worker.executors._gateway_link import (
+    GatewaySpec,
+    gateway_python_path,
+    read_call_log,
+    write_secrets_file,
+)
+from worker.loop import GrantDenied, LoopEvent, LoopSettings, RunLimits, ToolCalled
+from worker.models import Message
+from worker.settings import Settings
+from worker.task import Outcome, Task
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+HUB_KEY = "hub-key-for-gateway-tests-0123456789"
+MCP_TOKEN = "mcp-token-for-gateway-tests-0123456789"
+KIT_TOOLS = {"echo": "kit:read", "pid": "kit:read", "crash": "kit:write"}
+
+
+def kit_config(directory: Path) -> Path:
+    path = directory / "mcp.yaml"
+    path.write_text(yaml.safe_dump({"servers": {"kit": stdio_entry("toolkit", KIT_TOOLS)}}))
+    return path
+
+
+def gateway_spec(directory: Path, mcp_config: Path, **overrides: Any) -> GatewaySpec:
+    fields: dict[str, Any] = {
+        "agent_id": "gw-agent",
+        "task_id": "t-gw-1",
+        "mcp_config": mcp_config,
+        "call_log": directory / "calls.jsonl",
+        "grants": ("kit:read",),
+        "deadline_epoch_s": time.time() + 120,
+        "workdir": Path.cwd(),
+    }
+    fields.update(overrides)
+    return GatewaySpec(**fields)
+
+
+@asynccontextmanager
+async def gateway(spec: GatewaySpec, stderr_path: Path) -> AsyncIterator[ClientSession]:
+    """The gateway as a CLI starts it (its environment block only), with a real client."""
+    env = spec.environment() | {"PATH": "/usr/bin:/bin", "PYTHONPATH": gateway_python_path()}
+    parameters = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcp_servers.gateway", "--stdio"], env=env
+    )
+    with stderr_path.open("w") as errlog:
+        async with (
+            stdio_client(parameters, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+def text_of(result: Any) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
+
+
+def log_events(path: Path) -> list[dict[str, Any]]:
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="gateway-test-") as directory:
+        yield Path(directory)
+
+
+async def test_only_granted_tools_are_visible_and_callable(workdir: Path) -> None:
+    spec = gateway_spec(workdir, kit_config(workdir))
+    stderr_path = workdir / "gateway.stderr"
+    async with gateway(spec, stderr_path) as session:
+        listed = await session.list_tools()
+        names = sorted(tool.name for tool in listed.tools)
+        echo_schema = next(t.input_schema for t in listed.tools if t.name == "kit__echo")
+
+        first = await session.call_tool("kit__echo", {"text": "hello"})
+        denied = await session.call_tool("kit__crash", {})
+        unknown = await session.call_tool("kit__nope", {})
+        invalid = await session.call_tool("kit__echo", {"txt": 1})
+        second = await session.call_tool("kit__echo", {"text": "again"})
+
+    assert names == ["kit__echo", "kit__pid"]  # crash needs kit:write: never offered
+    assert echo_schema["required"] == ["text"]
+    assert not first.is_error
+    assert (
+        json.loads(text_of(first))["meta"].items()
+        >= {
+            "agent_id": "gw-agent",
+            "task_id": "t-gw-1",
+            "idempotency_key": "t-gw-1:tool:1:1",
+        }.items()
+    )
+    assert denied.is_error and text_of(denied) == "Error: Missing grant kit:write"
+    assert unknown.is_error and text_of(unknown) == "Error: Unknown tool 'kit__nope'"
+    assert invalid.is_error and "'text' is a required property" in text_of(invalid)
+    # The refused crash never ran: the server still answers, with the next call's key.
+    assert json.loads(text_of(second))["meta"]["idempotency_key"] == "t-gw-1:tool:5:1"
+
+    denials = [e for e in log_events(stderr_path) if e.get("event") == "grant_denied"]
+    assert [(d["tool"], d["required_grant"]) for d in denials] == [("kit__crash", "kit:write")]
+    activity, _ = read_call_log(spec.call_log)
+    assert [(c.name, c.outcome) for c in activity.calls] == [
+        ("kit__echo", "ok"),
+        ("kit__crash", "missing_grant"),
+        ("kit__nope", "unknown_tool"),
+        ("kit__echo", "invalid_arguments"),
+        ("kit__echo", "ok"),
+    ]
+    assert len(activity.gateway_pids) == 1 and len(activity.server_pids) == 1
+
+
+async def test_task_allowed_tools_narrow_the_grants(workdir: Path) -> None:
+    spec = gateway_spec(workdir, kit_config(workdir), allowed_tools=("kit__pid",))
+    async with gateway(spec, workdir / "gateway.stderr") as session:
+        listed = await session.list_tools()
+        echo = await session.call_tool("kit__echo", {"text": "hello"})
+
+    assert [tool.name for tool in listed.tools] == ["kit__pid"]
+    assert echo.is_error and text_of(echo) == "Error: Unknown tool 'kit__echo'"
+
+
+async def test_hub_server_over_http_with_token_from_the_secrets_file(workdir: Path) -> None:
+    hub_tools = {
+        "search_posts": "hub:read",
+        "get_thread": "hub:read",
+        "create_post": "hub:write",
+        "create_comment": "hub:write",
+    }
+    with (
+        running_devhub(api_key=HUB_KEY) as hub,
+        running_mcp_hub(hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server,
+    ):
+        post = httpx2.post(
+            f"{hub.url}/api/v1/posts",
+            json={"agent_id": "someone", "content": "How do we deploy?", "title": "Deploys"},
+            headers={"Authorization": f"Bearer {HUB_KEY}"},
+            trust_env=False,
+        ).json()
+        config = workdir / "mcp.yaml"
+        config.write_text(
+            yaml.safe_dump({"servers": {"hub": {"url": server.url, "tools": hub_tools}}})
+        )
+        secrets = workdir / "secrets.json"
+        write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN})
+
+        reader = gateway_spec(workdir, config, grants=("hub:read",), secrets_file=secrets)
+        async with gateway(reader, workdir / "reader.stderr") as session:
+            read_only = sorted(tool.name for tool in (await session.list_tools()).tools)
+            refused = await session.call_tool(
+                "hub__create_comment", {"post_id": post["id"], "content": "no"}
+            )
+            found = await session.call_tool("hub__search_posts", {"query": "deploy"})
+
+        writer = gateway_spec(
+            workdir,
+            config,
+            grants=("hub:*",),
+            secrets_file=secrets,
+            call_log=workdir / "writer-calls.jsonl",
+        )
+        async with gateway(writer, workdir / "writer.stderr") as session:
+            created = await session.call_tool(
+                "hub__create_comment", {"post_id": post["id"], "content": "Use the pipeline."}
+            )
+        state = hub.state()
+
+    assert read_only == ["hub__get_thread", "hub__search_posts"]
+    assert refused.is_error and text_of(refused) == "Error: Missing grant hub:write"
+    assert not found.is_error and post["id"] in text_of(found)
+    assert not created.is_error and text_of(created).startswith("Created comment ")
+    [comment] = state["comments"]
+    # Who wrote it came from the gateway's _meta, not from the model's arguments.
+    assert comment["post_id"] == post["id"]
+    assert comment["author"]["id"] == "gw-agent"
+    stderr_text = (workdir / "writer.stderr").read_text() + (workdir / "reader.stderr").read_text()
+    assert MCP_TOKEN not in stderr_text
+
+
+# --- executors driving the real gateway through fake CLIs ------------------------------------
+
+
+def not_for_clis() -> Any:
+    raise AssertionError("a CLI executor uses neither the worker's toolbox nor its model")
+
+
+def make_request(
+    agent_type: str, *, strict_grants: bool, events: list[LoopEvent], spawned: list[int]
+) -> ExecutionRequest:
+    config = AgentConfig.model_validate(
+        {
+            "name": "cli-agent",
+            "type": agent_type,
+            "brain": {"provider": "anthropic", "model": "claude-sonnet-4-5"},
+            "capabilities": {"grants": ["kit:read"]},
+        }
+    )
+    return ExecutionRequest(
+        task=Task.model_validate(
+            {
+                "task_id": "t-cli-2",
+                "type": "notification",
+                "agent_id": "cli-agent",
+                "post_id": "p-1",
+            }
+        ),
+        agent=AgentDefinition(config=config, system_prompt="system"),
+        system="system",
+        messages=[Message(role="user", content="Say hello with the echo tool.")],
+        settings=LoopSettings(
+            limits=RunLimits(max_iterations=5, max_duration_s=120), strict_grants=strict_grants
+        ),
+        open_toolbox=not_for_clis,
+        make_model=not_for_clis,
+        observers=[events.append],
+        on_spawn=spawned.append,
+    )
+
+
+def assert_gone(pid: int) -> None:
+    for _ in range(200):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} is still running")
+
+
+@pytest.mark.parametrize(
+    ("agent_type", "binary"),
+    [("claude-code", "claude"), ("opencode", "opencode"), ("goose", "goose")],
+)
+async def test_cli_tool_calls_go_through_the_gateway_into_the_report(
+    agent_type: str, binary: str, workdir: Path
+) -> None:
+    bin_dir = workdir / "bin"
+    bin_dir.mkdir()
+    calls = [
+        {"name": "kit__echo", "arguments": {"text": "hi"}},
+        {"name": "kit__crash", "arguments": {}},
+    ]
+    fake = install_fake_cli(binary, bin_dir, {"tool_calls": calls})
+    settings = Settings(
+        anthropic_api_key="sk-ant-gateway-test-0123456789",  # type: ignore[arg-type]
+        mcp_config=kit_config(workdir),
+    )
+    executor_class = EXECUTORS[agent_type]
+    assert issubclass(executor_class, CliExecutor)
+    events: list[LoopEvent] = []
+    spawned: list[int] = []
+    result = await executor_class(settings, executable=str(fake)).run(
+        make_request(agent_type, strict_grants=False, events=events, spawned=spawned)
+    )
+    record = read_record(fake)
+
+    assert result.outcome is Outcome.COMPLETED, result.error
+    assert record["gateway_tools"] == ["kit__echo", "kit__pid"]
+    assert [(r["name"], r["is_error"]) for r in record["tool_results"]] == [
+        ("kit__echo", False),
+        ("kit__crash", True),
+    ]
+    calls_made = [call for step in result.steps for call in step.tool_calls]
+    assert [(c.name, c.outcome, c.server) for c in calls_made] == [
+        ("kit__echo", "ok", "kit"),
+        ("kit__crash", "missing_grant", ""),
+    ]
+    assert result.state.tool_calls == 2
+    meta = json.loads(calls_made[0].content)["meta"]
+    assert (meta["agent_id"], meta["task_id"], meta["idempotency_key"]) == (
+        "cli-agent",
+        "t-cli-2",
+        "t-cli-2:tool:1:1",
+    )
+    assert [e.tool for e in events if isinstance(e, GrantDenied)] == ["kit__crash"]
+    assert [e.outcome for e in events if isinstance(e, ToolCalled)] == ["ok", "missing_grant"]
+    # The CLI, the gateway and its server were all reported, and none is left running.
+    assert len(spawned) == 3
+    for pid in spawned:
+        assert_gone(pid)
+
+
+async def test_strict_grants_end_the_task_as_an_autonomy_violation(workdir: Path) -> None:
+    bin_dir = workdir / "bin"
+    bin_dir.mkdir()
+    calls = [
+        {"name": "kit__crash", "arguments": {}},
+        {"name": "kit__echo", "arguments": {"text": "x"}},
+    ]
+    fake = install_fake_cli("claude", bin_dir, {"tool_calls": calls})
+    settings = Settings(
+        anthropic_api_key="sk-ant-gateway-test-0123456789",  # type: ignore[arg-type]
+        mcp_config=kit_config(workdir),
+    )
+    events: list[LoopEvent] = []
+    result = await ClaudeCodeExecutor(settings, executable=str(fake)).run(
+        make_request("claude-code", strict_grants=True, events=events, spawned=[])
+    )
+
+    assert result.outcome is Outcome.AUTONOMY_VIOLATION
+    assert isinstance(result.error, AutonomyViolation)
+    assert "'kit__crash' without its grant" in str(result.error)
+    assert result.output == ""

@@ -1,0 +1,475 @@
+"""The CLI executors' shared run: scratch workspace, gateway, process, deadline, parse.
+
+run(request):  check the agent → find the binary → the provider credential →
+               scratch workspace + private dir → gateway spec (granted tools only) →
+               the CLI's command line (subclass) → run it in its own process group
+               until it exits, the deadline, a cancel or a strict-grants violation →
+               read the gateway's call log → parse the CLI's output (subclass) →
+               the same RunResult as the native loop
+
+A subclass names its binary and overrides ``invocation`` (command line, environment,
+stdin) and ``parse`` (stdout into a CliTranscript); everything else is here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from worker.agents import AgentDefinition
+from worker.exceptions import (
+    AutonomyViolation,
+    ConfigurationError,
+    ExecutorError,
+    ModelAuthError,
+    ModelRequestError,
+    ModelUnavailable,
+    TaskFailed,
+    WorkerError,
+)
+from worker.executors._base import ExecutionRequest, Executor
+from worker.executors._gateway_link import (
+    MCP_AUTH_TOKEN,
+    GatewayActivity,
+    GatewaySpec,
+    gateway_command,
+    gateway_python_path,
+    merge,
+    read_call_log,
+    referenced_variables,
+    write_secrets_file,
+)
+from worker.executors._process import (
+    DEADLINE,
+    ProcessOutcome,
+    kill_gateway,
+    kill_process_groups,
+    run_cli_process,
+)
+from worker.executors._provider import ProviderAccess, minimal_environment, provider_access
+from worker.executors._transcript import CliTranscript, RunContext, run_result
+from worker.logs import log_event
+from worker.loop import EventBus, RunResult
+from worker.models import Message
+from worker.redaction import Redactor
+from worker.settings import Settings
+from worker.task import Outcome
+from worker.tools._grants import load_grant_policy
+
+CANCELLED = "cancelled"
+VIOLATION = "autonomy_violation"
+CANCELLED_TEXT = "The task was cancelled."
+_STDERR_TAIL_CHARS = 600
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayLaunch:
+    """How the CLI starts ``mcp_servers.gateway``: its command and its environment block."""
+
+    command: list[str]
+    env: dict[str, str]
+
+    @property
+    def executable(self) -> str:
+        return self.command[0]
+
+    @property
+    def args(self) -> list[str]:
+        return self.command[1:]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CliJob:
+    """What one CLI command line is built from."""
+
+    request: ExecutionRequest
+    access: ProviderAccess
+    executable: str
+    # The CLI's working directory and HOME; removed after the run.
+    workspace: Path
+    # Files for the executor and the gateway only (prompt, settings, call log); removed after.
+    private: Path
+    prompt: str
+    system: str
+    max_turns: int
+    max_cost_usd: float | None
+    # None: the agent has no tools in this task (no MCP_CONFIG, or no grant).
+    gateway: GatewayLaunch | None
+
+    @property
+    def agent(self) -> AgentDefinition:
+        return self.request.agent
+
+
+@dataclass(slots=True, kw_only=True)
+class CliInvocation:
+    argv: list[str]
+    # Added to the minimal environment (PATH, LANG, HOME): the credential and CLI switches.
+    env: dict[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None
+
+
+class CliExecutor(Executor):
+    """Runs a coding-agent CLI non-interactively for the whole task: its loop is the iteration.
+
+    Use a subclass (``executor_for("claude-code")``); ``settings`` and ``executable``
+    default to the worker's settings and the binary found on PATH.
+    """
+
+    binary: ClassVar[str] = ""
+    # What `agent-worker executors` says about tools for this CLI.
+    tool_support: ClassVar[str] = "MCP tools through mcp_servers.gateway (granted tools only)"
+    speaks_mcp: ClassVar[bool] = True
+
+    def __init__(self, settings: Settings | None = None, *, executable: str | None = None) -> None:
+        self._settings = settings
+        self._executable = executable
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            from worker.settings import settings as worker_settings
+
+            self._settings = worker_settings()
+        return self._settings
+
+    def executable_path(self) -> str | None:
+        """The CLI binary this executor would run, or None when it is not installed."""
+        return shutil.which(self._executable or self.binary)
+
+    # --- what a subclass provides ------------------------------------------------------------
+
+    def check_agent(self, agent: AgentDefinition) -> None:
+        """Raise AgentConfigError for a definition this CLI cannot honour."""
+
+    def invocation(self, job: CliJob) -> CliInvocation:
+        raise NotImplementedError
+
+    def parse(self, job: CliJob, output: ProcessOutcome) -> CliTranscript:
+        """The transcript in the CLI's stdout; ExecutorError when it is not there."""
+        raise NotImplementedError
+
+    # --- the run -------------------------------------------------------------------------------
+
+    async def run(self, request: ExecutionRequest) -> RunResult:
+        started = time.monotonic()
+        context = RunContext(
+            executor=self.name,
+            task_id=request.task.task_id,
+            agent_id=request.agent.config.name,
+            provider=request.agent.config.brain.provider,
+            model=request.agent.config.brain.model,
+            messages=request.messages,
+            events=EventBus(request.observers),
+        )
+        activity = GatewayActivity()
+        try:
+            transcript = await self._run(request, started, activity)
+        except (ConfigurationError, TaskFailed) as exc:
+            transcript = failed(exc)
+        result = run_result(context, transcript, activity, duration_s=time.monotonic() - started)
+        log_event(
+            "cli_run",
+            "info" if result.error is None else "warning",
+            task=context.task_id,
+            agent=context.agent_id,
+            executor=self.name,
+            outcome=result.outcome.value,
+            turns=result.state.iterations,
+            tool_calls=result.state.tool_calls,
+            tokens_input=result.state.usage.input_tokens,
+            tokens_output=result.state.usage.output_tokens,
+            cost_usd=result.state.usage.cost_usd,
+            duration_ms=round(result.duration_s * 1000, 1),
+            error=str(result.error) if result.error is not None else None,
+        )
+        return result
+
+    async def _run(
+        self, request: ExecutionRequest, started: float, activity: GatewayActivity
+    ) -> CliTranscript:
+        limits = request.settings.limits
+        self.check_agent(request.agent)
+        executable = self._require_executable()
+        access = provider_access(request.agent, self.settings)
+        if request.resume:
+            log_event(
+                "cli_restarted",
+                "warning",
+                task=request.task.task_id,
+                executor=self.name,
+                detail="a CLI cannot resume a checkpoint: the task runs again from the start",
+            )
+        with (
+            tempfile.TemporaryDirectory(
+                prefix=f"agent-{self.name}-", ignore_cleanup_errors=True
+            ) as workspace,
+            tempfile.TemporaryDirectory(
+                prefix=f"agent-{self.name}-private-", ignore_cleanup_errors=True
+            ) as private,
+        ):
+            spec = self._gateway_spec(request, Path(private), time.time() + limits.max_duration_s)
+            job = CliJob(
+                request=request,
+                access=access,
+                executable=executable,
+                workspace=Path(workspace),
+                private=Path(private),
+                prompt=render_prompt(request.messages),
+                system=request.system,
+                max_turns=limits.max_iterations,
+                max_cost_usd=limits.max_cost_usd,
+                gateway=self._launch(spec, Path(workspace)) if spec is not None else None,
+            )
+            invocation = self.invocation(job)
+            watcher = _Watcher(request, spec.call_log if spec is not None else None, activity)
+            try:
+                outcome = await run_cli_process(
+                    invocation.argv,
+                    env=minimal_environment(workspace) | invocation.env,
+                    cwd=Path(workspace),
+                    stdin_data=invocation.stdin,
+                    timeout_s=max(0.0, started + limits.max_duration_s - time.monotonic()),
+                    on_spawn=request.on_spawn,
+                    should_stop=watcher.check,
+                )
+            except OSError as exc:
+                raise ExecutorError(f"{self.name}: cannot start {executable}: {exc}") from exc
+            finally:
+                watcher.finish()
+            redactor = Redactor([access.api_key, *self._secrets(spec).values()])
+            return self._transcript(job, outcome, activity, redactor)
+
+    def _transcript(
+        self, job: CliJob, outcome: ProcessOutcome, activity: GatewayActivity, redact: Redactor
+    ) -> CliTranscript:
+        limits = job.request.settings.limits
+        if activity.violation is not None:
+            return self._partial(job, outcome).fail(AutonomyViolation(activity.violation))
+        if outcome.stopped == DEADLINE:
+            stopped = self._partial(job, outcome)
+            stopped.outcome = Outcome.DEADLINE
+            stopped.detail = (
+                f"max_duration_s reached: {self.name} was stopped after {limits.max_duration_s:g} s"
+            )
+            return stopped
+        if outcome.stopped == CANCELLED:
+            stopped = self._partial(job, outcome)
+            stopped.outcome = Outcome.CANCELLED
+            stopped.output = stopped.output or CANCELLED_TEXT
+            stopped.detail = "cancelled by an operator"
+            return stopped
+        if outcome.stdout_truncated:
+            return failed(ExecutorError(f"{self.name} wrote more output than the worker keeps"))
+        try:
+            transcript = self.parse(job, outcome)
+        except ExecutorError as exc:
+            if outcome.exit_code == 0:
+                return failed(ExecutorError(redact(exc.message)))
+            transcript = CliTranscript(output="")  # the exit status says more, below
+        # A limit (max turns, budget) may exit non-zero too: only an "answer" must exit 0.
+        if (
+            outcome.exit_code != 0
+            and transcript.error is None
+            and transcript.outcome is Outcome.COMPLETED
+        ):
+            transcript.fail(
+                ExecutorError(
+                    f"{self.name} exited with status {outcome.exit_code}: "
+                    f"{stderr_tail(outcome.stderr, redact)}"
+                )
+            )
+        return transcript
+
+    def _partial(self, job: CliJob, outcome: ProcessOutcome) -> CliTranscript:
+        """What a CLI stopped midway had already reported (OpenCode's events, say): turns,
+        usage, its last text. A CLI that reports only at the end has nothing: unknown usage."""
+        try:
+            partial = self.parse(job, outcome)
+        except ExecutorError:
+            return CliTranscript(output="")
+        partial.error = None
+        return partial
+
+    def _require_executable(self) -> str:
+        path = self.executable_path()
+        if path is None:
+            raise ExecutorError(
+                f"{self.name}: the `{self._executable or self.binary}` executable is not "
+                "installed on this worker (see `agent-worker executors`)"
+            )
+        return path
+
+    # --- the gateway -------------------------------------------------------------------------
+
+    def _gateway_spec(
+        self, request: ExecutionRequest, private: Path, deadline_epoch_s: float
+    ) -> GatewaySpec | None:
+        settings = self.settings
+        if not self.speaks_mcp or settings.mcp_config is None:
+            return None
+        config = request.agent.config
+        grants = load_grant_policy(settings.grant_policy).effective_grants(
+            config.name, config.capabilities.grants
+        )
+        if not grants.allowed:
+            return None  # no tool can be granted: no gateway, no tools
+        mcp_config = settings.mcp_config.resolve()
+        secrets = self._secrets_for(mcp_config)
+        secrets_file = None
+        if secrets:
+            secrets_file = private / "gateway-secrets.json"
+            write_secrets_file(secrets_file, secrets)
+        allowed_tools = request.task.constraints.allowed_tools
+        return GatewaySpec(
+            agent_id=config.name,
+            task_id=request.task.task_id,
+            mcp_config=mcp_config,
+            call_log=private / "gateway-calls.jsonl",
+            grants=tuple(sorted(grants.allowed)),
+            denied_grants=tuple(sorted(grants.denied)),
+            allowed_tools=tuple(allowed_tools) if allowed_tools is not None else None,
+            servers=tuple(config.capabilities.mcp_servers) or None,
+            strict_grants=request.settings.strict_grants,
+            deadline_epoch_s=deadline_epoch_s,
+            tool_timeout_s=request.settings.tool_timeout_cap_s,
+            max_output_chars=request.settings.tool_output_max_chars,
+            secrets_file=secrets_file,
+            workdir=Path.cwd(),
+        )
+
+    def _secrets_for(self, mcp_config: Path) -> dict[str, str]:
+        """MCP_AUTH_TOKEN and the tool credentials MCP_CONFIG references, from the worker."""
+        secrets = {
+            name: os.environ[name]
+            for name in referenced_variables(mcp_config)
+            if name in os.environ
+        }
+        token = self.settings.mcp_auth_token
+        if token is not None and token.get_secret_value():
+            secrets[MCP_AUTH_TOKEN] = token.get_secret_value()
+        return secrets
+
+    def _secrets(self, spec: GatewaySpec | None) -> dict[str, str]:
+        if spec is None or spec.secrets_file is None:
+            return {}
+        return self._secrets_for(spec.mcp_config)
+
+    @staticmethod
+    def _launch(spec: GatewaySpec, workspace: Path) -> GatewayLaunch:
+        env = spec.environment() | {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "HOME": str(workspace),
+            "PYTHONPATH": gateway_python_path(),
+        }
+        return GatewayLaunch(command=gateway_command(), env=env)
+
+
+class _Watcher:
+    """Polled while the CLI runs: the gateway's call log (pids, violations) and cancel."""
+
+    def __init__(
+        self, request: ExecutionRequest, call_log: Path | None, activity: GatewayActivity
+    ) -> None:
+        self._request = request
+        self._call_log = call_log
+        self._offset = 0
+        self.activity = activity
+
+    async def check(self) -> str | None:
+        self._read_call_log()
+        if self.activity.violation is not None:
+            return VIOLATION
+        control = self._request.control
+        if control is None:
+            return None
+        polled = await control.poll()
+        if polled.steering:
+            log_event(
+                "steer_ignored",
+                "warning",
+                task=self._request.task.task_id,
+                messages=len(polled.steering),
+                detail="a CLI executor cannot take new messages while it runs",
+            )
+        return CANCELLED if polled.cancelled else None
+
+    def finish(self) -> None:
+        """Last read of the call log; then stop whatever the gateway left running."""
+        self._read_call_log()
+        kill_process_groups(self.activity.server_pids)
+        for pid in self.activity.gateway_pids:
+            kill_gateway(pid)
+
+    def _read_call_log(self) -> None:
+        if self._call_log is None:
+            return
+        more, self._offset = read_call_log(self._call_log, offset=self._offset)
+        on_spawn = self._request.on_spawn
+        if on_spawn is not None:
+            # Registered at once: after a hard crash the worker parent kills them.
+            for pid in [*more.gateway_pids, *more.server_pids]:
+                on_spawn(pid)
+        merge(self.activity, more)
+
+
+def failed(error: WorkerError) -> CliTranscript:
+    """The transcript of a run that failed before or instead of an answer."""
+    return CliTranscript(output="").fail(error)
+
+
+def render_prompt(messages: Sequence[Message]) -> str:
+    """The task's conversation as one prompt. The first user message already wraps the
+    thread as untrusted content; later messages (steering) follow under their role."""
+    if len(messages) == 1 and messages[0].role == "user":
+        return messages[0].content
+    sections = []
+    for message in messages:
+        if message.role == "tool":
+            continue
+        sections.append(f"[{message.role}]\n{message.content}")
+    return "\n\n".join(sections)
+
+
+def stderr_tail(stderr: bytes, redact: Redactor) -> str:
+    """The end of what the CLI wrote on stderr, one line, secrets masked."""
+    text = _ANSI_ESCAPE.sub("", stderr.decode("utf-8", "replace"))
+    text = " ".join(text.split())
+    if not text:
+        return "(nothing on stderr)"
+    if len(text) > _STDERR_TAIL_CHARS:
+        text = "…" + text[-_STDERR_TAIL_CHARS:]
+    return redact(text)
+
+
+def model_error(
+    status: int | None, message: str, *, executor: str, access: ProviderAccess
+) -> WorkerError:
+    """The error for a provider failure a CLI reported with its HTTP status.
+
+    Same classes as the native models, so the worker reacts the same way: 401/403 fail
+    the task (model_error), 429/5xx put it back in the queue (requeued).
+    """
+    where = f"{executor}: {access.provider} model {access.model!r}"
+    text = f"{where} failed: {message}" if message else f"{where} failed"
+    if status is None:
+        return ExecutorError(text)
+    if status in (401, 403):
+        return ModelAuthError(
+            f"{text} (HTTP {status})", provider=access.provider, model=access.model
+        )
+    if status in (408, 409, 429) or status >= 500:
+        return ModelUnavailable(
+            f"{text} (HTTP {status})", provider=access.provider, model=access.model
+        )
+    return ModelRequestError(
+        f"{text} (HTTP {status})", provider=access.provider, model=access.model
+    )

@@ -1,0 +1,126 @@
+"""``agent-worker executors``: which agent types this worker can run, and with what tools.
+
+Use it before giving an agent a CLI ``type``: it says whether the CLI is installed
+here, which version answers ``--version``, and whether its agents get tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from worker.executors import EXECUTORS, CliExecutor
+
+VERSION_TIMEOUT_S = 10.0
+NATIVE_TOOLS = "MCP tools through the worker's grant-checked toolbox"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorInfo:
+    type: str
+    binary: str | None
+    path: str | None
+    installed: bool
+    version: str | None
+    supports_tools: bool
+    tools: str
+
+
+def describe_executors() -> list[ExecutorInfo]:
+    """One entry per agent type, in registry order; runs each installed CLI's --version."""
+    infos = []
+    with tempfile.TemporaryDirectory(prefix="agent-worker-executors-") as home:
+        for agent_type, executor_class in EXECUTORS.items():
+            if not issubclass(executor_class, CliExecutor):
+                infos.append(
+                    ExecutorInfo(
+                        type=agent_type,
+                        binary=None,
+                        path=None,
+                        installed=True,
+                        version="built in",
+                        supports_tools=True,
+                        tools=NATIVE_TOOLS,
+                    )
+                )
+                continue
+            path = executor_class().executable_path()
+            infos.append(
+                ExecutorInfo(
+                    type=agent_type,
+                    binary=executor_class.binary,
+                    path=path,
+                    installed=path is not None,
+                    version=_version(path, home) if path is not None else None,
+                    supports_tools=executor_class.speaks_mcp,
+                    tools=executor_class.tool_support,
+                )
+            )
+    return infos
+
+
+def _version(path: str, home: str) -> str:
+    # A HOME of its own: some CLIs create their state directories on any start.
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": home, "LANG": "C.UTF-8"}
+    try:
+        completed = subprocess.run(
+            [path, "--version"],
+            capture_output=True,
+            timeout=VERSION_TIMEOUT_S,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"unknown (--version did not answer within {VERSION_TIMEOUT_S:g} s)"
+    except OSError as exc:
+        return f"unknown (cannot run: {exc.strerror})"
+    text = completed.stdout.decode("utf-8", "replace") or completed.stderr.decode(
+        "utf-8", "replace"
+    )
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if completed.returncode != 0 or not lines:
+        return f"unknown (--version exited with status {completed.returncode})"
+    return lines[0][:80]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """List the executors as a table, or as JSON with ``--json``; always exits 0."""
+    parser = argparse.ArgumentParser(
+        prog="agent-worker executors",
+        description="List the agent types (executors) this worker can run: each CLI's "
+        "binary, whether it is installed here, its version, and whether its agents get tools.",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON array instead")
+    options = parser.parse_args(argv)
+    infos = describe_executors()
+    if options.json:
+        print(json.dumps([asdict(info) for info in infos], indent=2))
+        return 0
+    rows = [("TYPE", "BINARY", "INSTALLED", "VERSION", "TOOLS")]
+    for info in infos:
+        installed = "yes" if info.installed else "no"
+        rows.append(
+            (
+                info.type,
+                info.binary or "-",
+                installed if info.binary is None or info.installed else "not installed",
+                info.version or "-",
+                info.tools,
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
+        print("  ".join([*cells, row[4]]).rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The one LLM credential and endpoint a CLI gets, and the minimal environment around it.
+
+Same rules as the native models (``worker._runtime.make_model``): ``brain.api_key_env``
+names the agent's own key variable; a definition that picks its own ``api_base``
+must also name its key, so the worker's key never goes to an endpoint a definition
+chose; otherwise the worker's ``ANTHROPIC_*`` / ``OPENAI_*`` settings apply.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from worker.agents import AgentDefinition
+from worker.exceptions import AgentConfigError, ConfigurationError
+from worker.settings import Settings
+
+# The whole environment of a CLI, besides its credential and its own switches.
+_PASSED_THROUGH = ("PATH", "LANG")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderAccess:
+    """``base_url`` follows the official SDKs: Anthropic without ``/v1``, OpenAI with it."""
+
+    provider: str
+    model: str
+    api_key: str
+    base_url: str | None
+
+    def __repr__(self) -> str:
+        return f"ProviderAccess(provider={self.provider!r}, model={self.model!r}, api_key=***)"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return (self.base_url or "https://api.anthropic.com").rstrip("/")
+
+    @property
+    def openai_base_url(self) -> str:
+        return (self.base_url or "https://api.openai.com/v1").rstrip("/")
+
+
+def provider_access(agent: AgentDefinition, settings: Settings) -> ProviderAccess:
+    brain = agent.config.brain
+    where = f"agents/{agent.config.name}/config.yaml"
+    provider = brain.provider
+    if brain.api_key_env:
+        api_key = os.environ.get(brain.api_key_env, "")
+        if not api_key:
+            raise ConfigurationError(
+                f"{brain.api_key_env} is not set ({where}: brain.api_key_env names it)"
+            )
+    elif brain.api_base:
+        raise AgentConfigError(f"{where}: brain.api_base needs brain.api_key_env")
+    else:
+        secret = settings.anthropic_api_key if provider == "anthropic" else settings.openai_api_key
+        api_key = secret.get_secret_value() if secret is not None else ""
+        if not api_key:
+            variable = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
+            raise ConfigurationError(
+                f"{variable} is not set; {provider} model {brain.model!r} needs it"
+            )
+    default_base = (
+        settings.anthropic_base_url if provider == "anthropic" else settings.openai_base_url
+    )
+    return ProviderAccess(
+        provider=provider,
+        model=brain.model,
+        api_key=api_key,
+        base_url=brain.api_base or default_base,
+    )
+
+
+def minimal_environment(home: str) -> dict[str, str]:
+    """PATH, locale and a HOME of the task's own: nothing of the worker's secrets or config."""
+    env = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
+    env.setdefault("PATH", os.defpath)
+    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = home
+    return env
