@@ -5,6 +5,7 @@ Per job, the parent process:
 
     check the raw job against the allow-list   (refuse or fail it, never import it)
     make sure rq's timeout covers the deadline (rq's kill is only a backstop)
+    give an agent task its crash re-runs       (rq retries a killed or abandoned job)
     fork and monitor the job process           (rq)
     apply the job's metrics                    (the job process never touches them)
     kill process groups the job left behind
@@ -26,7 +27,7 @@ from typing import Any, ClassVar, TypeVar
 
 from prometheus_client import write_to_textfile
 from redis import ConnectionPool, Redis
-from redis.backoff import NoBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -58,6 +59,7 @@ from worker.enqueue import (
     job_timeout_s,
 )
 from worker.exceptions import InvalidTask, WorkerError
+from worker.leases import release_lease_of
 from worker.logs import log_event, set_level, set_redactor
 from worker.metrics import (
     apply_job_metrics,
@@ -76,6 +78,17 @@ __all__ = ["AgentWorker", "register_child_process"]
 _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 HEALTH_CHECK_TIMEOUT_S = 2.0
 
+
+def patient_redis_retry() -> Retry:
+    """How long every process of a worker waits for Redis before a command fails: ~33 s.
+
+    A restarting Redis (loading its append-only file, a failover) is gone for
+    seconds, longer than redis-py's default retry (~3 s). A job process that met
+    it mid-task would end its task with an error; waiting, it resumes where it was.
+    """
+    return Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=19)
+
+
 T = TypeVar("T")
 
 
@@ -93,6 +106,12 @@ class AgentWorker(Worker):
     never_retried_outcomes: ClassVar[frozenset[str]] = frozenset(
         {Outcome.INVALID_TASK, Outcome.AUTONOMY_VIOLATION, Outcome.MODEL_ERROR}
     )
+    # How often rq may run an agent task again after its job process died mid-task (killed,
+    # OOM, orphaned by a dead worker, cold shutdown). Without retries rq moves such a job
+    # to the failed registry; with them it re-enqueues it, and the re-run resumes from the
+    # task's checkpoint. A task that ends with an outcome is never retried (run_task sets
+    # retries_left to 0 before failing).
+    crash_reruns: ClassVar[int] = 3
 
     def __init__(self, queues: Any, *args: Any, **kwargs: Any) -> None:
         # No side effects here: `rq info` and Worker.all() instantiate this class (trap 1).
@@ -140,6 +159,8 @@ class AgentWorker(Worker):
         log_format: str = DEFAULT_LOGGING_FORMAT,
     ) -> None:
         settings = settings_or_exit()
+        # Before rq forks anything: job processes and rq's scheduler inherit the retry.
+        self.connection.set_retry(patient_redis_retry())
         set_level(settings.log_level)
         set_redactor(process_redactor(settings.secret_values()))
         send_rq_logs_to_events()
@@ -239,12 +260,17 @@ class AgentWorker(Worker):
             self._fail_without_running(job, queue, check)
             return
         self._cover_deadline(job, check)
+        self._allow_crash_reruns(job, check)
         try:
             super().execute_job(job, queue)
         except _REDIS_DOWN as exc:
             # Only rq's bookkeeping around the job process can raise here; the job
             # stays in the started registry and rq's maintenance settles it.
             log_event("job_bookkeeping_failed", level="error", job_id=job.id, error=str(exc))
+        except SystemExit:
+            # rq's cold shutdown (a second SIGTERM/SIGINT) killed the job process.
+            self._hand_back_after_cold_shutdown(job, queue)
+            raise
         finally:
             self._final_job_ids.discard(job.id)
         self._after_job(job, check)
@@ -262,6 +288,66 @@ class AgentWorker(Worker):
             self._until_redis_answers(
                 "set_job_timeout", lambda: self.connection.hset(job.key, "timeout", needed)
             )
+
+    def _allow_crash_reruns(self, job: Job, check: JobCheck) -> None:
+        """Give a valid agent task ``crash_reruns`` retries unless its producer chose its own."""
+        if (
+            check.function != JOB_FUNCTION
+            or check.task is None
+            or job.id in self._final_job_ids  # an invalid task fails the same way every time
+            or job.retries_left is not None
+        ):
+            return
+        job.retries_left = self.crash_reruns
+        self._until_redis_answers(
+            "set_job_retries",
+            lambda: self.connection.hset(job.key, "retries_left", self.crash_reruns),
+        )
+
+    def handle_work_horse_killed(
+        self, job: Job, retpid: int | None, ret_val: int | None, rusage: Any
+    ) -> None:
+        # Called by rq before it fails (or retries) the job of a job process that died.
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)  # type: ignore[no-untyped-call]
+        if ret_val is not None and not os.WIFSIGNALED(ret_val):
+            # It exited on its own, its failure handling broken by the job itself (a job
+            # hash rq cannot save, say): a crash re-run would fail the same way.
+            self._final_job_ids.add(job.id)
+        if retpid:
+            self._release_dead_job_lease(job.id, retpid)
+
+    def _release_dead_job_lease(self, job_id: str, pid: int) -> None:
+        """The dead job process cannot release its task lease: do it, so the re-run can start."""
+        if self._until_redis_answers(
+            "release_lease", lambda: release_lease_of(self.connection, job_id, pid)
+        ):
+            log_event("dead_job_lease_released", level="warning", task_id=job_id, pid=pid)
+
+    def _hand_back_after_cold_shutdown(self, job: Job, queue: Queue) -> None:
+        """Put a task killed by a cold shutdown back now (a retry, resuming from its checkpoint).
+
+        rq leaves such a job in the started registry, and only maintenance run after
+        its heartbeat expired (a minute or more) would retry it.
+        """
+        execution = next((e for e in self.executions.values() if e.job_id == job.id), None)
+        try:
+            if self.horse_pid:
+                release_lease_of(self.connection, job.id, self.horse_pid)
+            if job.get_status(refresh=True) is not JobStatus.STARTED:
+                return  # it ended just before the job process was killed
+            self.handle_job_failure(
+                job,
+                queue,
+                exc_string="job process killed by a cold shutdown of the worker",
+                execution=execution,
+            )
+        except RedisError as exc:
+            # Shutting down: rq's abandoned-job cleanup will retry it instead.
+            log_event(
+                "cold_shutdown_hand_back_failed", level="error", job_id=job.id, error=str(exc)
+            )
+            return
+        log_event("task_handed_back", level="warning", task_id=job.id, reason="cold shutdown")
 
     def _after_job(self, job: Job, check: JobCheck) -> None:
         self._until_redis_answers(

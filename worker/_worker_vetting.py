@@ -32,13 +32,23 @@ class JobCheck:
     reason: str = ""
     # The first positional argument when it is an object: the task of worker.jobs.run_task.
     task: dict[str, Any] | None = None
+    # The allowed function the job calls (set for runnable jobs only).
+    function: str | None = None
 
 
 def check_job(connection: Redis, job_key: str, allowed_functions: frozenset[str]) -> JobCheck:
     """Decide from the raw hash whether this worker may run the job."""
-    raw_data, *callbacks = connection.hmget(job_key, ["data", *_CALLBACK_FIELDS])
+    raw_data, raw_meta, *callbacks = connection.hmget(job_key, ["data", "meta", *_CALLBACK_FIELDS])
     if raw_data is None:
         return JobCheck(verdict=Verdict.VANISHED, reason="the job hash has no data")
+    if not _meta_decodes(raw_meta):
+        # rq would load the job anyway (meta = {"unserialized": ...}), run it, and only
+        # fail when saving the meta, after the task's effects: refuse it up front.
+        return JobCheck(
+            verdict=Verdict.UNDECODABLE,
+            reason="job meta cannot be decoded: it must be a JSON object"
+            " (rq.serializers.JSONSerializer)",
+        )
     call = _decode_call(raw_data)
     if call is None:
         return JobCheck(
@@ -69,7 +79,7 @@ def check_job(connection: Redis, job_key: str, allowed_functions: frozenset[str]
             reason="job arguments cannot be decoded: args must be a list and kwargs an object",
         )
     task = args[0] if len(args) == 1 and isinstance(args[0], dict) and not kwargs else None
-    return JobCheck(verdict=Verdict.RUNNABLE, task=task)
+    return JobCheck(verdict=Verdict.RUNNABLE, task=task, function=func_name)
 
 
 def _decode_call(raw_data: bytes | str) -> list[Any] | None:
@@ -87,6 +97,15 @@ def _decode_call(raw_data: bytes | str) -> list[Any] | None:
     if isinstance(call, list) and len(call) == 4:
         return call
     return None
+
+
+def _meta_decodes(raw_meta: bytes | str | None) -> bool:
+    if not raw_meta:
+        return True
+    try:
+        return isinstance(json.loads(raw_meta), dict)
+    except ValueError:
+        return False
 
 
 def _text(value: Any) -> str:

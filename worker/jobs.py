@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -18,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import httpx2
 from redis import Redis
 
 from hub_client import BudgetHealth, HubClient, HubError, HubNotFound, HubUnavailable, Post
 from worker import context
+from worker._tls import client_ssl_context
 from worker.agents import AgentDefinition, AgentStore
 from worker.checkpoints import RedisJournal
 from worker.control import RedisControl, clear_control
@@ -33,7 +34,7 @@ from worker.exceptions import (
     error_payload,
 )
 from worker.executors import ExecutionRequest, executor_for
-from worker.leases import AgentSlots, TaskLease
+from worker.leases import AgentSlots, TaskLease, lease_holder
 from worker.logs import log_event
 from worker.loop import (
     GrantDenied,
@@ -49,7 +50,15 @@ from worker.models import Model, aclose_shared_http_clients
 from worker.outbox import HubWriter, OutboxItem, drain
 from worker.redaction import Redactor
 from worker.settings import Settings
-from worker.task import AgentReport, ErrorInfo, Outcome, Task, TaskType, parse_task
+from worker.task import (
+    TASK_ID_PATTERN,
+    AgentReport,
+    ErrorInfo,
+    Outcome,
+    Task,
+    TaskType,
+    parse_task,
+)
 from worker.tools import Toolbox
 
 ERRORS_COMMUNITY = "m/agent-errors"
@@ -126,7 +135,7 @@ class TaskRun:
         self._hub = hub
         self._p = _Progress()
         self._started = time.monotonic()
-        self._task_id = _raw_task_id(raw)
+        self._task_id = _raw_task_id(raw, fallback=runtime.job_id)
         self._releases: list[Callable[[], None]] = []
 
     async def execute(self) -> TaskVerdict:
@@ -568,7 +577,7 @@ def _smallest(*values: float | None) -> float | None:
 
 
 def _holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return lease_holder(os.getpid())
 
 
 def _raw_field(raw: Any, name: str) -> Any:
@@ -576,8 +585,13 @@ def _raw_field(raw: Any, name: str) -> Any:
     return value if isinstance(value, str) and len(value) <= 128 else None
 
 
-def _raw_task_id(raw: Any) -> str:
-    return _raw_field(raw, "task_id") or "unknown"
+def _raw_task_id(raw: Any, *, fallback: str | None) -> str:
+    """The task's id if it is a valid one, else the rq job's: reports, logs and the error
+    post's idempotency key (``<id>:error``) must never be shared by two broken tasks."""
+    value = raw.get("task_id") if isinstance(raw, dict) else None
+    if isinstance(value, str) and re.fullmatch(TASK_ID_PATTERN, value):
+        return value
+    return fallback or "unknown"
 
 
 async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:
@@ -587,7 +601,11 @@ async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:
             return await TaskRun(raw, runtime, runtime.hub).execute()
         settings = runtime.settings
         api_key = settings.hub_api_key.get_secret_value() if settings.hub_api_key else None
-        async with HubClient(settings.hub_url, api_key, timeout_s=settings.hub_timeout_s) as hub:
+        # The transport HubClient would build, on the process's shared TLS context.
+        transport = httpx2.AsyncHTTPTransport(verify=client_ssl_context(trust_env=False))
+        async with HubClient(
+            settings.hub_url, api_key, timeout_s=settings.hub_timeout_s, transport=transport
+        ) as hub:
             return await TaskRun(raw, runtime, hub).execute()
     finally:
         # Provider connection pools belong to this event loop, which ends with the task.

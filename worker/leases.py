@@ -6,6 +6,7 @@ released explicitly when the task ends.
 
 from __future__ import annotations
 
+import socket
 import time
 
 from redis import Redis
@@ -28,6 +29,21 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+def lease_holder(pid: int) -> str:
+    """How a lease names the process holding it: ``host:pid``."""
+    return f"{socket.gethostname()}:{pid}"
+
+
+def release_lease_of(redis: Redis, task_id: str, pid: int) -> bool:
+    """Free the task's lease if process ``pid`` of this host holds it; True if it did.
+
+    For the worker parent once it knows its job process is dead (killed, or taken
+    down by a cold shutdown): the re-run then starts at once instead of waiting
+    for the lease to expire.
+    """
+    return bool(redis.eval(_RELEASE, 1, redis_keys.task_lease(task_id), lease_holder(pid)))
 
 
 class TaskLease:

@@ -16,7 +16,8 @@ from redis import Redis
 from worker import redis_keys
 from worker.exceptions import ModelUnavailable
 from worker.logs import log_event
-from worker.models import Model, ModelRequest, ModelResponse
+from worker.models import FallbackModel, Model, ModelRequest, ModelResponse
+from worker.models._retry import RetryingModel
 
 # Token bucket: refill by elapsed time, take `cost` if there is enough, else say how long to
 # wait. Returns the wait in milliseconds (0 = taken). Also honours a fleet-wide hold.
@@ -91,13 +92,33 @@ class FleetLimiter:
         until = int((time.time() + seconds) * 1000)
         self._redis.set(self._hold_key, until, px=int(seconds * 1000) + 1000)
 
+    def for_model(self, provider: str, model: str) -> FleetLimiter:
+        """The same limits on another model's buckets (a fallback's)."""
+        return FleetLimiter(self._redis, provider, model, self._limits)
+
+    # -- AttemptGate: the retry layer asks before each single request ------------------------
+
+    async def before_attempt(self, request: ModelRequest, timeout_s: float) -> None:
+        await self.acquire(_estimate_tokens(request), deadline=time.monotonic() + timeout_s)
+
+    def on_retry_after(self, seconds: float) -> None:
+        self.hold(seconds)
+        log_event("fleet_hold", "warning", key=self._hold_key, seconds=seconds)
+
 
 class RateLimitedModel:
-    """A model behind the fleet limiter. The provider's own retries stay inside ``inner``."""
+    """A model behind the fleet limiter.
+
+    A provider model (and each model of a fallback chain) gets the limiter as its
+    attempt gate, so every request its retry layer sends takes from the bucket and
+    a provider's ``Retry-After`` holds the fleet at once. Any other model is
+    limited per ``complete`` call.
+    """
 
     def __init__(self, inner: Model, limiter: FleetLimiter) -> None:
         self._inner = inner
         self._limiter = limiter
+        self._gated = _gate_attempts(inner, limiter)
 
     @property
     def provider(self) -> str:
@@ -108,6 +129,8 @@ class RateLimitedModel:
         return self._inner.name
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        if self._gated:
+            return await self._inner.complete(request)
         budget = request.timeout_s if request.timeout_s is not None else 120.0
         deadline = time.monotonic() + budget
         await self._limiter.acquire(_estimate_tokens(request), deadline=deadline)
@@ -126,6 +149,21 @@ class RateLimitedModel:
                     seconds=exc.retry_after_s,
                 )
             raise
+
+
+def _gate_attempts(model: Model, limiter: FleetLimiter) -> bool:
+    """Install the limiter (per model) as the attempt gate of every provider model inside."""
+    if isinstance(model, RetryingModel):
+        model.attempt_gate = limiter
+        return True
+    if isinstance(model, FallbackModel):
+        members = model.models
+        if not all(isinstance(member, RetryingModel) for member in members):
+            return False
+        for member in members:
+            _gate_attempts(member, limiter.for_model(member.provider, member.name))
+        return True
+    return False
 
 
 def _estimate_tokens(request: ModelRequest) -> int:

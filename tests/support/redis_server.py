@@ -25,6 +25,8 @@ class RedisServer:
     port: int
     process: subprocess.Popen[bytes]
     workdir: str
+    # Keep an append-only file in workdir, so data survives start_again() (restart scenarios).
+    appendonly: bool = False
 
     @property
     def url(self) -> str:
@@ -42,19 +44,30 @@ class RedisServer:
     def start_again(self) -> None:
         """Restart on the same port (for Redis-restart scenarios)."""
         self.stop()
-        self.process = _spawn(self.port, self.workdir)
+        self.process = _spawn(self.port, self.workdir, appendonly=self.appendonly)
         _wait_ready(self.port)
 
 
-def _spawn(port: int, workdir: str) -> subprocess.Popen[bytes]:
+def _spawn(port: int, workdir: str, *, appendonly: bool = False) -> subprocess.Popen[bytes]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError(
             "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server)"
         )
     return subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if appendonly else "no",
+            "--dir",
+            workdir,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -74,10 +87,16 @@ def _wait_ready(port: int, timeout_s: float = 10.0) -> None:
 
 
 @contextmanager
-def running_redis() -> Iterator[RedisServer]:
+def running_redis(*, appendonly: bool = False) -> Iterator[RedisServer]:
+    """A redis-server on a free port; ``appendonly`` keeps its data across ``start_again()``."""
     workdir = tempfile.mkdtemp(prefix="test-redis-")
     port = free_port()
-    server = RedisServer(port=port, process=_spawn(port, workdir), workdir=workdir)
+    server = RedisServer(
+        port=port,
+        process=_spawn(port, workdir, appendonly=appendonly),
+        workdir=workdir,
+        appendonly=appendonly,
+    )
     try:
         _wait_ready(port)
         yield server

@@ -567,3 +567,14 @@ async def test_resume_from_journal_does_not_rerun_tools_or_reask_the_model() -> 
     assert resumed_box.calls == []  # double already ran; crash is unknown here → error result
     assert next(m.content for m in tool_messages(result)) == "4"
     assert len(model.requests) == 1 and result.state.llm_calls == 2
+
+
+async def test_a_tool_whose_schema_is_broken_still_runs_unchecked() -> None:
+    def lenient(**kwargs: Any) -> str:
+        return f"ran with {sorted(kwargs)}"
+
+    broken = {"type": "object", "required": "n"}  # "required" must be a list
+    box = LocalToolbox([LocalTool(name="lenient", function=lenient, input_schema=broken)])
+    result, _, _ = await run([Turn(tool_calls=[("lenient", {})]), Turn(text="ok")], toolbox=box)
+    assert tool_messages(result)[0].content == "ran with []"
+    assert result.outcome is Outcome.COMPLETED

@@ -55,7 +55,9 @@ class ToolDispatcher:
         self._strict = strict_grants
         self._max_chars = max_output_chars
         self._can_execute = can_execute_tool
+        # Per tool name: its validator, or None once its schema proved broken.
         self._validators: dict[str, Validator | None] = {}
+        self._sound_schemas: set[str] = set()
 
     async def run(self, step: int, index: int, call: ToolCall, timeout_s: float) -> ToolCallRecord:
         started = time.perf_counter()
@@ -158,27 +160,53 @@ class ToolDispatcher:
         if not isinstance(arguments, dict):
             kind = type(arguments).__name__
             return {}, f"Error: arguments for tool '{call.name}' must be a JSON object, got {kind}"
-        validator = self._validator(resolution.spec)
-        if validator is not None:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-            if error is not None:
-                where = "/".join(str(p) for p in error.absolute_path) or "arguments"
-                return (
-                    {},
-                    f"Error: invalid arguments for tool '{call.name}': {where}: {error.message}",
-                )
+        problem = self._schema_problem(resolution.spec, arguments)
+        if problem is not None:
+            return {}, f"Error: invalid arguments for tool '{call.name}': {problem}"
         return arguments, None
+
+    def _schema_problem(self, spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+        """What is wrong with ``arguments`` for the tool's schema; None when they fit.
+
+        A tool whose schema is itself broken runs unchecked. Checking a schema
+        against its meta-schema costs about a millisecond, so it is done only when
+        it matters: when the arguments fail the schema, or the schema fails to apply.
+        """
+        validator = self._validator(spec)
+        if validator is None:
+            return None
+        try:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        except Exception:
+            if self._schema_is_broken(spec):
+                return None
+            raise
+        if error is None or self._schema_is_broken(spec):
+            return None
+        where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+        return f"{where}: {error.message}"
 
     def _validator(self, spec: ToolSpec) -> Validator | None:
         if spec.name not in self._validators:
-            try:
-                cls = jsonschema.validators.validator_for(spec.input_schema)
-                cls.check_schema(spec.input_schema)
-                self._validators[spec.name] = cls(spec.input_schema)
-            except jsonschema.exceptions.SchemaError:
-                # A server with a broken schema: its tools still run, unchecked.
-                self._validators[spec.name] = None
+            cls = jsonschema.validators.validator_for(spec.input_schema)
+            self._validators[spec.name] = cls(spec.input_schema)
         return self._validators[spec.name]
+
+    def _schema_is_broken(self, spec: ToolSpec) -> bool:
+        """Checks the schema once; a broken one is remembered and never applied again."""
+        if spec.name in self._sound_schemas:
+            return False
+        validator = self._validators.get(spec.name)
+        if validator is None:
+            return True
+        try:
+            validator.check_schema(spec.input_schema)
+        except jsonschema.exceptions.SchemaError:
+            # A server with a broken schema: its tools still run, unchecked.
+            self._validators[spec.name] = None
+            return True
+        self._sound_schemas.add(spec.name)
+        return False
 
     async def _refusal(self, name: str, arguments: dict[str, Any]) -> str | None:
         if self._can_execute is None:

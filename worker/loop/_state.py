@@ -109,10 +109,11 @@ class LoopState:
     usage: Usage = field(default_factory=Usage)
     llm_calls: int = 0
     tool_calls: int = 0
+    # Steps that are not a closing answer; counted as entries apply (checked every step).
+    iterations: int = field(init=False, default=0)
 
-    @property
-    def iterations(self) -> int:
-        return sum(1 for step in self.steps if not step.final)
+    def __post_init__(self) -> None:
+        self.iterations = sum(1 for step in self.steps if not step.final)
 
     def apply(self, entry: JournalEntry) -> None:
         if isinstance(entry, ResponseEntry):
@@ -126,6 +127,8 @@ class LoopState:
         response = entry.response
         self.llm_calls += 1
         self.usage.add(response.usage)
+        if not entry.final:
+            self.iterations += 1
         self.steps.append(
             StepRecord(
                 index=entry.step,

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from worker.models._fallback import FallbackModel
     from worker.models._openai import OpenAIModel
     from worker.models._prices import ModelPrice, PriceTable
-    from worker.models._retry import RetryPolicy
+    from worker.models._retry import AttemptGate, RetryingModel, RetryPolicy
     from worker.models._structured import generate, parse_structured, strict_json_schema
 
 _LAZY = {
@@ -37,7 +37,9 @@ _LAZY = {
     "ModelPrice": "worker.models._prices",
     "OpenAIModel": "worker.models._openai",
     "PriceTable": "worker.models._prices",
+    "AttemptGate": "worker.models._retry",
     "RetryPolicy": "worker.models._retry",
+    "RetryingModel": "worker.models._retry",
     "aclose_shared_http_clients": "worker.models._factory",
     "create_model": "worker.models._factory",
     "generate": "worker.models._structured",
@@ -56,6 +58,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AnthropicModel",
+    "AttemptGate",
     "FallbackModel",
     "Message",
     "Model",
@@ -65,6 +68,7 @@ __all__ = [
     "OpenAIModel",
     "PriceTable",
     "RetryPolicy",
+    "RetryingModel",
     "ScriptedModel",
     "StopReason",
     "ToolCall",

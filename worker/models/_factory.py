@@ -12,6 +12,7 @@ import httpx2
 import openai
 from pydantic import SecretStr
 
+from worker._tls import client_ssl_context
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models._anthropic import AnthropicModel
 from worker.models._fallback import FallbackModel
@@ -107,7 +108,8 @@ def shared_http_client(provider: str, base_url: str | None) -> httpx2.AsyncClien
             if provider == "anthropic"
             else openai.DefaultAsyncHttpxClient
         )
-        client = sdk_default()
+        # The process's shared TLS context: building one per client costs tens of ms.
+        client = sdk_default(verify=client_ssl_context())
         clients[key] = client
     return client
 

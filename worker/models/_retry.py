@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 import anyio
 
@@ -207,14 +207,30 @@ def error_detail(body: object, fallback: str, *, secret: str) -> str:
     return text or "no detail"
 
 
+class AttemptGate(Protocol):
+    """Consulted around every single request of the retry layer: the fleet-wide rate limiter.
+
+    Gating ``complete`` as a whole would let each retry reach the provider unlimited,
+    which is exactly when a 429 storm needs the fleet to slow down.
+    """
+
+    async def before_attempt(self, request: ModelRequest, timeout_s: float) -> None:
+        """Wait for room to send one request (raise ModelUnavailable if none comes in time)."""
+
+    def on_retry_after(self, seconds: float) -> None:
+        """The provider asked for a pause: hold every sender, not just this one."""
+
+
 class RetryingModel(ABC):
     """A provider model: ``complete`` runs one ``_request_once`` under the retry layer.
 
     Providers override only ``_request_once`` (one SDK call, foreign errors
     turned into ``AttemptFailed``) and name themselves in ``provider_name``.
+    ``attempt_gate``, when set, is consulted before each of those requests.
     """
 
     provider_name: ClassVar[str]
+    attempt_gate: AttemptGate | None = None
 
     def __init__(
         self,
@@ -239,7 +255,18 @@ class RetryingModel(ABC):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         async def attempt(timeout_s: float) -> ModelResponse:
-            return await self._request_once(request, timeout_s)
+            gate = self.attempt_gate
+            if gate is None:
+                return await self._request_once(request, timeout_s)
+            waited_from = time.monotonic()
+            await gate.before_attempt(request, timeout_s)
+            timeout_s = max(_MIN_ATTEMPT_TIMEOUT_S, timeout_s - (time.monotonic() - waited_from))
+            try:
+                return await self._request_once(request, timeout_s)
+            except AttemptFailed as failure:
+                if failure.retry_after_s:
+                    gate.on_retry_after(failure.retry_after_s)
+                raise
 
         response, attempts = await call_with_retries(
             attempt,

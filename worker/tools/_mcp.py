@@ -55,6 +55,7 @@ from mcp_types import (
     TextContent,
 )
 
+from worker._tls import client_ssl_context
 from worker.exceptions import ToolFailed, ToolNotFound, ToolServerDown
 from worker.logs import log_event
 from worker.models._types import ToolSpec
@@ -412,7 +413,9 @@ async def _http_streams(
     # call is bounded by its own remaining budget anyway.
     timeout = httpx2.Timeout(connect_timeout_s, read=300.0)
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout) as http_client,
+        httpx2.AsyncClient(
+            headers=headers, timeout=timeout, verify=client_ssl_context()
+        ) as http_client,
         streamable_http_client(url, http_client=http_client) as streams,
     ):
         yield streams

@@ -1,0 +1,1 @@
+"""Benchmarks of the agent worker; ``python -m bench`` runs them all and prints one table each."""

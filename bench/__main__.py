@@ -1,0 +1,47 @@
+"""``python -m bench [--quick] [NAME ...]``: run the benchmarks, one table per benchmark.
+
+Without names every benchmark runs, in the order below. ``--quick`` runs fewer
+repetitions (for a smoke run; its numbers are not the ones to quote).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from bench._report import Table, machine_info
+
+BENCHMARKS = ("loop_overhead", "metrics_scrape", "mcp", "end_to_end", "memory", "scaling")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME", help=f"default: all of {', '.join(BENCHMARKS)}"
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args(argv)
+    if unknown := sorted(set(args.names) - set(BENCHMARKS)):
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    names = args.names or list(BENCHMARKS)
+    started = time.monotonic()
+    print("== machine")
+    for line in machine_info():
+        print(f"   {line}")
+    print(flush=True)
+    for name in names:
+        module = importlib.import_module(f"bench.{name}")
+        benchmark: Callable[..., list[Table]] = module.benchmark
+        began = time.monotonic()
+        for table in benchmark(quick=args.quick):
+            print(table.render())
+        print(f"   ({name}: {time.monotonic() - began:.0f} s)\n", flush=True)
+    print(f"all benchmarks: {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

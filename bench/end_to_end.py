@@ -1,0 +1,225 @@
+"""Tasks per second through the real thing, and where a task's time goes.
+
+Real redis-server, a real ``rq worker agents --burst`` (AgentWorker), our hub MCP
+server over HTTP, the devhub, and the scripted OpenAI-compatible endpoint with no
+added latency. Each task is a three-step notification (two Hub tools, then the
+answer, posted as a comment). Each run seeds fresh tasks and starts a fresh
+worker; the first tasks of a run are warm-up and not counted.
+
+Throughput is measured for three worker classes: the stock AgentWorker (fork
+per job, the default), the same with phase timers (``bench._workers``), and
+an in-process variant that does not fork. The per-task breakdown comes from the
+phase-timed runs: rq's job timestamps, the worker's JSON events (``task_started``,
+``llm_call``, ``tool_call``, ``task_completed`` with their durations) and the
+``bench_phase`` events.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench._report import Summary, Table
+from bench._stack import (
+    BenchStack,
+    WorkerRun,
+    bench_stack,
+    event_time,
+    job_times,
+    require_completed,
+    run_burst_workers,
+)
+
+WARMUP_TASKS = 2
+MEASURED_TASKS = 15
+RUNS = 3
+STOCK = "worker.AgentWorker"
+PHASE_TIMED = "bench._workers.PhaseTimedWorker"
+IN_PROCESS = "bench._workers.InProcessAgentWorker"
+VARIANTS = (
+    ("AgentWorker, fork per job (default)", STOCK),
+    ("same, with phase timers", PHASE_TIMED),
+    ("AgentWorker in-process (no fork)", IN_PROCESS),
+)
+# Phases of the breakdown, in the order a task meets them.
+PHASES = (
+    ("parent: dequeue to fork", "between jobs: dequeue, allow-list check, rq bookkeeping"),
+    ("fork + child start", "fork() until the job process runs"),
+    ("child: rq start to task_started", "rq job start, runtime and Hub client set-up"),
+    ("agent load", "agent definition (Redis cache)"),
+    ("MCP session set-up", "McpToolbox.open: connect, initialize, list tools"),
+    ("Hub calls (direct)", "budget, thread, comment, read mark, consumption, activation"),
+    ("model calls", "llm_call durations: SDK + HTTP + scripted endpoint"),
+    ("tool calls (Hub via MCP)", "tool_call durations"),
+    ("MCP session close", "closing the toolbox"),
+    ("loop and glue", "what is left between task_started and task_completed"),
+    ("child: task_completed to exit", "outbox drain, metrics flush, rq result, exit"),
+    ("parent: after the job", "apply job metrics, reap child groups, requeue check"),
+)
+
+
+@dataclass
+class VariantRun:
+    """One burst worker's measured tasks."""
+
+    tasks_per_s: float
+    model_ms_per_task: float
+    events: list[dict[str, Any]] = field(default_factory=list)
+    task_ids: list[str] = field(default_factory=list)
+
+    @property
+    def cycle_ms(self) -> float:
+        return 1000 / self.tasks_per_s
+
+    @property
+    def overhead_ms(self) -> float:
+        return self.cycle_ms - self.model_ms_per_task
+
+
+def _one_run(bench: BenchStack, worker_class: str, measured: int) -> VariantRun:
+    tasks = bench.seed(WARMUP_TASKS + measured)
+    ids = [task["task_id"] for task in tasks]
+    runs: list[WorkerRun] = run_burst_workers(bench.worker_env(RQ_WORKER_CLASS=worker_class), 1)
+    if runs[0].returncode != 0:
+        raise RuntimeError(f"{worker_class} exited with {runs[0].returncode}")
+    times = sorted(job_times(bench.redis, ids), key=lambda t: t.ended_at)
+    require_completed(times)
+    span_s = times[-1].ended_at - times[WARMUP_TASKS - 1].ended_at
+    counted = {t.job_id for t in times[WARMUP_TASKS:]}
+    model_ms = [
+        sum(e["duration_ms"] for e in runs[0].events if _is(e, "llm_call", task_id))
+        for task_id in counted
+    ]
+    return VariantRun(
+        tasks_per_s=measured / span_s,
+        model_ms_per_task=statistics.fmean(model_ms),
+        events=runs[0].events,
+        task_ids=[t.job_id for t in times[WARMUP_TASKS:]],
+    )
+
+
+def _is(event: Mapping[str, Any], name: str, task_id: str) -> bool:
+    return event.get("event") == name and event.get("task") == task_id
+
+
+def _phase_ms(run: VariantRun) -> dict[str, list[float]]:
+    """Per phase, its milliseconds in each measured task of a phase-timed run."""
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    parent: dict[tuple[str, str], dict[str, Any]] = {}
+    for event in run.events:
+        if event.get("event") == "bench_phase" and "job" in event:
+            parent[(event["phase"], event["job"])] = event
+        elif event.get("task"):
+            by_task[str(event["task"])].append(event)
+    previous_end: float | None = None
+    phases: dict[str, list[float]] = defaultdict(list)
+    for task_id in run.task_ids:
+        events = by_task[task_id]
+
+        def phase(name: str) -> list[dict[str, Any]]:
+            return [e for e in events if e.get("event") == "bench_phase" and e["phase"] == name]  # noqa: B023
+
+        def named(name: str) -> list[dict[str, Any]]:
+            return [e for e in events if e.get("event") == name]  # noqa: B023
+
+        job_total = parent[("parent_job_total", task_id)]
+        job_start = job_total["at"] - job_total["duration_ms"] / 1000
+        fork = phase("fork_to_child")[0]
+        fork_start = fork["at"] - fork["duration_ms"] / 1000
+        started = event_time(named("task_started")[0])
+        completed = event_time(named("task_completed")[0])
+        exited = phase("child_exited")[0]["at"]
+        inside = {
+            "agent load": sum(e["duration_ms"] for e in phase("agent_load")),
+            "MCP session set-up": sum(e["duration_ms"] for e in phase("mcp_open")),
+            "Hub calls (direct)": sum(e["duration_ms"] for e in phase("hub_call")),
+            "model calls": sum(e["duration_ms"] for e in named("llm_call")),
+            "tool calls (Hub via MCP)": sum(e["duration_ms"] for e in named("tool_call")),
+            "MCP session close": sum(e["duration_ms"] for e in phase("mcp_close")),
+        }
+        measured = {
+            "fork + child start": fork["duration_ms"],
+            "child: rq start to task_started": (started - fork["at"]) * 1000,
+            **inside,
+            "loop and glue": (completed - started) * 1000 - sum(inside.values()),
+            "child: task_completed to exit": (exited - completed) * 1000,
+            "parent: after the job": (job_total["at"] - exited) * 1000,
+        }
+        pre_fork = (fork_start - job_start) * 1000
+        if previous_end is not None:
+            pre_fork += (job_start - previous_end) * 1000
+        previous_end = job_total["at"]
+        if task_id == run.task_ids[0]:
+            continue  # its time before the fork includes the last warm-up task's tail
+        phases["parent: dequeue to fork"].append(pre_fork)
+        for name, value in measured.items():
+            phases[name].append(value)
+    return phases
+
+
+def benchmark(*, quick: bool = False) -> list[Table]:
+    runs_per_variant = 1 if quick else RUNS
+    measured = 6 if quick else MEASURED_TASKS
+    results: dict[str, list[VariantRun]] = defaultdict(list)
+    with bench_stack() as bench:
+        for _ in range(runs_per_variant):
+            for _label, worker_class in VARIANTS:
+                results[worker_class].append(_one_run(bench, worker_class, measured))
+    throughput = Table(
+        "end to end: 3-step notification tasks, one worker, zero-latency scripted model",
+        [
+            "worker",
+            "runs x tasks",
+            "tasks/s median",
+            "min-max",
+            "ms per task",
+            "model ms",
+            "overhead ms",
+        ],
+    )
+    for label, worker_class in VARIANTS:
+        variant = results[worker_class]
+        rate = Summary.of([r.tasks_per_s for r in variant])
+        cycle = statistics.median(r.cycle_ms for r in variant)
+        model = statistics.median(r.model_ms_per_task for r in variant)
+        overhead = Summary.of([r.overhead_ms for r in variant])
+        throughput.add(
+            label,
+            f"{len(variant)} x {measured}",
+            *rate.cells(2),
+            f"{cycle:.0f}",
+            f"{model:.0f}",
+            f"{overhead.median:.0f} ({overhead.low:.0f}-{overhead.high:.0f})",
+        )
+    throughput.notes = [
+        "tasks/s: measured tasks / (last ended_at - ended_at of the last warm-up task), rq's",
+        "  timestamps. overhead = ms per task - model ms (sum of the task's llm_call durations).",
+        "target: overhead (everything but model time) < 100 ms per task.",
+    ]
+    breakdown = _breakdown_table(results[PHASE_TIMED])
+    return [throughput, breakdown]
+
+
+def _breakdown_table(runs: Sequence[VariantRun]) -> Table:
+    table = Table(
+        "end to end: where one task's time goes (phase-timed AgentWorker, ms per task)",
+        ["phase", "median", "min-max", "share", "what"],
+    )
+    merged: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        for name, values in _phase_ms(run).items():
+            merged[name].extend(values)
+    medians = {name: statistics.median(merged[name]) for name, _ in PHASES}
+    total = sum(medians.values())
+    for name, what in PHASES:
+        summary = Summary.of(merged[name])
+        table.add(name, *summary.cells(1), f"{summary.median / total * 100:.0f}%", what)
+    table.add("sum of medians", f"{total:.1f}", "", "100%", "")
+    table.notes = [
+        "Hub calls (direct) overlap nothing else; tool calls are the MCP server's Hub calls.",
+        "fork + child start: the parent's fork() call until main_work_horse runs in the child.",
+    ]
+    return table

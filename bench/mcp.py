@@ -1,0 +1,180 @@
+"""MCP per task: session set-up and per-call cost, HTTP against stdio, cold against warm.
+
+``McpToolbox.open`` on a config holding our hub server, either over streamable
+HTTP (a running ``python -m mcp_servers.hub``) or over stdio (``python -m
+mcp_servers.hub --stdio`` started by the toolbox, with HUB_URL and HUB_API_KEY in
+the server's env). Each sample is a fresh process that first does what the
+worker parent does before it forks (``preload``): its first session is what a
+job process pays ("cold"); the sessions after it in the same process are "warm"
+(modules, schemas and pools already used once).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from bench._report import Summary, Table
+from bench._stack import REPO_ROOT, BenchStack, bench_stack
+
+SAMPLES = 5
+WARM_SESSIONS = 5
+CALLS_PER_SESSION = 10
+PROBE_TIMEOUT_S = 180
+
+
+@dataclass(frozen=True)
+class SessionTimes:
+    """Milliseconds of one toolbox session: open (connect + list tools), calls, close."""
+
+    open_ms: float
+    first_call_ms: float
+    later_call_ms: float
+    close_ms: float
+
+
+async def _session(config: Any, post_id: str) -> SessionTimes:
+    from worker.tools import CallContext
+    from worker.tools._grants import EffectiveGrants
+    from worker.tools._mcp import McpToolbox
+
+    grants = EffectiveGrants.of(["hub:read"])
+    started = time.perf_counter()
+    async with McpToolbox.open(config, grants=grants, auth_token=_auth_token()) as toolbox:
+        opened = time.perf_counter()
+        if toolbox.unavailable_servers:
+            raise RuntimeError(f"hub server unavailable: {toolbox.unavailable_servers}")
+        call_ms = []
+        for index in range(CALLS_PER_SESSION):
+            ctx = CallContext(
+                task_id="bench-mcp", agent_id="bench-agent", step=1, index=index, timeout_s=30.0
+            )
+            call_started = time.perf_counter()
+            result = await toolbox.call("hub__get_thread", {"post_id": post_id}, ctx)
+            call_ms.append((time.perf_counter() - call_started) * 1000)
+            if result.is_error:
+                raise RuntimeError(f"hub__get_thread failed: {result.content}")
+        closing = time.perf_counter()
+    return SessionTimes(
+        open_ms=(opened - started) * 1000,
+        first_call_ms=call_ms[0],
+        later_call_ms=statistics.median(call_ms[1:]),
+        close_ms=(time.perf_counter() - closing) * 1000,
+    )
+
+
+def _auth_token() -> str | None:
+    from worker.settings import settings
+
+    token = settings().mcp_auth_token
+    return token.get_secret_value() if token is not None else None
+
+
+def _probe(transport: str, post_id: str) -> list[SessionTimes]:
+    """In a fresh process: preload as the worker parent does, then 1 + WARM_SESSIONS sessions."""
+    from worker._runtime import _mcp_config, preload
+    from worker.settings import settings
+    from worker.tools._config import McpConfig, McpServerConfig
+
+    preload()
+    configured = _mcp_config(settings().mcp_config)  # type: ignore[arg-type]
+    hub = configured.servers["hub"]
+    if transport == "stdio":
+        stack_env = settings()
+        server = McpServerConfig.model_validate(
+            {
+                "command": sys.executable,
+                "args": ["-m", "mcp_servers.hub", "--stdio"],
+                "env": {
+                    "HUB_URL": stack_env.hub_url,
+                    "HUB_API_KEY": stack_env.hub_api_key.get_secret_value()
+                    if stack_env.hub_api_key
+                    else "",
+                    "PYTHONPATH": str(REPO_ROOT),
+                },
+                "tools": dict(hub.tools),
+            }
+        )
+    else:
+        server = hub
+    config = McpConfig(servers={"hub": server})
+    return [anyio.run(_session, config, post_id) for _ in range(1 + WARM_SESSIONS)]
+
+
+def _run_probe(bench: BenchStack, transport: str, post_id: str) -> list[SessionTimes]:
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench.mcp", "--probe", transport, post_id],
+        cwd=REPO_ROOT,
+        env=bench.worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT_S,
+        check=False,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"mcp probe ({transport}) failed:\n{completed.stderr[-2000:]}")
+    rows = json.loads(completed.stdout.strip().splitlines()[-1])
+    return [SessionTimes(**row) for row in rows]
+
+
+def benchmark(*, quick: bool = False) -> list[Table]:
+    samples = 2 if quick else SAMPLES
+    results: dict[str, list[list[SessionTimes]]] = {"http": [], "stdio": []}
+    with bench_stack() as bench:
+        post_id = bench.seed(1)[0]["post_id"]
+        for _ in range(samples):
+            for transport in results:
+                results[transport].append(_run_probe(bench, transport, post_id))
+    table = Table(
+        "MCP: one toolbox session (hub server), ms",
+        [
+            "transport",
+            "state",
+            "samples",
+            "open median",
+            "open min-max",
+            "1st call",
+            "later calls",
+            "close",
+        ],
+    )
+    for transport, probes in results.items():
+        for state in ("cold", "warm"):
+            sessions = (
+                [probe[0] for probe in probes]
+                if state == "cold"
+                else [session for probe in probes for session in probe[1:]]
+            )
+            opened = Summary.of([s.open_ms for s in sessions])
+            table.add(
+                transport,
+                state,
+                len(sessions),
+                *opened.cells(1),
+                f"{statistics.median(s.first_call_ms for s in sessions):.1f}",
+                f"{statistics.median(s.later_call_ms for s in sessions):.1f}",
+                f"{statistics.median(s.close_ms for s in sessions):.1f}",
+            )
+    table.notes = [
+        "open: McpToolbox.open until the toolbox is usable (connect, protocol negotiation, list",
+        "  tools; stdio also starts the server process). calls: hub__get_thread, which reads",
+        "  the devhub. cold: a process's first session after the worker parent's preload, as a",
+        f"  forked job process meets it; warm: the next {WARM_SESSIONS} sessions of that process.",
+    ]
+    return [table]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--probe":
+        sessions = _probe(sys.argv[2], sys.argv[3])
+        print(json.dumps([session.__dict__ for session in sessions]))
+    else:
+        print("usage: python -m bench.mcp --probe http|stdio POST_ID", file=sys.stderr)
+        raise SystemExit(2)

@@ -1,0 +1,673 @@
+"""The chaos stack: real Redis, devhub, MCP servers, scripted model and `rq worker` processes.
+
+One ``ChaosStack`` serves the whole chaos session (starting its servers costs
+seconds); each test gets it flushed and reset. Every secret in it is a canary
+(``Canaries``), so any test can scan what the fleet wrote for a leak. Workers are
+the production command, ``rq worker agents`` with ``RQ_WORKER_CLASS=worker.AgentWorker``,
+each in its own session so a test can kill it like an operator or the OOM killer would.
+
+A task picks its scripted conversation by a ``[[scenario:NAME]]`` marker in the post
+it answers (see ``worker.scripted_endpoint``), so tests running one after another
+never share a script.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx2
+import redis
+import yaml
+from rq.job import Job
+from rq.results import Result
+from rq.serializers import JSONSerializer
+
+from tests.support.devhub import DevHub
+from tests.support.redis_server import RedisServer, free_port, running_redis
+from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
+from tests.support.workers import parse_events
+from worker import redis_keys
+from worker.devstack import ManagedProcess, python_module
+from worker.enqueue import enqueue_task
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RQ = str(Path(sys.executable).parent / "rq")
+QUEUE = "agents"
+AGENT = "chaos-agent"
+READER = "reader-agent"
+KIT_AGENT = "kit-agent"
+MODEL = "chaos-model"
+# Variables of the developer's shell that must not reach a chaos worker.
+_FOREIGN_VARIABLES = (
+    "REDIS_URL",
+    "RQ_REDIS_URL",
+    "RQ_WORKER_CLASS",
+    "HUB_URL",
+    "HUB_API_KEY",
+    "MCP_AUTH_TOKEN",
+    "MCP_CONFIG",
+    "GRANT_POLICY",
+    "AGENTS_DIR",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "GITHUB_TOKEN",
+    "METRICS_PORT",
+    "METRICS_TEXTFILE",
+)
+# Marks every process a chaos worker starts (forked job processes and rq's scheduler
+# inherit it), so a test can find and end whatever a killed worker left behind.
+STACK_MARKER = "AGENT_WORKER_CHAOS_STACK"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Canaries:
+    """Recognisable fake secrets; none may ever show up in a prompt, log, report or post."""
+
+    openai_api_key: str
+    hub_api_key: str
+    mcp_auth_token: str
+    github_token: str
+    # Random and shared by all of them: finding it anywhere means (part of) a secret leaked.
+    tail: str
+
+    @classmethod
+    def fresh(cls) -> Canaries:
+        tail = secrets.token_hex(12)
+        return cls(
+            openai_api_key=f"sk-canary-{tail}",
+            hub_api_key=f"canary-hub-{tail}",
+            mcp_auth_token=f"canary-mcp-{tail}",
+            github_token=f"ghp_canary{tail}",
+            tail=tail,
+        )
+
+    def found_in(self, content: bytes) -> bool:
+        return self.tail.encode() in content
+
+
+def wait_until(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """Poll ``condition`` until it returns something truthy (a wait, not a speed check)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class WorkerProcess:
+    """One ``rq worker agents`` process; its stderr (JSON log lines) is kept in a file."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def stderr(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        return parse_events(self.stderr, name)
+
+    def wait_for_event(
+        self,
+        name: str,
+        timeout_s: float = 30,
+        where: Callable[[dict[str, Any]], bool] = lambda event: True,
+    ) -> dict[str, Any]:
+        found = wait_until(
+            lambda: [event for event in self.events(name) if where(event)],
+            timeout_s,
+            f"event {name} from worker {self.pid}",
+        )
+        return found[0]
+
+    def send(self, sig: signal.Signals) -> None:
+        self.process.send_signal(sig)
+
+    def wait_exit(self, timeout_s: float) -> int:
+        return self.process.wait(timeout=timeout_s)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """Warm shutdown, then the whole process group (rq's scheduler is in it)."""
+        if self.alive():
+            self.send(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=20)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+
+
+@dataclass
+class ChaosStack:
+    redis_server: RedisServer
+    hub: DevHub
+    llm: ScriptedLlm
+    mcp_servers: list[ManagedProcess]
+    workdir: Path
+    agents_dir: Path
+    mcp_config: Path
+    canaries: Canaries
+    stack_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    # -- Redis and jobs ----------------------------------------------------------------------
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis_server.url
+
+    def connection(self) -> redis.Redis:
+        return redis.Redis.from_url(self.redis_url)
+
+    def enqueue(self, task: Mapping[str, Any]) -> str:
+        with contextlib.closing(self.connection()) as connection:
+            return enqueue_task(connection, task).status
+
+    def job(self, task_id: str) -> Job:
+        with contextlib.closing(self.connection()) as connection:
+            return Job.fetch(task_id, connection=connection, serializer=JSONSerializer)
+
+    def status(self, task_id: str) -> str | None:
+        with contextlib.closing(self.connection()) as connection:
+            raw = connection.hget(f"rq:job:{task_id}", "status")
+        return raw.decode() if isinstance(raw, bytes) else None
+
+    def report(self, task_id: str) -> dict[str, Any]:
+        report = self.job(task_id).meta.get("report")
+        assert isinstance(report, dict), f"task {task_id} has no report"
+        return report
+
+    def failure_reason(self, task_id: str) -> str:
+        """What rq's failed registry says about a job: its latest result's exception text."""
+        with contextlib.closing(self.connection()) as connection:
+            try:
+                job = Job.fetch(task_id, connection=connection, serializer=JSONSerializer)
+                result = Result.fetch_latest(job, serializer=JSONSerializer)
+            except Exception:  # a hash rq cannot load: the worker wrote the reason into it
+                result = None
+            if result is not None and result.exc_string:
+                return result.exc_string
+            raw = connection.hget(f"rq:job:{task_id}", "exc_info")
+        return raw.decode(errors="replace") if isinstance(raw, bytes) else ""
+
+    def wait_for_status(
+        self, task_id: str, statuses: Sequence[str] = ("finished", "failed"), timeout_s: float = 60
+    ) -> str:
+        def arrived() -> str | None:
+            status = self.status(task_id)
+            return status if status in statuses else None
+
+        return wait_until(arrived, timeout_s, f"task {task_id} to be {' or '.join(statuses)}")
+
+    def wait_for_outcome(self, task_id: str, timeout_s: float = 90) -> dict[str, Any]:
+        """The task's final report: a run that ended for good, not one that was requeued."""
+
+        def final_report() -> dict[str, Any] | None:
+            if self.status(task_id) not in ("finished", "failed"):
+                return None
+            report = self.job(task_id).meta.get("report")
+            if not isinstance(report, dict) or report.get("outcome") == "requeued":
+                return None
+            return report
+
+        return wait_until(final_report, timeout_s, f"task {task_id} to end for good")
+
+    def lease_holder_pid(self, task_id: str) -> int | None:
+        """The pid of the job process holding the task's lease (``host:pid``)."""
+        with contextlib.closing(self.connection()) as connection:
+            holder = connection.get(redis_keys.task_lease(task_id))
+        if not isinstance(holder, bytes):
+            return None
+        return int(holder.decode().rpartition(":")[2])
+
+    def outbox_size(self) -> int:
+        with contextlib.closing(self.connection()) as connection:
+            return int(connection.zcard(redis_keys.OUTBOX))
+
+    # -- the Hub -----------------------------------------------------------------------------
+
+    def hub_call(self, method: str, path: str, body: Any = None) -> Any:
+        response = httpx2.request(
+            method,
+            f"{self.hub.url}/api/v1{path}",
+            json=body,
+            headers={"Authorization": f"Bearer {self.canaries.hub_api_key}"},
+            timeout=10,
+            trust_env=False,
+        )
+        response.raise_for_status()
+        return response.json()
+
+    def hub_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.hub_call("GET", "/_dev/state")
+        return state
+
+    def seed_post(self, content: str, *, author: str = "alice", title: str = "Help?") -> str:
+        """A post on the Hub, as a human would write it; returns its id."""
+        created = self.hub_call(
+            "POST",
+            "/posts",
+            {"agent_id": author, "content": content, "title": title, "community": "m/general"},
+        )
+        return str(created["id"])
+
+    def notification(self, prefix: str, turns: Sequence[Mapping[str, Any]]) -> str:
+        """Script a conversation, seed a post that selects it, enqueue a task answering it."""
+        task_id = unique(prefix)
+        self.llm.set_scenario(task_id, turns)
+        post_id = self.seed_post(f"@{AGENT} can you help? [[scenario:{task_id}]]")
+        task = {"task_id": task_id, "type": "notification", "agent_id": AGENT, "post_id": post_id}
+        assert self.enqueue(task) == "enqueued"
+        return task_id
+
+    def replies_to(self, post_id: str, agent_id: str = AGENT) -> list[dict[str, Any]]:
+        return [
+            comment
+            for comment in self.hub_state()["comments"]
+            if comment["post_id"] == post_id and comment["author"]["id"] == agent_id
+        ]
+
+    def consumption_of(self, task_id: str) -> list[dict[str, Any]]:
+        return [c for c in self.hub_state()["consumption"] if c["activation_id"] == task_id]
+
+    def error_posts_about(self, task_id: str) -> list[dict[str, Any]]:
+        return [
+            post
+            for post in self.hub_state()["posts"]
+            if post.get("community") == "m/agent-errors"
+            and (post.get("title") or "").endswith(f"task {task_id}")
+        ]
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def worker_env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_VARIABLES}
+        env.update(
+            {
+                STACK_MARKER: self.stack_id,
+                "PYTHONPATH": str(REPO_ROOT),
+                "RQ_WORKER_CLASS": "worker.AgentWorker",
+                "REDIS_URL": self.redis_url,
+                "HUB_URL": self.hub.url,
+                "HUB_API_KEY": self.canaries.hub_api_key,
+                "MCP_AUTH_TOKEN": self.canaries.mcp_auth_token,
+                "MCP_CONFIG": str(self.mcp_config),
+                "AGENTS_DIR": str(self.agents_dir),
+                "OPENAI_BASE_URL": self.llm.openai_base_url,
+                "OPENAI_API_KEY": self.canaries.openai_api_key,
+                "METRICS_PORT": "0",
+                # A re-run waiting for a dead copy's lease, or a busy agent, comes back soon.
+                "BUSY_WAIT_S": "2",
+                "BUSY_REQUEUE_DELAY_S": "2",
+                # Definitions change between tests; never serve a cached one.
+                "AGENT_CACHE_TTL_S": "0",
+            }
+        )
+        env.update(extra)
+        return env
+
+    def start_worker(self, *args: str, **env: str) -> WorkerProcess:
+        """``rq worker agents [args]`` in its own session; waits until it serves."""
+        (worker,) = self.start_workers(1, *args, **env)
+        return worker
+
+    def start_workers(self, count: int, *args: str, **env: str) -> list[WorkerProcess]:
+        """``count`` workers started side by side (each spends seconds importing)."""
+        started = [self._launch_worker(args, env) for _ in range(count)]
+        if "--burst" not in args:
+            for worker in started:
+                worker.wait_for_event("worker_started", timeout_s=90)
+        return started
+
+    def _launch_worker(self, args: Sequence[str], env: Mapping[str, str]) -> WorkerProcess:
+        log_path = self.workdir / f"worker-{len(self.workers) + 1}-{unique('log')}.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [RQ, "worker", QUEUE, *args],
+                cwd=REPO_ROOT,
+                env=self.worker_env(**env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+            )
+        worker = WorkerProcess(process=process, log_path=log_path)
+        self.workers.append(worker)
+        return worker
+
+    def run_burst(self, *args: str, timeout_s: float = 120, **env: str) -> WorkerProcess:
+        """``rq worker agents --burst``: serves until the queue is empty, then exits."""
+        worker = self.start_worker("--burst", *args, **env)
+        worker.wait_exit(timeout_s)
+        return worker
+
+    def end_workers(self) -> None:
+        """Stop every worker of this test and anything its killed workers left running."""
+        for worker in self.workers:
+            if worker.alive():
+                worker.send(signal.SIGTERM)  # all at once: each takes a moment to stop
+        for worker in self.workers:
+            worker.stop()
+        self.workers.clear()
+        kill_marked_processes(self.stack_id)
+
+    # -- where a secret could leak -----------------------------------------------------------
+
+    def leak_sinks(self) -> dict[str, bytes]:
+        """Everything the fleet wrote that a secret must never reach, by where it is."""
+        sinks = {
+            "prompts sent to the model": json.dumps(self.llm.requests()).encode(),
+            "Hub state (posts, comments, consumption)": json.dumps(self.hub_state()).encode(),
+            "devhub log": self.hub.stderr_text().encode(),
+            "Redis (jobs, reports, failures, checkpoints, outbox)": self.redis_dump(),
+        }
+        for worker in self.workers:
+            sinks[f"worker log {worker.log_path.name}"] = worker.log_path.read_bytes()
+        for server in self.mcp_servers:
+            if server.log_path is not None:
+                sinks[f"{server.name} log"] = server.log_path.read_bytes()
+        return sinks
+
+    def redis_dump(self) -> bytes:
+        """Every value in Redis, compressed job data included, as one blob to search."""
+        parts: list[bytes] = []
+        with contextlib.closing(self.connection()) as connection:
+            for key in connection.scan_iter(count=1000):
+                parts.append(key)
+                parts.extend(
+                    _readable(v) for v in _values_of(connection, key) if isinstance(v, bytes)
+                )
+        return b"\n".join(parts)
+
+    def reset(self) -> None:
+        """A clean slate for the next test: Redis flushed, Hub and model script emptied."""
+        self.end_workers()
+        if self.redis_server.process.poll() is not None:
+            self.redis_server.start_again()
+        if self.hub.process is None or self.hub.process.poll() is not None:
+            self.hub.start()
+        with contextlib.closing(self.connection()) as connection:
+            connection.flushall()
+        self.hub.reset()
+        self.llm.reset()
+        write_agents(self.agents_dir)
+
+
+def _values_of(connection: Any, key: bytes) -> list[Any]:
+    kind = connection.type(key)
+    if kind == b"string":
+        return [connection.get(key)]
+    if kind == b"hash":
+        return list(connection.hgetall(key).values())
+    if kind == b"list":
+        return list(connection.lrange(key, 0, -1))
+    if kind == b"set":
+        return list(connection.smembers(key))
+    if kind == b"zset":
+        return list(connection.zrange(key, 0, -1))
+    if kind == b"stream":
+        return [value for _, entry in connection.xrange(key) for value in entry.values()]
+    return []
+
+
+def _readable(value: bytes) -> bytes:
+    # rq compresses job data; search what it holds, not its compressed bytes.
+    try:
+        return zlib.decompress(value)
+    except zlib.error:
+        return value
+
+
+def kill_marked_processes(stack_id: str) -> list[int]:
+    """SIGKILL every process carrying this stack's marker (orphaned job processes, schedulers)."""
+    killed = []
+    wanted = f"{STACK_MARKER}={stack_id}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if wanted in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# -- agent definitions and MCP configuration ---------------------------------------------------
+
+
+def agent_config(name: str, **sections: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "name": name,
+        "type": "native",
+        "brain": {"provider": "openai", "model": MODEL, "max_tokens": 500},
+        "capabilities": {"grants": ["hub:read", "hub:write"], "mcp_servers": ["hub"]},
+        "behavior": {"max_iterations": 8, "max_concurrent": 50},
+        "limits": {"max_tokens": 200_000, "max_duration_s": 90},
+    }
+    for section, value in sections.items():
+        if isinstance(value, dict) and isinstance(config.get(section), dict):
+            config[section] = {**config[section], **value}
+        else:
+            config[section] = value
+    return config
+
+
+def write_agent(agents_dir: Path, name: str, config: Mapping[str, Any] | str) -> None:
+    """An agent definition; ``config`` as a mapping, or raw text for broken files."""
+    directory = agents_dir / "agents" / name
+    directory.mkdir(parents=True, exist_ok=True)
+    text = config if isinstance(config, str) else yaml.safe_dump(dict(config), sort_keys=False)
+    (directory / "config.yaml").write_text(text, encoding="utf-8")
+    (directory / "system-prompt.md").write_text(
+        f"You are {name}, a helpful agent of the Hub. Answer briefly.\n", encoding="utf-8"
+    )
+
+
+def write_agents(agents_dir: Path) -> None:
+    write_agent(agents_dir, AGENT, agent_config(AGENT))
+    write_agent(
+        agents_dir,
+        READER,
+        agent_config(READER, capabilities={"grants": ["hub:read"], "mcp_servers": ["hub", "web"]}),
+    )
+    write_agent(
+        agents_dir,
+        KIT_AGENT,
+        agent_config(
+            KIT_AGENT,
+            capabilities={"grants": ["hub:read", "kit:use"], "mcp_servers": ["hub", "kit"]},
+        ),
+    )
+
+
+def write_mcp_config(
+    path: Path, *, hub_port: int, web_port: int, canaries: Canaries, junk_url: str
+) -> None:
+    """hub and web over HTTP; ``kit`` (the test toolkit) over stdio holding a credential in
+    its env, as a GitHub server would; ``junk`` an HTTP 'server' that answers garbage."""
+    config = {
+        "servers": {
+            "hub": {
+                "url": f"http://127.0.0.1:{hub_port}/mcp",
+                "tools": {
+                    "search_posts": "hub:read",
+                    "get_thread": "hub:read",
+                    "get_feed": "hub:read",
+                    "create_post": "hub:write",
+                    "create_comment": "hub:write",
+                },
+            },
+            "web": {"url": f"http://127.0.0.1:{web_port}/mcp", "tools": {"fetch": "web:read"}},
+            "kit": {
+                "command": sys.executable,
+                "args": ["-m", "tests.support.mcp_test_servers.toolkit", "--stdio"],
+                "cwd": str(REPO_ROOT),
+                "env": {"GITHUB_TOKEN": canaries.github_token},
+                "tools": {"echo": "kit:use", "huge": "kit:use", "fail": "kit:use"},
+            },
+            "junk": {"url": junk_url, "tools": {"*": "junk:use"}},
+        }
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+
+@contextmanager
+def garbage_http_server() -> Iterator[str]:
+    """An 'MCP server' answering every request with bytes that are not JSON-RPC."""
+    script = (
+        "import http.server, sys\n"
+        "class Junk(http.server.BaseHTTPRequestHandler):\n"
+        "    def _junk(self):\n"
+        "        body = b'\\x00\\xffthis is not json-rpc {{{' * 100\n"
+        "        self.send_response(200)\n"
+        "        self.send_header('content-type', 'application/json')\n"
+        "        self.send_header('content-length', str(len(body)))\n"
+        "        self.end_headers()\n"
+        "        self.wfile.write(body)\n"
+        "    do_GET = do_POST = do_DELETE = _junk\n"
+        "    def log_message(self, *args):\n"
+        "        pass\n"
+        "http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), Junk).serve_forever()\n"
+    )
+    port = free_port()
+    server = ManagedProcess("junk-mcp", [sys.executable, "-c", script, str(port)], port)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.stop()
+
+
+@contextmanager
+def running_chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
+    canaries = Canaries.fresh()
+    agents_dir = workdir / "definitions"
+    write_agents(agents_dir)
+    with ExitStack() as stack:
+        # Append-only, so a restarted Redis still holds what it held (the restart scenarios).
+        redis_server = stack.enter_context(running_redis(appendonly=True))
+        hub = DevHub(
+            port=free_port(), api_key=canaries.hub_api_key, state_file=workdir / "devhub.json"
+        )
+        stack.callback(hub.cleanup)
+        hub.start()
+        llm = stack.enter_context(running_scripted_llm(subprocess=True))
+        mcp_hub_port, web_port = free_port(), free_port()
+        server_env = {"MCP_AUTH_TOKEN": canaries.mcp_auth_token}
+        mcp_servers = [
+            ManagedProcess(
+                "mcp-hub",
+                python_module("mcp_servers.hub", "--port", str(mcp_hub_port)),
+                mcp_hub_port,
+                {
+                    **server_env,
+                    "HUB_URL": hub.url,
+                    "HUB_API_KEY": canaries.hub_api_key,
+                    # A tool credential lives only in the tool server's environment.
+                    "GITHUB_TOKEN": canaries.github_token,
+                },
+            ),
+            ManagedProcess(
+                "mcp-web",
+                python_module("mcp_servers.web", "--port", str(web_port)),
+                web_port,
+                server_env,
+            ),
+        ]
+        for server in mcp_servers:
+            stack.callback(server.start().stop)
+        junk_url = stack.enter_context(garbage_http_server())
+        mcp_config = workdir / "mcp.yaml"
+        write_mcp_config(
+            mcp_config,
+            hub_port=mcp_hub_port,
+            web_port=web_port,
+            canaries=canaries,
+            junk_url=junk_url,
+        )
+        chaos = ChaosStack(
+            redis_server=redis_server,
+            hub=hub,
+            llm=llm,
+            mcp_servers=mcp_servers,
+            workdir=workdir,
+            agents_dir=agents_dir,
+            mcp_config=mcp_config,
+            canaries=canaries,
+        )
+        stack.callback(chaos.end_workers)
+        yield chaos
+
+
+def scrape_metric(port: int, name: str) -> float | None:
+    """One sample of a metric from a worker's /metrics (the first series of that name)."""
+    text = httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=10, trust_env=False).text
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    lines = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            item = json.loads(line)
+            if isinstance(item, dict):
+                lines.append(item)
+    return lines

@@ -1,0 +1,95 @@
+"""The Hub and Redis go away and come back: nothing is lost, nothing is delivered twice."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import pytest
+
+from tests.chaos.harness import ChaosStack, scrape_metric, wait_until
+from tests.support.redis_server import free_port
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
+
+HUB_OUTAGE_S = 20
+REDIS_OUTAGE_S = 8
+
+
+def test_replies_wait_in_the_outbox_while_the_hub_is_down_and_arrive_once(
+    chaos: ChaosStack,
+) -> None:
+    metrics_port = free_port()
+    worker = chaos.start_worker(
+        "--maintenance-interval", "2", METRICS_PORT=str(metrics_port), REQUEUE_DELAY_S="3"
+    )
+    answering = chaos.notification("outage", [{"text": "Reply during the outage", "delay_s": 5}])
+    wait_until(lambda: chaos.llm.requests(answering), 60, "the model to be asked")
+    answering_post = chaos.job(answering).args[0]["post_id"]
+    late = "late-" + answering
+    late_post = chaos.seed_post(f"@chaos-agent one more [[scenario:{late}]]")
+    chaos.llm.set_scenario(late, [{"text": "Reply after the outage"}])
+
+    chaos.hub.stop()
+    down_since = time.monotonic()
+    # Enqueued while the Hub is down: it cannot even read its thread yet.
+    chaos.enqueue(
+        {"task_id": late, "type": "notification", "agent_id": "chaos-agent", "post_id": late_post}
+    )
+
+    assert chaos.wait_for_status(answering) == "finished"
+    assert chaos.report(answering)["outcome"] == "completed"
+    parked = {e["kind"] for e in worker.events("hub_write_parked") if e["task"] == answering}
+    assert {"comment", "consumption"} <= parked
+    assert chaos.outbox_size() >= 2
+    assert scrape_metric(metrics_port, "agent_outbox_items") == chaos.outbox_size()
+    requeued = worker.wait_for_event("task_requeued", where=lambda e: e["task"] == late)
+    assert "Hub is unavailable" in requeued["reason"]
+    time.sleep(max(0.0, HUB_OUTAGE_S - (time.monotonic() - down_since)))
+
+    chaos.hub.start()  # same port, same state file
+
+    wait_until(lambda: chaos.outbox_size() == 0, 90, "the outbox to drain")
+    assert chaos.wait_for_status(late, ("finished",), timeout_s=90) == "finished"
+    assert [r["content"] for r in chaos.replies_to(answering_post)] == ["Reply during the outage"]
+    assert [r["content"] for r in chaos.replies_to(late_post)] == ["Reply after the outage"]
+    assert len(chaos.consumption_of(answering)) == 1
+    assert len(chaos.consumption_of(late)) == 1
+    assert chaos.report(late)["outcome"] == "completed"
+    assert worker.events("outbox_drained")
+    assert scrape_metric(metrics_port, "agent_outbox_items") == 0
+
+
+def test_worker_rides_out_redis_restarts_idle_and_mid_task(chaos: ChaosStack) -> None:
+    worker = chaos.start_worker("--job-monitoring-interval", "1")
+
+    chaos.redis_server.start_again()  # while idle
+    first = chaos.notification("idle-restart", [{"text": "Served after an idle restart"}])
+    assert chaos.wait_for_status(first) == "finished"
+
+    running = chaos.notification(
+        "busy-restart", [{"text": "Served across a restart", "delay_s": 2}]
+    )
+    wait_until(lambda: chaos.llm.requests(running), 60, "the model to be asked")
+    waiting = chaos.notification("queued-restart", [{"text": "Queued across a restart"}])
+    # Mid-task, with another task waiting in the queue; down long enough that the job
+    # process (its model answer arrives meanwhile) and the worker both run into it.
+    chaos.redis_server.stop()
+    down_at = time.time()
+    time.sleep(REDIS_OUTAGE_S)
+    up_at = time.time()
+    chaos.redis_server.start_again()
+
+    for task_id in (running, waiting):
+        assert chaos.wait_for_outcome(task_id)["outcome"] == "completed", task_id
+        assert chaos.status(task_id) == "finished"
+        post_id = chaos.job(task_id).args[0]["post_id"]
+        assert len(chaos.replies_to(post_id)) == 1
+        assert len(chaos.consumption_of(task_id)) == 1
+        assert chaos.error_posts_about(task_id) == []
+    # The job process really met the outage: the model answered while Redis was down.
+    (answered,) = [e for e in worker.events("llm_call") if e["task"] == running]
+    assert down_at < datetime.fromisoformat(answered["ts"]).timestamp() < up_at
+    assert worker.alive()
+    rq_messages = [str(e.get("message")) for e in worker.events("rq_log")]
+    assert [m for m in rq_messages if "quitting" in m or "raised an exception" in m] == []

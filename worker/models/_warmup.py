@@ -1,0 +1,102 @@
+"""One offline call per provider in the worker parent, so forked job processes start warm.
+
+The provider SDKs build their pydantic schemas and request transforms on first
+use: the first call of a process costs 15-20 ms more than the next ones. Job
+processes are forks of the worker parent, so one call per provider there, against
+a canned answer (no network), spares every job that cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx2
+
+from worker.logs import log_event
+from worker.models._anthropic import AnthropicModel
+from worker.models._openai import OpenAIModel
+from worker.models._types import Message, ModelRequest, ToolCall, ToolSpec
+
+_TOOL_CALL_ARGUMENTS = '{"post_id": "p-1"}'
+_OPENAI_ANSWER: dict[str, Any] = {
+    "id": "warm-up",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "warm-up",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": "Reading the thread.",
+                "tool_calls": [
+                    {
+                        "id": "call-1",
+                        "type": "function",
+                        "function": {"name": "read", "arguments": _TOOL_CALL_ARGUMENTS},
+                    }
+                ],
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+_ANTHROPIC_ANSWER: dict[str, Any] = {
+    "id": "warm-up",
+    "type": "message",
+    "role": "assistant",
+    "model": "warm-up",
+    "content": [
+        {"type": "text", "text": "Reading the thread."},
+        {"type": "tool_use", "id": "call-1", "name": "read", "input": {"post_id": "p-1"}},
+    ],
+    "stop_reason": "tool_use",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 1, "output_tokens": 1},
+}
+# A conversation of the usual shape: a task, a tool call, its result, tools offered.
+_REQUEST = ModelRequest(
+    system="warm-up",
+    messages=[
+        Message(role="user", content="warm-up"),
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=(ToolCall(id="call-0", name="read", arguments=_TOOL_CALL_ARGUMENTS),),
+        ),
+        Message(role="tool", content="warm-up", tool_call_id="call-0"),
+    ],
+    tools=[
+        ToolSpec(
+            name="read",
+            description="warm-up",
+            input_schema={"type": "object", "properties": {"post_id": {"type": "string"}}},
+        )
+    ],
+    timeout_s=10.0,
+)
+
+
+def _canned_answer(request: httpx2.Request) -> httpx2.Response:
+    if request.url.path.endswith("/chat/completions"):
+        return httpx2.Response(200, json=_OPENAI_ANSWER)
+    return httpx2.Response(200, json=_ANTHROPIC_ANSWER)
+
+
+async def _call_each_provider() -> None:
+    for model_class in (OpenAIModel, AnthropicModel):
+        async with httpx2.AsyncClient(transport=httpx2.MockTransport(_canned_answer)) as http:
+            model = model_class(
+                "warm-up", api_key="warm-up", base_url="http://warm-up.invalid", http_client=http
+            )
+            await model.complete(_REQUEST)
+
+
+def warm_up_providers() -> None:
+    """Make one canned call per provider SDK in this process; never raises."""
+    try:
+        anyio.run(_call_each_provider)
+    except Exception as exc:  # a cold start is slower, not broken
+        log_event("provider_warm_up_failed", "warning", error=f"{type(exc).__name__}: {exc}")
