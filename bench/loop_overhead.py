@@ -25,13 +25,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 import anyio
 
 from bench._report import Summary, Table
 from worker import logs
-from worker.loop import AgentLoop, LlmCalled, LoopEvent, LoopSettings, RunLimits, ToolCalled
+from worker.jobs import metrics_observer
+from worker.loop import AgentLoop, LoopSettings, RunLimits
 from worker.metrics import JobMetrics
 from worker.models import Message, ModelRequest, ModelResponse, ScriptedModel, Turn
 from worker.redaction import process_redactor
@@ -147,26 +147,6 @@ class _TimedTool:
         return output
 
 
-def _metrics_observer(metrics: JobMetrics) -> Any:
-    """What the worker attaches to every loop: metric increments per LLM and tool call."""
-
-    def observe(event: LoopEvent) -> None:
-        if isinstance(event, LlmCalled):
-            metrics.llm_call(
-                provider=event.provider,
-                model=event.model,
-                status=event.status,
-                tokens_input=event.usage.input_tokens,
-                tokens_output=event.usage.output_tokens,
-            )
-        elif isinstance(event, ToolCalled):
-            metrics.tool_call(
-                server=event.server, tool=event.tool, outcome=event.outcome, duration_s=0.0
-            )
-
-    return observe
-
-
 def _turns(steps: int, tool_calls_per_step: int) -> list[Turn]:
     turns = [
         Turn(
@@ -204,7 +184,7 @@ async def run(steps: int, *, tool_calls_per_step: int = 1) -> LoopRun:
         settings=settings,
         task_id="bench-loop",
         agent_id="bench-agent",
-        observers=[_metrics_observer(JobMetrics())],
+        observers=[metrics_observer(JobMetrics(), "bench-agent")],
     )
     result = await loop.run([Message(role="user", content="Find what you can.")])
     cpu_s, wall_s = time.thread_time() - started_cpu, time.perf_counter() - started_wall

@@ -128,30 +128,22 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def start_redis(stack: ExitStack) -> str:
+def redis_server_command(port: int, workdir: str, *, appendonly: bool = False) -> list[str]:
+    """A private redis-server: loopback only, nothing saved unless ``appendonly``."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError(REDIS_MISSING)
+    return [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "yes" if appendonly else "no", "--dir", workdir,
+    ]  # fmt: skip
+
+
+def start_redis(stack: ExitStack) -> str:
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="devstack-redis-")
     stack.callback(shutil.rmtree, workdir, True)
-    redis = ManagedProcess(
-        "redis-server",
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-        ],
-        port,
-    )
+    redis = ManagedProcess("redis-server", redis_server_command(port, workdir), port)
     stack.callback(redis.remove_log)  # after the stop below (an ExitStack unwinds LIFO)
     stack.callback(redis.start().stop)
     return f"redis://127.0.0.1:{port}/0"

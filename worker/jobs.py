@@ -40,6 +40,7 @@ from worker.loop import (
     GrantDenied,
     LlmCalled,
     LoopEvent,
+    LoopObserver,
     LoopSettings,
     RunLimits,
     RunResult,
@@ -249,7 +250,7 @@ class TaskRun:
             settings=self._loop_settings(task, agent),
             open_toolbox=lambda: self._rt.open_toolbox(agent, task),
             make_model=lambda: self._rt.make_model(agent),
-            observers=[self._observe],
+            observers=[metrics_observer(self._rt.metrics, agent.config.name)],
             control=RedisControl(self._rt.redis, task.task_id),
             journal=journal,
             resume=journal.load(),
@@ -491,10 +492,11 @@ class TaskRun:
         if created:
             log_event("error_posted", task=report.task_id, post=created)
 
-    # --- observation -------------------------------------------------------------------------
 
-    def _observe(self, event: LoopEvent) -> None:
-        metrics = self._rt.metrics
+def metrics_observer(metrics: JobMetrics, agent_id: str) -> LoopObserver:
+    """The loop observer a task attaches: Prometheus increments per model and tool call."""
+
+    def observe(event: LoopEvent) -> None:
         if isinstance(event, LlmCalled):
             metrics.llm_call(
                 provider=event.provider,
@@ -511,9 +513,9 @@ class TaskRun:
                 duration_s=event.duration_s,
             )
         elif isinstance(event, GrantDenied):
-            metrics.grant_denied(
-                agent=self._p.task.agent_id if self._p.task else "unknown", tool=event.tool
-            )
+            metrics.grant_denied(agent=agent_id, tool=event.tool)
+
+    return observe
 
 
 def error_post_content(
@@ -651,5 +653,6 @@ __all__ = [
     "TaskVerdict",
     "error_post_content",
     "execute_task",
+    "metrics_observer",
     "run_task",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -13,11 +12,9 @@ from dataclasses import dataclass
 
 import redis
 
+from worker.devstack import free_port, redis_server_command
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["RedisServer", "free_port", "running_redis"]
 
 
 @dataclass
@@ -49,25 +46,8 @@ class RedisServer:
 
 
 def _spawn(port: int, workdir: str, *, appendonly: bool = False) -> subprocess.Popen[bytes]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError(
-            "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server)"
-        )
     return subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "yes" if appendonly else "no",
-            "--dir",
-            workdir,
-        ],
+        redis_server_command(port, workdir, appendonly=appendonly),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
