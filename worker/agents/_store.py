@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from time import monotonic
 
@@ -19,10 +18,9 @@ from worker.agents._definition import (
 from worker.agents._parsing import decode_text, parse_config, parse_skill
 from worker.agents._sources import open_source
 from worker.exceptions import AgentConfigError, InvalidTask
+from worker.logs import log_event
 
 CACHE_KEY_PREFIX = "agent-worker:agent:"
-
-logger = logging.getLogger(__name__)
 
 
 class AgentStore:
@@ -131,7 +129,13 @@ class AgentStore:
         try:
             entry = self._redis.get(_cache_key(agent_id))
         except redis.RedisError as exc:
-            logger.warning("agent cache unavailable, reading %s: %s", agent_id, type(exc).__name__)
+            log_event(
+                "agent_cache_unavailable",
+                "warning",
+                agent=agent_id,
+                action="read",
+                error=type(exc).__name__,
+            )
             return None
         if not isinstance(entry, (bytes, str)):
             return None
@@ -148,8 +152,12 @@ class AgentStore:
         try:
             self._redis.set(_cache_key(agent_id), entry, ex=ttl_s)
         except redis.RedisError as exc:
-            logger.warning(
-                "agent cache unavailable, not caching %s: %s", agent_id, type(exc).__name__
+            log_event(
+                "agent_cache_unavailable",
+                "warning",
+                agent=agent_id,
+                action="write",
+                error=type(exc).__name__,
             )
 
     def _ttl_for(self, config: AgentConfig) -> int:
