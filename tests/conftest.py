@@ -1,16 +1,27 @@
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 
 import pytest
 import redis
 
 from tests.support.redis_server import RedisServer, running_redis
+from worker import logs
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """The JSON-line log events this process writes during the test."""
+    stream = io.StringIO()
+    logs.set_stream(stream)
+    yield stream
+    logs.set_stream(None)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from rq.serializers import JSONSerializer
 
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.workers import REPO_ROOT, RQ, parse_events, wait_until, worker_env
-from worker import logs, redis_keys
+from worker import redis_keys
 from worker.agents import AgentStore
 from worker.scheduler import (
     AgentState,
@@ -84,14 +84,6 @@ def agents_root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def events() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    logs.set_stream(stream)
-    yield stream
-    logs.set_stream(None)
-
-
 def make_scheduler(
     redis_conn: redis.Redis, hub: DevHub, agents_root: Path, clock: Clock, **config: Any
 ) -> Scheduler:
@@ -147,7 +139,7 @@ def test_only_stale_agents_are_enqueued_oldest_first(
 
 
 def test_disabled_discovery_and_unknown_agents_are_skipped(
-    redis_conn: redis.Redis, hub: DevHub, agents_root: Path, events: io.StringIO
+    redis_conn: redis.Redis, hub: DevHub, agents_root: Path, log_stream: io.StringIO
 ) -> None:
     for agent_id in ("quiet-agent", "ghost-agent", "alpha-agent"):
         hub.register_agent(agent_id, last_activated_at=LONG_AGO)
@@ -160,7 +152,7 @@ def test_disabled_discovery_and_unknown_agents_are_skipped(
         "alpha-agent": Decision.ENQUEUED,
     }
     assert queued_ids(redis_conn) == [exploration_task_id("alpha-agent", SLOT)]
-    skipped = [json.loads(line) for line in events.getvalue().splitlines()]
+    skipped = [json.loads(line) for line in log_stream.getvalue().splitlines()]
     assert [e["agent"] for e in skipped if e["event"] == "agent_skipped"] == ["ghost-agent"]
 
 
@@ -215,7 +207,7 @@ def finish(redis_conn: redis.Redis, task_id: str, outcome: str) -> None:
 
 
 def test_failed_explorations_back_off_exponentially_and_a_success_resets(
-    redis_conn: redis.Redis, redis_url: str, hub: DevHub, tmp_path: Path, events: io.StringIO
+    redis_conn: redis.Redis, redis_url: str, hub: DevHub, tmp_path: Path, log_stream: io.StringIO
 ) -> None:
     # The provider key this agent names is never set: every real run fails.
     write_agent(
@@ -253,7 +245,7 @@ def test_failed_explorations_back_off_exponentially_and_a_success_resets(
     finish(redis_conn, exploration_task_id("flaky-agent", SLOT + 8), "completed")
     assert round_at(540) is Decision.ENQUEUED
 
-    records = [json.loads(line) for line in events.getvalue().splitlines()]
+    records = [json.loads(line) for line in log_stream.getvalue().splitlines()]
     backoffs = [r for r in records if r["event"] == "agent_backoff"]
     real_outcome = parse_events(worker_log, "task_completed")[0]["outcome"]
     assert [(b["failures"], b["backoff_s"], b["outcome"]) for b in backoffs] == [

@@ -17,7 +17,7 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.serializers import JSONSerializer
 
 from hub_client import AgentSummary, HubUnavailable
-from worker import logs, redis_keys
+from worker import redis_keys
 from worker.agents import AgentStore
 from worker.enqueue import JOB_FUNCTION
 from worker.scheduler import (
@@ -94,14 +94,6 @@ def agents_root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def events() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    logs.set_stream(stream)
-    yield stream
-    logs.set_stream(None)
-
-
 def logged(stream: io.StringIO, name: str) -> list[dict[str, Any]]:
     records = [json.loads(line) for line in stream.getvalue().splitlines()]
     return [record for record in records if record["event"] == name]
@@ -161,7 +153,7 @@ def test_agent_state_survives_a_round_trip_through_redis(redis: fakeredis.FakeRe
 
 
 def test_round_enqueues_stale_agents_in_hub_order_and_skips_discovery_off(
-    redis: fakeredis.FakeRedis, agents_root: Path, events: io.StringIO
+    redis: fakeredis.FakeRedis, agents_root: Path, log_stream: io.StringIO
 ) -> None:
     hub = FakeHub("beta-agent", "quiet-agent", "alpha-agent")
     scheduler = make_scheduler(redis, agents_root, hub, Clock())
@@ -182,13 +174,13 @@ def test_round_enqueues_stale_agents_in_hub_order_and_skips_discovery_off(
         "priority": "low",
         "constraints": {},
     }
-    [round_event] = logged(events, "schedule_round")
+    [round_event] = logged(log_stream, "schedule_round")
     assert round_event["enqueued"] == 2 and round_event["discovery_off"] == 1
     assert round_event["stale"] == 3 and round_event["slot"] == slot
 
 
 def test_unknown_or_broken_definitions_are_skipped_and_logged(
-    redis: fakeredis.FakeRedis, agents_root: Path, events: io.StringIO
+    redis: fakeredis.FakeRedis, agents_root: Path, log_stream: io.StringIO
 ) -> None:
     broken = agents_root / "agents" / "broken-agent"
     broken.mkdir()
@@ -201,7 +193,7 @@ def test_unknown_or_broken_definitions_are_skipped_and_logged(
     assert result.enqueued == [exploration_task_id("alpha-agent", 30_000_000)]
     for agent_id in ("ghost-agent", "broken-agent", "Not An Id"):
         assert result.decisions[agent_id] is Decision.BROKEN_DEFINITION
-    skipped = {event["agent"]: event["reason"] for event in logged(events, "agent_skipped")}
+    skipped = {event["agent"]: event["reason"] for event in logged(log_stream, "agent_skipped")}
     assert "unknown agent 'ghost-agent'" in skipped["ghost-agent"]
     assert "brain.provider" in skipped["broken-agent"]
     assert "invalid agent id" in skipped["Not An Id"]
@@ -261,7 +253,7 @@ def test_max_per_round_leaves_the_rest_for_the_next_round(
 
 
 def test_failures_back_off_exponentially_and_a_success_resets(
-    redis: fakeredis.FakeRedis, agents_root: Path, events: io.StringIO
+    redis: fakeredis.FakeRedis, agents_root: Path, log_stream: io.StringIO
 ) -> None:
     clock = Clock()
     scheduler = make_scheduler(redis, agents_root, FakeHub("alpha-agent"), clock)
@@ -288,12 +280,12 @@ def test_failures_back_off_exponentially_and_a_success_resets(
     settle_job(redis, exploration_task_id("alpha-agent", 30_000_008), "completed", failed=False)
     assert round_at(540) is Decision.ENQUEUED
 
-    backoffs = logged(events, "agent_backoff")
+    backoffs = logged(log_stream, "agent_backoff")
     assert [(e["failures"], e["backoff_s"], e["outcome"]) for e in backoffs] == [
         (1, 120, "error"),
         (2, 240, "tool_loop"),
     ]
-    [reset] = logged(events, "agent_backoff_reset")
+    [reset] = logged(log_stream, "agent_backoff_reset")
     assert reset["previous_failures"] == 2
     state = AgentState.decode(redis.hgetall(agent_state_key("alpha-agent")))
     assert state.failures == 0 and state.task_id == exploration_task_id("alpha-agent", 30_000_009)
@@ -354,7 +346,7 @@ def test_run_once_as_leader_runs_one_round_and_releases_the_lock(
 
 
 def test_run_once_fails_with_exit_1_when_the_hub_is_down(
-    redis: fakeredis.FakeRedis, agents_root: Path, events: io.StringIO
+    redis: fakeredis.FakeRedis, agents_root: Path, log_stream: io.StringIO
 ) -> None:
     hub = FakeHub("alpha-agent")
     hub.failure = HubUnavailable("GET /agents: connection refused", method="GET", path="/agents")
@@ -363,12 +355,12 @@ def test_run_once_fails_with_exit_1_when_the_hub_is_down(
     code = run_once(scheduler, LeaderLock(redis, ttl_s=30))
 
     assert code == 1
-    assert "connection refused" in logged(events, "schedule_round_failed")[0]["error"]
+    assert "connection refused" in logged(log_stream, "schedule_round_failed")[0]["error"]
     assert redis.exists(redis_keys.SCHEDULER_LEADER) == 0
 
 
 def test_run_forever_survives_a_failed_round_and_releases_the_lock_when_stopped(
-    redis: fakeredis.FakeRedis, agents_root: Path, events: io.StringIO
+    redis: fakeredis.FakeRedis, agents_root: Path, log_stream: io.StringIO
 ) -> None:
     stop = threading.Event()
     hub = FakeHub("alpha-agent")
@@ -379,7 +371,7 @@ def test_run_forever_survives_a_failed_round_and_releases_the_lock_when_stopped(
     code = run_forever(scheduler, LeaderLock(redis, ttl_s=30), stop)
 
     assert code == 0
-    assert [e["event"] for e in logged(events, "scheduler_leader")] == ["scheduler_leader"]
-    assert len(logged(events, "schedule_round_failed")) == 1
-    assert len(logged(events, "scheduler_stopped")) == 1
+    assert [e["event"] for e in logged(log_stream, "scheduler_leader")] == ["scheduler_leader"]
+    assert len(logged(log_stream, "schedule_round_failed")) == 1
+    assert len(logged(log_stream, "scheduler_stopped")) == 1
     assert redis.exists(redis_keys.SCHEDULER_LEADER) == 0
