@@ -14,7 +14,16 @@ from collections.abc import Callable, Sequence
 
 from bench._report import Table, machine_info
 
-BENCHMARKS = ("loop_overhead", "metrics_scrape", "mcp", "end_to_end", "memory", "scaling")
+BENCHMARKS = (
+    "loop_overhead",
+    "budgeting",
+    "redaction",
+    "metrics_scrape",
+    "mcp",
+    "end_to_end",
+    "memory",
+    "scaling",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

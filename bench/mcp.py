@@ -47,7 +47,9 @@ async def _session(config: Any, post_id: str) -> SessionTimes:
 
     grants = EffectiveGrants.of(["hub:read"])
     started = time.perf_counter()
-    async with McpToolbox.open(config, grants=grants, auth_token=_auth_token()) as toolbox:
+    async with McpToolbox.open(
+        config, grants=grants, auth_token=_auth_token(), capability=_capability(grants)
+    ) as toolbox:
         opened = time.perf_counter()
         if toolbox.unavailable_servers:
             raise RuntimeError(f"hub server unavailable: {toolbox.unavailable_servers}")
@@ -67,6 +69,23 @@ async def _session(config: Any, post_id: str) -> SessionTimes:
         first_call_ms=call_ms[0],
         later_call_ms=statistics.median(call_ms[1:]),
         close_ms=(time.perf_counter() - closing) * 1000,
+    )
+
+
+def _capability(grants: Any) -> str | None:
+    """The capability a worker would mint for the bench's task (the devstack sets a key)."""
+    from worker.settings import settings
+    from worker.tools import mint_capability
+
+    key = settings().capability_key
+    if key is None:
+        return None
+    return mint_capability(
+        key.get_secret_value(),
+        agent_id="bench-agent",
+        task_id="bench-mcp",
+        grants=grants,
+        expires_at=time.time() + 600,
     )
 
 

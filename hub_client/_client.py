@@ -1,4 +1,4 @@
-"""The typed async client for the Hub API v1 (DESIGN.md section 5).
+"""The typed async client for the Hub API v1 (docs/contract.md, "Hub API v1").
 
 Three layers, one concern each: a public method builds the call and parses the
 answer; ``_send_with_retries`` decides whether and when to try again;
@@ -294,7 +294,7 @@ class HubClient:
                 break
             attempts_made += 1
             try:
-                response = await self._send_once(
+                payload = await self._send_once(
                     method,
                     path,
                     params=params,
@@ -305,7 +305,7 @@ class HubClient:
             except _RetryableAnswer as retryable:
                 failure = retryable
             else:
-                return self._decode(response, method=method, path=path)
+                return payload
             delay_s = _backoff_delay(attempts_made - 1, failure.retry_after_s)
             if attempts_made >= max_attempts or delay_s is None:
                 break
@@ -331,8 +331,11 @@ class HubClient:
         json: Any,
         headers: dict[str, str],
         timeout_s: float,
-    ) -> httpx2.Response:
-        """One request. Raises ``_RetryableAnswer`` for outages, ``HubRejected`` for 4xx."""
+    ) -> Any:
+        """One request; returns the decoded JSON answer (None when the body is empty).
+
+        Raises ``_RetryableAnswer`` for outages, ``HubRejected`` for 4xx.
+        """
         try:
             with anyio.fail_after(timeout_s):
                 response = await self._http.request(
@@ -353,19 +356,7 @@ class HubClient:
             )
         if response.status_code >= 400:
             raise self._rejection(response, method=method, path=path)
-        return response
-
-    def _decode(self, response: httpx2.Response, *, method: str, path: str) -> Any:
-        if not response.content.strip():
-            return None
-        try:
-            return response.json()
-        except ValueError as e:
-            raise HubError(
-                f"{method} {path}: answer is not JSON ({_status_line(response)})",
-                method=method,
-                path=path,
-            ) from e
+        return _decoded(response)
 
     def _rejection(self, response: httpx2.Response, *, method: str, path: str) -> HubRejected:
         hub_message = self._redact(_hub_message(response))
@@ -410,6 +401,22 @@ def _retry_after_s(response: httpx2.Response) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, moment.timestamp() - time.time())
+
+
+def _decoded(response: httpx2.Response) -> Any:
+    """The JSON answer. Anything else with a 2xx status (a proxy's or load balancer's HTML
+    maintenance page, a truncated body) is not the Hub speaking: count it as an outage."""
+    if not response.content.strip():
+        return None
+    try:
+        return response.json()
+    except ValueError as e:
+        kind = response.headers.get("content-type", "no content type").split(";")[0]
+        raise _RetryableAnswer(
+            f"answer is not JSON ({_status_line(response)}, {kind})",
+            status=response.status_code,
+            retry_after_s=_retry_after_s(response),
+        ) from e
 
 
 def _status_line(response: httpx2.Response) -> str:

@@ -1,13 +1,14 @@
 """Errors raised by the Hub client, grouped by what the caller should do about them.
 
     HubError                  base; the message names the method and path ("POST /posts: ...")
-    ├── HubUnavailable        connection refused/reset, timeout, 5xx, or 429 after the retries:
+    ├── HubUnavailable        connection refused/reset, timeout, 5xx, 408/429, or an answer that
+    │                         is not JSON (an HTML maintenance page), after the retries:
     │                         try again later (a write goes to the outbox)
     └── HubRejected           the Hub refused the request (4xx): retrying the same call won't help
         ├── HubAuthError      401/403: the API key is missing, wrong or lacks the right
         └── HubNotFound       404: the post, agent or route does not exist
 
-An answer the client cannot understand (not JSON, missing fields) is a plain
+A JSON answer the client cannot understand (missing fields) is a plain
 ``HubError``. Messages never contain the API key.
 """
 

@@ -1,4 +1,4 @@
-"""The devhub: an in-memory Hub speaking Hub API v1 (DESIGN.md section 5).
+"""The devhub: an in-memory Hub speaking Hub API v1 (docs/contract.md, "Hub API v1").
 
 Use it for development, the demo and integration tests::
 
@@ -9,6 +9,14 @@ Besides the Hub calls it answers development endpoints under ``/api/v1/_dev``
 (register an agent for the stale list), ``POST budget`` (what budget-health
 answers for an agent) and ``POST faults`` (make the next N matching requests
 fail, for outage tests).
+
+A fault is ``{"status", "count", "path_prefix", "method", "retry_after", "delay_s",
+"body", "content_type"}``: the next ``count`` requests whose path starts with
+``path_prefix`` (and whose method is ``method``, when given) wait ``delay_s``, then
+get ``status`` with ``body`` (default: a JSON error) as ``content_type``. For
+example ``{"status": 200, "body": "<html>Down for maintenance</html>",
+"content_type": "text/html"}`` is a proxy's maintenance page, and ``{"status": 201,
+"body": "{}"}`` a write answered without the id of what it created.
 """
 
 from __future__ import annotations
@@ -53,15 +61,36 @@ class _Fault:
     path_prefix: str
     retry_after_s: float | None
     delay_s: float
+    method: str | None = None
+    body: str | None = None
+    content_type: str = "application/json"
 
     def to_json(self) -> JSONObject:
         return {
             "status": self.status,
             "count": self.remaining,
             "path_prefix": self.path_prefix,
+            "method": self.method,
             "retry_after": self.retry_after_s,
             "delay_s": self.delay_s,
+            "body": self.body,
+            "content_type": self.content_type,
         }
+
+    def response(self) -> Response:
+        headers = {}
+        if self.retry_after_s is not None:
+            headers["Retry-After"] = f"{self.retry_after_s:g}"
+        assert self.status is not None
+        if self.body is None:
+            return JSONResponse(
+                {"error": f"injected fault {self.status}"},
+                status_code=self.status,
+                headers=headers,
+            )
+        return Response(
+            self.body, status_code=self.status, headers=headers, media_type=self.content_type
+        )
 
 
 class _DevHub:
@@ -101,19 +130,12 @@ class _DevHub:
                 status_code=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        fault = self._take_fault(request.url.path)
+        fault = self._take_fault(request.method, request.url.path)
         if fault is not None:
             if fault.delay_s > 0:
                 await anyio.sleep(fault.delay_s)
             if fault.status is not None:
-                headers = {}
-                if fault.retry_after_s is not None:
-                    headers["Retry-After"] = f"{fault.retry_after_s:g}"
-                return JSONResponse(
-                    {"error": f"injected fault {fault.status}"},
-                    status_code=fault.status,
-                    headers=headers,
-                )
+                return fault.response()
         try:
             return await endpoint(request)
         except DevHubProblem as problem:
@@ -125,10 +147,12 @@ class _DevHub:
         given = request.headers.get("authorization", "").encode()
         return hmac.compare_digest(given, self._expected_authorization)
 
-    def _take_fault(self, path: str) -> _Fault | None:
+    def _take_fault(self, method: str, path: str) -> _Fault | None:
         if path.startswith(DEV):
             return None
         for fault in self._faults:
+            if fault.method is not None and fault.method != method:
+                continue
             if fault.remaining > 0 and path.startswith(fault.path_prefix):
                 fault.remaining -= 1
                 return fault
@@ -158,6 +182,9 @@ class _DevHub:
                 path_prefix=path_prefix,
                 retry_after_s=_number_or_none(body, "retry_after"),
                 delay_s=delay_s,
+                method=_text_or_none(body, "method"),
+                body=_text_or_none(body, "body"),
+                content_type=_text_or_none(body, "content_type") or "application/json",
             )
         )
         return [fault.to_json() for fault in self._faults if fault.remaining > 0]
@@ -330,6 +357,13 @@ def _limit(request: Request, *, default: int) -> int:
 
 def _csv(request: Request, name: str) -> list[str]:
     return [item.strip() for item in request.query_params.get(name, "").split(",") if item.strip()]
+
+
+def _text_or_none(body: JSONObject, key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise DevHubProblem(422, f"{key} must be a string")
+    return value
 
 
 def _number_or_none(body: JSONObject, key: str) -> float | None:

@@ -6,6 +6,8 @@
 
 Both serve streamable HTTP at ``/mcp`` on ``--host`` (default 127.0.0.1) and ``--port``,
 or stdio with ``--stdio``. With ``MCP_AUTH_TOKEN`` set, HTTP requests need
-``Authorization: Bearer <token>``. The caller (``agent_id``, ``task_id``,
-``idempotency_key``) comes in each tool call's request ``_meta``, set by the worker.
+``Authorization: Bearer <token>``. With ``CAPABILITY_KEY`` set, every tool call needs
+the task's signed capability in its request ``_meta`` (set by the worker): the agent,
+task and grants come from it, never from the rest of ``_meta``; without the key
+(development) the caller named in ``_meta`` is trusted and the server warns at start.
 """

@@ -2,8 +2,10 @@
 
 Every server module ends with ``serve(server, default_port=...)``. Over HTTP, a set
 ``MCP_AUTH_TOKEN`` makes every request without ``Authorization: Bearer <token>`` a 401;
-stdio is a private pipe to the parent process and needs no token. Logs are one JSON
-object per line on stderr, and never carry the token or the Hub key.
+stdio is a private pipe to the parent process and needs no token. Each tool call goes
+through ``logged_tool_call``, which asks the server's ``Identity`` who may call (the signed
+capability when ``CAPABILITY_KEY`` is set; a warning at start when it is not). Logs are one
+JSON object per line on stderr, and never carry the token, the Hub key or the capability key.
 """
 
 from __future__ import annotations
@@ -26,17 +28,17 @@ from typing import Any
 
 import anyio
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_servers._identity import Caller
+from mcp_servers._identity import CAPABILITY_KEY_ENV, Caller, Identity, identity_from_env
 
 DEFAULT_HOST = "127.0.0.1"
 MCP_PATH = "/mcp"
 AUTH_TOKEN_ENV = "MCP_AUTH_TOKEN"
 # Values of these variables are scrubbed from every log line, whatever logged them.
-SECRET_ENV_VARS = (AUTH_TOKEN_ENV, "HUB_API_KEY")
+SECRET_ENV_VARS = (AUTH_TOKEN_ENV, "HUB_API_KEY", CAPABILITY_KEY_ENV)
 # Open SSE streams would otherwise hold a shutdown forever.
 GRACEFUL_SHUTDOWN_S = 5
 # After SIGTERM over stdio: time for cancelled calls to unwind before the process leaves.
@@ -64,6 +66,15 @@ def serve(
         options = argument_parser(server.name, default_port).parse_args(argv)
     auth_token = os.environ.get(AUTH_TOKEN_ENV) or None
     configure_json_logging(secrets=[os.environ.get(name, "") for name in SECRET_ENV_VARS])
+    if not os.environ.get(CAPABILITY_KEY_ENV):
+        log_event(
+            "identity_unverified",
+            level=logging.WARNING,
+            server=server.name,
+            hint=f"set {CAPABILITY_KEY_ENV} (as on the workers) so only a signed per-task "
+            "capability can act for an agent; without it any caller holding the bearer "
+            "token can name any agent in _meta",
+        )
     if options.stdio:
         log_event("server_started", server=server.name, transport="stdio")
         anyio.run(_serve_stdio, server)
@@ -268,13 +279,27 @@ def add_tools(server: MCPServer[Any], *tools: Callable[..., Awaitable[str]]) -> 
         server.add_tool(tool, description=inspect.getdoc(tool), structured_output=False)
 
 
+def identity_or_exit(name: str, tool_grants: dict[str, str]) -> Identity:
+    """The server's Identity from the environment, or one clear line and exit 2."""
+    try:
+        return identity_from_env(os.environ, tool_grants)
+    except ValueError as exc:
+        print(f"mcp_servers.{name}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 @contextmanager
-def logged_tool_call(*, server: str, tool: str, caller: Caller | None) -> Iterator[None]:
-    """Log one ``tool_call`` event (who, outcome, duration) around a tool's work."""
+def logged_tool_call(
+    *, server: str, tool: str, identity: Identity, ctx: Context[Any, Any]
+) -> Iterator[Caller | None]:
+    """Check who calls (``Identity.caller``) and log one ``tool_call`` event (who, outcome,
+    duration) around the tool's work; yields the caller."""
     started = time.monotonic()
     outcome = "error"
+    caller: Caller | None = None
     try:
-        yield
+        caller = identity.caller(ctx, tool)
+        yield caller
         outcome = "ok"
     except ToolError:
         outcome = "tool_error"

@@ -14,7 +14,9 @@ the native loop: an unknown tool answers ``Error: Unknown tool '<name>'``, a too
 without its grant ``Error: Missing grant <grant>`` (never executed; logged as
 ``grant_denied`` on stderr), arguments that do not match the schema are refused,
 and the rest is forwarded with the worker's ``_meta`` identity (``agent_id``,
-``task_id``, ``idempotency_key = <task_id>:tool:<n>:1`` for the n-th call).
+``task_id``, and ``idempotency_key = <task_id>:tool:<digest>:<k>`` for the k-th call of
+one tool with the same arguments: a CLI re-runs a task from the start, so a key must
+name the write, not its position; see ``worker.idempotency``).
 Each call is also written to the call log the executor reads after the run.
 """
 
@@ -27,7 +29,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -39,22 +41,35 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from mcp_servers._serving import STDIO_EXIT_GRACE_S, _exit_after
+from worker.context import UntrustedBlocks
 from worker.exceptions import ConfigurationError
 from worker.executors._gateway_link import (
+    CAPABILITY,
     MCP_AUTH_TOKEN,
     CallLogWriter,
     GatewaySpec,
     read_secrets_file,
 )
+from worker.hooks import load_can_execute_tool
+from worker.idempotency import ContentKeyedToolbox
 from worker.logs import log_event, set_redactor
-from worker.loop import EventBus, GrantDenied, LoopEvent, ToolDispatcher
+from worker.loop import (
+    ArgumentRedactingToolbox,
+    CanExecuteTool,
+    EventBus,
+    GrantDenied,
+    LoopEvent,
+    ToolDispatcher,
+)
 from worker.models import ToolCall
 from worker.redaction import process_redactor
+from worker.tools._capability import Capability, CapabilityRefused, read_capability
 from worker.tools._config import McpConfig, load_mcp_config
 from worker.tools._grants import EffectiveGrants
 from worker.tools._mcp import McpToolbox
 
 SERVER_NAME = "gateway"
+CAPABILITY_EXPIRED = "Error: the task's capability has expired; no tool runs past its deadline"
 
 
 @dataclass(eq=False)
@@ -66,6 +81,10 @@ class Gateway:
     dispatcher: ToolDispatcher
     call_log: CallLogWriter
     calls: itertools.count[int]
+    # The task's capability, when the worker signs them: no call runs after it expires.
+    capability: Capability | None = None
+    # Masks the secrets this gateway knows in what the CLI's model reads.
+    redact: Callable[[str], str] = str
 
     def tools(self) -> list[mcp_types.Tool]:
         return [
@@ -77,24 +96,52 @@ class Gateway:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         step = next(self.calls)
+        if self.capability is not None and self.capability.remaining_s() <= 0:
+            return mcp_types.CallToolResult(
+                content=[mcp_types.TextContent(text=CAPABILITY_EXPIRED)], is_error=True
+            )
         call = ToolCall(id=f"gateway-{step}", name=name, arguments=json.dumps(arguments))
         remaining_s = self.spec.deadline_epoch_s - time.time()
         timeout_s = max(0.001, min(remaining_s, self.spec.tool_timeout_s))
         record = await self.dispatcher.run(step, 1, call, timeout_s)
         self.call_log.tool_call(step, record)
-        if record.outcome == "missing_grant" and self.spec.strict_grants:
+        if record.outcome in ("missing_grant", "not_allowed") and self.spec.strict_grants:
             # The executor ends the task when it reads this; the call itself never ran.
             self.call_log.autonomy_violation(
                 step,
                 f"agent {self.spec.agent_id!r} called {name!r} without its grant (strict grants)",
             )
         return mcp_types.CallToolResult(
-            content=[mcp_types.TextContent(text=record.content)], is_error=record.is_error
+            content=[mcp_types.TextContent(text=self.presented(name, record.content))],
+            is_error=record.is_error,
         )
 
+    def presented(self, name: str, content: str) -> str:
+        """A result as the CLI's model reads it: redacted, in the task's untrusted blocks."""
+        content = self.redact(content)
+        if self.spec.untrusted_nonce is None:
+            return content
+        return UntrustedBlocks(self.spec.untrusted_nonce).tool_result(name, content)
 
-def build_server(spec: GatewaySpec, config: McpConfig) -> Server[Gateway]:
-    """The gateway as a low-level MCP server: its tool list is only known once connected."""
+
+def build_server(
+    spec: GatewaySpec,
+    config: McpConfig,
+    capability: str | None = None,
+    *,
+    redact: Callable[[str], str] = str,
+) -> Server[Gateway]:
+    """The gateway as a low-level MCP server: its tool list is only known once connected.
+
+    With ``capability`` (the task's, from the secrets file), identity and grants come from
+    it, it goes to first-party servers with every call, and no call runs once it expired.
+    """
+    claims = read_capability(capability) if capability is not None else None
+    grants = (
+        claims.effective_grants()
+        if claims is not None
+        else EffectiveGrants(allowed=frozenset(spec.grants), denied=frozenset(spec.denied_grants))
+    )
 
     @asynccontextmanager
     async def open_gateway(_: Server[Gateway]) -> AsyncIterator[Gateway]:
@@ -104,28 +151,30 @@ def build_server(spec: GatewaySpec, config: McpConfig) -> Server[Gateway]:
         try:
             async with McpToolbox.open(
                 config,
-                grants=EffectiveGrants(
-                    allowed=frozenset(spec.grants), denied=frozenset(spec.denied_grants)
-                ),
+                grants=grants,
                 allowed_tools=spec.allowed_tools,
                 servers=spec.servers or None,
                 auth_token=os.environ.get(MCP_AUTH_TOKEN) or None,
+                capability=capability,
                 on_spawn=call_log.spawned,
             ) as toolbox:
                 yield Gateway(
                     spec=spec,
                     toolbox=toolbox,
                     dispatcher=ToolDispatcher(
-                        toolbox,
+                        ContentKeyedToolbox(ArgumentRedactingToolbox(toolbox, redact)),
                         task_id=spec.task_id,
                         agent_id=spec.agent_id,
                         events=events,
                         # Strictness is the executor's to enforce: the call log tells it.
                         strict_grants=False,
                         max_output_chars=spec.max_output_chars,
+                        can_execute_tool=tool_check(spec),
                     ),
                     call_log=call_log,
                     calls=itertools.count(1),
+                    capability=claims,
+                    redact=redact,
                 )
         finally:
             call_log.close()
@@ -148,6 +197,18 @@ def build_server(spec: GatewaySpec, config: McpConfig) -> Server[Gateway]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def tool_check(spec: GatewaySpec) -> CanExecuteTool | None:
+    """The operator's CAN_EXECUTE_TOOL check, as the native loop asks it before every call."""
+    if spec.can_execute_tool is None:
+        return None
+    if spec.workdir is not None and str(spec.workdir) not in sys.path:
+        sys.path.insert(0, str(spec.workdir))  # where the worker runs, and imported it from
+    try:
+        return load_can_execute_tool(spec.can_execute_tool)
+    except ValueError as exc:
+        raise ValueError(f"CAN_EXECUTE_TOOL {spec.can_execute_tool!r}: {exc}") from None
 
 
 def _log_denial(call_log: CallLogWriter, event: LoopEvent) -> None:
@@ -191,17 +252,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spec.workdir is not None:
             os.chdir(spec.workdir)
         config = load_mcp_config(spec.mcp_config)
+        tool_check(spec)  # a bad CAN_EXECUTE_TOOL fails here, before the CLI calls a tool
+        capability = task_capability(spec, secrets)
     except ConfigurationError as exc:
         print(f"mcp_servers.gateway: {exc.message}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:
         print(f"mcp_servers.gateway: {exc}", file=sys.stderr)
         return 2
-    set_redactor(process_redactor(secrets.values()))
+    redactor = process_redactor(secrets.values())
+    set_redactor(redactor)
     log_event("server_started", server=SERVER_NAME, transport="stdio", task=spec.task_id)
-    anyio.run(serve_stdio, build_server(spec, config))
+    anyio.run(serve_stdio, build_server(spec, config, capability, redact=redactor))
     log_event("server_stopped", server=SERVER_NAME, task=spec.task_id)
     return 0
+
+
+def task_capability(spec: GatewaySpec, secrets: dict[str, str]) -> str | None:
+    """The capability from the secrets file, checked against the spec; ValueError says why
+    the gateway must not start (missing when required, expired, or for another task)."""
+    token = secrets.get(CAPABILITY)
+    if token is None:
+        if spec.require_capability:
+            raise ValueError(f"{CAPABILITY} is missing from the secrets file")
+        return None
+    try:
+        claims = read_capability(token)
+    except CapabilityRefused as refusal:
+        raise ValueError(f"{CAPABILITY}: {refusal}") from None
+    if (claims.agent_id, claims.task_id) != (spec.agent_id, spec.task_id):
+        raise ValueError(f"{CAPABILITY} is for another agent or task than GATEWAY_AGENT_ID/TASK_ID")
+    return token
 
 
 if __name__ == "__main__":

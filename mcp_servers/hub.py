@@ -2,9 +2,12 @@
 
 Run ``python -m mcp_servers.hub [--host H] [--port 8101] [--stdio] [--timeout-s 20]``
 with ``HUB_URL`` (and ``HUB_API_KEY`` when the Hub wants one) in its environment:
-the key lives here, never in the worker's prompts. Writes act for the agent named
-in the request ``_meta`` and pass its idempotency key to the Hub, so a retried
-tool call never posts twice. One ``HubClient`` serves the whole process.
+the key lives here, never in the worker's prompts. With ``CAPABILITY_KEY`` set,
+every call needs the task's signed capability in its ``_meta`` and acts for the
+agent it names, with the grants it holds (``TOOL_GRANTS``); see
+``mcp_servers._identity``. Writes pass the call's idempotency key to the Hub, so
+a retried tool call never posts twice. Each Hub call is bounded by the task's
+deadline. One ``HubClient`` serves the whole process.
 """
 
 from __future__ import annotations
@@ -30,8 +33,14 @@ from hub_client import (
     HubUnavailable,
     Post,
 )
-from mcp_servers._identity import Caller, optional_caller, require_caller
-from mcp_servers._serving import add_tools, argument_parser, logged_tool_call, serve
+from mcp_servers._identity import Caller, Identity
+from mcp_servers._serving import (
+    add_tools,
+    argument_parser,
+    identity_or_exit,
+    logged_tool_call,
+    serve,
+)
 
 DEFAULT_PORT = 8101
 DEFAULT_TIMEOUT_S = 20.0
@@ -42,6 +51,14 @@ MAX_LIMIT = 50
 PREVIEW_CHARS = 300
 POST_CHARS = 4000
 COMMENT_CHARS = 1500
+# The grant each tool requires; a capability must hold it (MCP_CONFIG maps the same).
+TOOL_GRANTS = {
+    "search_posts": "hub:read",
+    "get_thread": "hub:read",
+    "get_feed": "hub:read",
+    "create_post": "hub:write",
+    "create_comment": "hub:write",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +67,26 @@ class HubAccess:
 
     client: HubClient
     call_timeout_s: float
+    identity: Identity
+
+    def timeout_for(self, caller: Caller | None) -> float:
+        """The Hub call's timeout: ours, or less when the task's deadline is nearer."""
+        return self.call_timeout_s if caller is None else caller.time_left(self.call_timeout_s)
+
+
+def _call(hub: HubAccess, ctx: Context[HubAccess, Any], tool: str) -> Any:
+    return logged_tool_call(server="hub", tool=tool, identity=hub.identity, ctx=ctx)
+
+
+def _writer(caller: Caller | None, tool: str) -> tuple[Caller, str]:
+    """A write's caller and idempotency key, or a ToolError the model can read."""
+    if caller is None or caller.idempotency_key is None:
+        raise ToolError(
+            f"refused: {tool} writes on behalf of an agent, and this call did not say which "
+            "(the worker sets agent_id, task_id and idempotency_key in the request _meta; "
+            "they are not tool arguments)"
+        )
+    return caller, caller.idempotency_key
 
 
 async def search_posts(
@@ -71,14 +108,14 @@ async def search_posts(
         limit: How many posts at most (1-50).
     """
     hub = ctx.request_context.lifespan_context
-    with logged_tool_call(server="hub", tool="search_posts", caller=optional_caller(ctx)):
+    with _call(hub, ctx, "search_posts") as caller:
         async with _hub_errors_as_tool_errors():
             posts = await hub.client.search(
                 query,
                 community=community,
                 author=author,
                 limit=_checked_limit(limit),
-                timeout_s=hub.call_timeout_s,
+                timeout_s=hub.timeout_for(caller),
             )
         return _post_list(posts, empty=f"No posts match {query!r}.")
 
@@ -90,9 +127,9 @@ async def get_thread(post_id: str, ctx: Context[HubAccess, Any]) -> str:
         post_id: The post's id, as shown in brackets by search_posts or get_feed.
     """
     hub = ctx.request_context.lifespan_context
-    with logged_tool_call(server="hub", tool="get_thread", caller=optional_caller(ctx)):
+    with _call(hub, ctx, "get_thread") as caller:
         async with _hub_errors_as_tool_errors():
-            post = await hub.client.get_post(post_id, timeout_s=hub.call_timeout_s)
+            post = await hub.client.get_post(post_id, timeout_s=hub.timeout_for(caller))
         return _thread(post)
 
 
@@ -112,8 +149,7 @@ async def get_feed(
         limit: How many posts at most (1-50).
     """
     hub = ctx.request_context.lifespan_context
-    caller = optional_caller(ctx)
-    with logged_tool_call(server="hub", tool="get_feed", caller=caller):
+    with _call(hub, ctx, "get_feed") as caller:
         async with _hub_errors_as_tool_errors():
             posts = await hub.client.discover_feed(
                 communities=communities or (),
@@ -121,7 +157,7 @@ async def get_feed(
                 exclude_responded=True,
                 limit=_checked_limit(limit),
                 agent_id=caller.agent_id if caller else None,
-                timeout_s=hub.call_timeout_s,
+                timeout_s=hub.timeout_for(caller),
             )
         return _post_list(posts, empty="Nothing new in the feed.")
 
@@ -140,17 +176,17 @@ async def create_post(
         community: Where to post, e.g. "m/devops"; the Hub's default community if omitted.
     """
     hub = ctx.request_context.lifespan_context
-    with logged_tool_call(server="hub", tool="create_post", caller=optional_caller(ctx)):
-        caller = require_caller(ctx, "create_post")
+    with _call(hub, ctx, "create_post") as verified:
+        caller, idempotency_key = _writer(verified, "create_post")
         _require_text(content, "content")
-        async with _hub_errors_as_tool_errors(caller):
+        async with _hub_errors_as_tool_errors(idempotency_key):
             created = await hub.client.create_post(
                 agent_id=caller.agent_id,
                 content=content,
                 title=title,
                 community=community,
-                idempotency_key=caller.idempotency_key,
-                timeout_s=hub.call_timeout_s,
+                idempotency_key=idempotency_key,
+                timeout_s=hub.timeout_for(caller),
             )
         where = f" in {community}" if community else ""
         return f"Created post {created.id}{where}."
@@ -164,16 +200,16 @@ async def create_comment(post_id: str, content: str, ctx: Context[HubAccess, Any
         content: The text of the comment (Markdown is fine).
     """
     hub = ctx.request_context.lifespan_context
-    with logged_tool_call(server="hub", tool="create_comment", caller=optional_caller(ctx)):
-        caller = require_caller(ctx, "create_comment")
+    with _call(hub, ctx, "create_comment") as verified:
+        caller, idempotency_key = _writer(verified, "create_comment")
         _require_text(content, "content")
-        async with _hub_errors_as_tool_errors(caller):
+        async with _hub_errors_as_tool_errors(idempotency_key):
             created = await hub.client.create_comment(
                 post_id,
                 agent_id=caller.agent_id,
                 content=content,
-                idempotency_key=caller.idempotency_key,
-                timeout_s=hub.call_timeout_s,
+                idempotency_key=idempotency_key,
+                timeout_s=hub.timeout_for(caller),
             )
         return f"Created comment {created.id} on post {post_id}."
 
@@ -190,14 +226,14 @@ def _require_text(value: str, name: str) -> None:
 
 
 @asynccontextmanager
-async def _hub_errors_as_tool_errors(caller: Caller | None = None) -> AsyncIterator[None]:
+async def _hub_errors_as_tool_errors(idempotency_key: str | None = None) -> AsyncIterator[None]:
     """Turn Hub failures into messages the model can act on, without keys of any kind."""
     try:
         yield
     except HubError as error:
         message = _readable_hub_error(error)
-        if caller is not None:
-            message = message.replace(caller.idempotency_key, "[idempotency key]")
+        if idempotency_key is not None:
+            message = message.replace(idempotency_key, "[idempotency key]")
         raise ToolError(message) from None
 
 
@@ -268,14 +304,19 @@ def build_server(
     hub_url: str,
     api_key: str | None = None,
     call_timeout_s: float = DEFAULT_TIMEOUT_S,
+    identity: Identity | None = None,
 ) -> MCPServer[HubAccess]:
-    """The ``hub`` MCPServer; its one HubClient opens and closes with the server."""
+    """The ``hub`` MCPServer; its one HubClient opens and closes with the server.
+
+    ``identity`` None: development mode (the caller named in ``_meta`` is trusted).
+    """
+    checked = identity or Identity(tool_grants=TOOL_GRANTS)
 
     @asynccontextmanager
     async def one_client(_server: MCPServer[HubAccess]) -> AsyncIterator[HubAccess]:
         attempt_timeout_s = min(ATTEMPT_TIMEOUT_S, call_timeout_s)
         async with HubClient(hub_url, api_key, timeout_s=attempt_timeout_s) as client:
-            yield HubAccess(client=client, call_timeout_s=call_timeout_s)
+            yield HubAccess(client=client, call_timeout_s=call_timeout_s, identity=checked)
 
     server: MCPServer[HubAccess] = MCPServer(
         "hub",
@@ -307,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         hub_url=hub_url,
         api_key=os.environ.get("HUB_API_KEY") or None,
         call_timeout_s=options.timeout_s,
+        identity=identity_or_exit("hub", TOOL_GRANTS),
     )
     serve(server, default_port=DEFAULT_PORT, options=options)
 

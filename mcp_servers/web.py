@@ -13,7 +13,6 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from types import TracebackType
 from typing import Any, Self
 
@@ -22,14 +21,23 @@ import httpx2
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from mcp_servers._identity import optional_caller
-from mcp_servers._serving import add_tools, argument_parser, logged_tool_call, serve
+from mcp_servers._html import readable_html
+from mcp_servers._identity import Caller, Identity
+from mcp_servers._serving import (
+    add_tools,
+    argument_parser,
+    identity_or_exit,
+    logged_tool_call,
+    serve,
+)
 from mcp_servers._ssrf import AddressPolicy, AddressRefused, VettedTransport
 
 DEFAULT_PORT = 8102
 DEFAULT_MAX_BYTES = 200_000
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "hub-agent-worker-web/0.1 (MCP fetch tool)"
+# The grant each tool requires; a capability must hold it (MCP_CONFIG maps the same).
+TOOL_GRANTS = {"fetch": "web:read"}
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT_TYPES = frozenset(
@@ -45,6 +53,7 @@ class FetchLimits:
     timeout_s: float = 20.0
     max_redirects: int = 5
     hard_max_bytes: int = 2_000_000
+    parse_timeout_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,18 +65,24 @@ class Page:
     encoding: str
     truncated_at: int | None
 
-    def readable(self) -> str:
-        """Header lines (URL, status, type, title) and the body as plain text."""
+    async def readable(self, *, parse_timeout_s: float) -> str:
+        """Header lines (URL, status, type, title) and the body as plain text.
+
+        HTML is parsed off the event loop, for at most ``parse_timeout_s``.
+        """
         text = self.body.decode(self.encoding, errors="replace")
-        title = ""
+        title, note = "", None
         if _kind_of(self.content_type, self.body) == "html":
-            title, text = html_to_text(text)
+            parsed = await readable_html(text, timeout_s=parse_timeout_s)
+            title, text, note = parsed.title, parsed.text, parsed.note
         lines = [f"URL: {self.url}", f"Status: {self.status}", f"Content-Type: {self.content_type}"]
         if title:
             lines.append(f"Title: {title}")
         lines.extend(["", text.strip() or "(no readable text)"])
         if self.truncated_at is not None:
             lines.append(f"\n[truncated: only the first {self.truncated_at} bytes were read]")
+        if note is not None:
+            lines.append(f"\n[note: {note}]")
         return "\n".join(lines)
 
 
@@ -108,18 +123,24 @@ class Fetcher:
     ) -> None:
         await self._client.__aexit__(exc_type, exc, traceback)
 
-    async def fetch(self, url: str, *, max_bytes: int) -> Page:
-        """The page at ``url`` after redirects; raise ToolError with a message for the model."""
+    @property
+    def limits(self) -> FetchLimits:
+        return self._limits
+
+    async def fetch(self, url: str, *, max_bytes: int, timeout_s: float | None = None) -> Page:
+        """The page at ``url`` after redirects; raise ToolError with a message for the model.
+
+        ``timeout_s`` (the caller's time left) shortens the configured timeout.
+        """
         if max_bytes < 1:
             raise ToolError("max_bytes must be at least 1")
         max_bytes = min(max_bytes, self._limits.hard_max_bytes)
+        limit_s = min(self._limits.timeout_s, timeout_s or self._limits.timeout_s)
         try:
-            with anyio.fail_after(self._limits.timeout_s):
+            with anyio.fail_after(limit_s):
                 return await self._follow(url, max_bytes)
         except TimeoutError:
-            raise ToolError(
-                f"timed out after {self._limits.timeout_s:g} s fetching {url}"
-            ) from None
+            raise ToolError(f"timed out after {limit_s:g} s fetching {url}") from None
 
     async def _follow(self, url: str, max_bytes: int) -> Page:
         current, came_from = url, None
@@ -206,69 +227,15 @@ def _usable_encoding(declared: str | None) -> str:
     return "utf-8"
 
 
-# Content that is not text a reader would see.
-_SKIPPED_TAGS = frozenset(
-    {"script", "style", "noscript", "template", "svg", "iframe", "object", "canvas"}
-)
-# Tags that start a new line of text.
-_BLOCK_TAGS = frozenset(
-    {"address", "article", "aside", "blockquote", "br", "dd", "details", "div", "dl", "dt",
-     "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
-     "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "td", "th",
-     "tr", "ul"}
-)  # fmt: skip
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WebAccess:
+    """What the fetch tool shares for the life of the server process."""
+
+    fetcher: Fetcher
+    identity: Identity
 
 
-class _ReadableText(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.lines: list[str] = []
-        self.title_parts: list[str] = []
-        self._line_parts: list[str] = []
-        self._skip_depth = 0
-        self._in_title = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _SKIPPED_TAGS:
-            self._skip_depth += 1
-        elif tag == "title":
-            self._in_title = True
-        elif tag in _BLOCK_TAGS:
-            self.end_line()
-            if tag == "li":
-                self._line_parts.append("- ")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _SKIPPED_TAGS:
-            self._skip_depth = max(0, self._skip_depth - 1)
-        elif tag == "title":
-            self._in_title = False
-        elif tag in _BLOCK_TAGS:
-            self.end_line()
-
-    def handle_data(self, data: str) -> None:
-        if self._skip_depth:
-            return
-        (self.title_parts if self._in_title else self._line_parts).append(data)
-
-    def end_line(self) -> None:
-        line = " ".join("".join(self._line_parts).split())
-        if line and line != "-":
-            self.lines.append(line)
-        self._line_parts = []
-
-
-def html_to_text(html: str) -> tuple[str, str]:
-    """``(title, text)``: scripts, styles and tags dropped, one line per block, spaces collapsed."""
-    parser = _ReadableText()
-    parser.feed(html)
-    parser.close()
-    parser.end_line()
-    title = " ".join("".join(parser.title_parts).split())
-    return title, "\n".join(parser.lines)
-
-
-async def fetch(url: str, ctx: Context[Fetcher, Any], max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+async def fetch(url: str, ctx: Context[WebAccess, Any], max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """Fetch a public web page and return its readable text.
 
     HTML is reduced to plain text (title first; scripts, styles and markup removed).
@@ -282,23 +249,37 @@ async def fetch(url: str, ctx: Context[Fetcher, Any], max_bytes: int = DEFAULT_M
         url: Absolute http:// or https:// URL of the page.
         max_bytes: Read at most this many bytes of the body (at most 2000000).
     """
-    fetcher = ctx.request_context.lifespan_context
-    with logged_tool_call(server="web", tool="fetch", caller=optional_caller(ctx)):
-        page = await fetcher.fetch(url, max_bytes=max_bytes)
-        return page.readable()
+    web = ctx.request_context.lifespan_context
+    limits = web.fetcher.limits
+    with logged_tool_call(server="web", tool="fetch", identity=web.identity, ctx=ctx) as caller:
+        page = await web.fetcher.fetch(
+            url, max_bytes=max_bytes, timeout_s=_time_left(caller, limits.timeout_s)
+        )
+        return await page.readable(parse_timeout_s=_time_left(caller, limits.parse_timeout_s))
+
+
+def _time_left(caller: Caller | None, cap_s: float) -> float:
+    return cap_s if caller is None else caller.time_left(cap_s)
 
 
 def build_server(
-    *, policy: AddressPolicy, limits: FetchLimits = FetchLimits()
-) -> MCPServer[Fetcher]:
-    """The ``web`` MCPServer with its ``fetch`` tool; one Fetcher per server run."""
+    *,
+    policy: AddressPolicy,
+    limits: FetchLimits = FetchLimits(),
+    identity: Identity | None = None,
+) -> MCPServer[WebAccess]:
+    """The ``web`` MCPServer with its ``fetch`` tool; one Fetcher per server run.
+
+    ``identity`` None: development mode (the caller named in ``_meta`` is trusted).
+    """
+    checked = identity or Identity(tool_grants=TOOL_GRANTS)
 
     @asynccontextmanager
-    async def one_fetcher(_server: MCPServer[Fetcher]) -> AsyncIterator[Fetcher]:
+    async def one_fetcher(_server: MCPServer[WebAccess]) -> AsyncIterator[WebAccess]:
         async with Fetcher(policy, limits) as fetcher:
-            yield fetcher
+            yield WebAccess(fetcher=fetcher, identity=checked)
 
-    server: MCPServer[Fetcher] = MCPServer(
+    server: MCPServer[WebAccess] = MCPServer(
         "web",
         instructions="Fetch public web pages as readable text.",
         lifespan=one_fetcher,
@@ -321,7 +302,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as exc:
         print(f"mcp_servers.web: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    server = build_server(policy=policy, limits=FetchLimits(timeout_s=options.timeout_s))
+    server = build_server(
+        policy=policy,
+        limits=FetchLimits(timeout_s=options.timeout_s),
+        identity=identity_or_exit("web", TOOL_GRANTS),
+    )
     serve(server, default_port=DEFAULT_PORT, options=options)
 
 

@@ -5,6 +5,14 @@ Python Hubs enqueue with ``enqueue_task`` (the same atomic script as the CLI).
 """
 
 from worker._worker import AgentWorker, register_child_process
+from worker.checks import CheckReport, run_checks
 from worker.enqueue import EnqueueResult, enqueue_task
 
-__all__ = ["AgentWorker", "EnqueueResult", "enqueue_task", "register_child_process"]
+__all__ = [
+    "AgentWorker",
+    "CheckReport",
+    "EnqueueResult",
+    "enqueue_task",
+    "register_child_process",
+    "run_checks",
+]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import lru_cache
@@ -14,8 +15,11 @@ from redis import Redis
 
 from worker._tls import client_ssl_context
 from worker._worker_children import register_child_process
-from worker.agents import AgentDefinition, AgentStore
-from worker.exceptions import AgentConfigError, ConfigurationError
+from worker._worker_vetting import job_attempt
+from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
+from worker.exceptions import ConfigurationError
+from worker.hooks import load_can_execute_tool
+from worker.idempotency import journal_tool_intents
 from worker.jobs import TaskRuntime
 from worker.limiter import FleetLimiter, RateLimitedModel, RateLimits
 from worker.logs import set_redactor
@@ -25,11 +29,14 @@ from worker.models._factory import create_model, load_price_table
 from worker.models._prices import PriceTable
 from worker.models._warmup import warm_up_providers
 from worker.redaction import Redactor, process_redactor
+from worker.redis_connection import connect
+from worker.redis_faults import patient_redis_retry
 from worker.settings import Settings, settings
 from worker.task import Task
 from worker.tools import LocalToolbox, Toolbox
+from worker.tools._capability import mint_capability
 from worker.tools._config import McpConfig, load_mcp_config
-from worker.tools._grants import GrantPolicy, load_grant_policy
+from worker.tools._grants import EffectiveGrants, GrantPolicy, load_grant_policy
 from worker.tools._mcp import McpToolbox
 
 
@@ -86,18 +93,19 @@ def preload() -> None:
 
 
 def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
+    """The agent's model. Its endpoint and key variable are the operator's to allow
+    (checked at load, and again here: a cached definition may predate the rules); the
+    worker's own key goes only to the operator's endpoint (``create_model``)."""
     brain = agent.config.brain
-    api_key: str | None = None
     where = f"agents/{agent.config.name}/config.yaml"
+    DefinitionPolicy.from_settings(config).check_brain(brain, where)
+    api_key: str | None = None
     if brain.api_key_env:
         api_key = os.environ.get(brain.api_key_env)
         if not api_key:
             raise ConfigurationError(
                 f"{brain.api_key_env} is not set ({where}: brain.api_key_env names it)"
             )
-    elif brain.api_base:
-        # The worker's own provider key is never sent to an endpoint a definition picks.
-        raise AgentConfigError(f"{where}: brain.api_base needs brain.api_key_env")
     model = create_model(
         brain.provider,
         brain.model,
@@ -116,7 +124,13 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
     return RateLimitedModel(model, FleetLimiter(redis, brain.provider, brain.model, limits))
 
 
-def toolbox_opener(config: Settings, on_spawn: Any = None) -> Any:
+def toolbox_opener(
+    config: Settings, on_spawn: Any = None, deadline_cap_s: float | None = None
+) -> Any:
+    """Opens the task's McpToolbox: its effective grants, MCP_AUTH_TOKEN for first-party
+    servers and, with CAPABILITY_KEY, a capability signed for this agent and task that
+    expires at the task's deadline."""
+
     @asynccontextmanager
     async def open_toolbox(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
         if config.mcp_config is None:
@@ -131,11 +145,37 @@ def toolbox_opener(config: Settings, on_spawn: Any = None) -> Any:
             allowed_tools=task.constraints.allowed_tools,
             servers=agent.config.capabilities.mcp_servers or None,
             auth_token=token,
+            capability=_capability(config, agent, task, grants, deadline_cap_s),
+            max_result_bytes=config.mcp_result_max_bytes,
             on_spawn=on_spawn,
         ) as toolbox:
             yield toolbox
 
     return open_toolbox
+
+
+def _capability(
+    config: Settings,
+    agent: AgentDefinition,
+    task: Task,
+    grants: EffectiveGrants,
+    deadline_cap_s: float | None,
+) -> str | None:
+    if config.capability_key is None:
+        return None
+    durations = (
+        agent.config.limits.max_duration_s,
+        task.constraints.max_duration_s,
+        deadline_cap_s,
+    )
+    return mint_capability(
+        config.capability_key.get_secret_value(),
+        agent_id=agent.config.name,
+        task_id=task.task_id,
+        grants=grants,
+        # The toolbox opens as the loop starts: its deadline is now plus the task's time.
+        expires_at=time.time() + min(d for d in durations if d is not None),
+    )
 
 
 def build_runtime(
@@ -154,18 +194,32 @@ def build_runtime(
         metrics=JobMetrics(),
         redactor=_redactor(),
         make_model=lambda agent: make_model(agent, config, redis),
-        open_toolbox=toolbox_opener(config, on_spawn),
+        open_toolbox=toolbox_opener(config, on_spawn, deadline_cap_s),
         attempt=attempt,
         on_spawn=on_spawn,
         job_id=job_id,
         deadline_cap_s=deadline_cap_s,
+        prices=_prices(),
+        can_execute_tool=(
+            load_can_execute_tool(config.can_execute_tool) if config.can_execute_tool else None
+        ),
     )
 
 
 def runtime_for_job(job: Any) -> TaskRuntime:
-    """The runtime for the current rq job (or for a direct call outside rq)."""
+    """The runtime for the current rq job (or for a direct call outside rq).
+
+    Every tool call journals its intent before it runs (``worker.idempotency``),
+    and the connection waits out Redis outages and refused writes like the worker's.
+    """
     if job is None:
-        return build_runtime(Redis.from_url(settings().redis_url))
-    attempt = int(job.meta.get("attempt", 0) or 0)
-    cap = job.timeout - settings().job_timeout_grace_s if job.timeout else None
-    return build_runtime(job.connection, job_id=job.id, attempt=attempt, deadline_cap_s=cap)
+        redis = connect(settings())
+        redis.set_retry(patient_redis_retry())
+        runtime = build_runtime(redis)
+    else:
+        # The worker vetted meta.attempt before the fork; this names the problem otherwise.
+        attempt = job_attempt(job.meta)
+        cap = job.timeout - settings().job_timeout_grace_s if job.timeout else None
+        runtime = build_runtime(job.connection, job_id=job.id, attempt=attempt, deadline_cap_s=cap)
+    runtime.open_toolbox = journal_tool_intents(runtime.open_toolbox, runtime.redis)
+    return runtime

@@ -1,9 +1,10 @@
-"""AgentWorker: rq's forking Worker made safe to run agent tasks (DESIGN.md sections 2, 4, 13).
+"""AgentWorker: rq's forking Worker made safe to run agent tasks (docs/contract.md).
 
 Select it with ``RQ_WORKER_CLASS=worker.AgentWorker`` and start ``rq worker agents``.
 Per job, the parent process:
 
     check the raw job against the allow-list   (refuse or fail it, never import it)
+    drop a producer's meta.requeue/report      (only the job itself sets them)
     make sure rq's timeout covers the deadline (rq's kill is only a backstop)
     give an agent task its crash re-runs       (rq retries a killed or abandoned job)
     fork and monitor the job process           (rq)
@@ -12,25 +13,26 @@ Per job, the parent process:
     re-enqueue the task if the job asked for it
 
 Around that loop it always runs rq's scheduler (delayed requeues), a shorter
-maintenance interval, a metrics endpoint, and it rides out Redis restarts.
+maintenance interval, a metrics endpoint, and it rides out Redis restarts and
+refused writes (OOM, READONLY, LOADING: ``worker.redis_faults``). rq loads jobs
+through ``CappedJob``, so a job hash cannot expand beyond JOB_DATA_MAX_BYTES.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from prometheus_client import write_to_textfile
 from redis import ConnectionPool, Redis
-from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from rq.connections import parse_connection
 from rq.defaults import (
@@ -45,20 +47,31 @@ from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.utils import current_timestamp, now, utcformat
-from rq.worker import DequeueStrategy, Worker
+from rq.worker import DequeueStrategy
 
+from worker._job_timeout import run_timeout_s
 from worker._worker_children import kill_recorded_process_groups, register_child_process
 from worker._worker_logging import send_rq_logs_to_events
-from worker._worker_vetting import JobCheck, Verdict, check_job
+from worker._worker_outages import OutageTolerantWorker
+from worker._worker_vetting import (
+    JOB_CONTROL_FIELDS,
+    CappedJob,
+    JobCheck,
+    Verdict,
+    check_job,
+    producer_control_fields,
+)
+from worker.agents import AgentStore
+from worker.checks import check_at_start
+from worker.control import LeaseLost
 from worker.enqueue import (
     DEFAULT_MAX_DURATION_S,
     DEFAULT_RESULT_TTL_S,
     DEFAULT_TIMEOUT_GRACE_S,
     JOB_FUNCTION,
     enqueue_task,
-    job_timeout_s,
 )
-from worker.exceptions import InvalidTask, WorkerError
+from worker.exceptions import ConfigurationError, InvalidTask, WorkerError
 from worker.leases import release_lease_of
 from worker.logs import log_event, set_level, set_redactor
 from worker.metrics import (
@@ -70,32 +83,25 @@ from worker.metrics import (
 )
 from worker.outbox import drain_outbox_now
 from worker.redaction import process_redactor
+from worker.redis_connection import require_matching_worker_connection
+from worker.redis_faults import (
+    is_redis_outage,
+    patient_redis_retry,
+)
 from worker.settings import settings_or_exit
 from worker.task import Outcome, parse_task
 
-__all__ = ["AgentWorker", "register_child_process"]
+__all__ = ["AgentWorker", "patient_redis_retry", "register_child_process"]
 
-_REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 HEALTH_CHECK_TIMEOUT_S = 2.0
 
 
-def patient_redis_retry() -> Retry:
-    """How long every process of a worker waits for Redis before a command fails: ~33 s.
-
-    A restarting Redis (loading its append-only file, a failover) is gone for
-    seconds, longer than redis-py's default retry (~3 s). A job process that met
-    it mid-task would end its task with an error; waiting, it resumes where it was.
-    """
-    return Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=19)
-
-
-T = TypeVar("T")
-
-
-class AgentWorker(Worker):
+class AgentWorker(OutageTolerantWorker):
     """The rq worker of the agent fleet; subclass it to extend ``allowed_functions`` (tests)."""
 
     allowed_functions: ClassVar[frozenset[str]] = frozenset({JOB_FUNCTION})
+    # rq decompresses job data when it loads a job, before our vetting: capped there too.
+    job_class = CappedJob
     # rq's 600 s lets a job orphaned by a dead parent run twice for ten minutes (trap 9).
     default_maintenance_interval_s: ClassVar[int] = 60
     # Delayed requeues only run when a scheduler runs (trap 10): always run one.
@@ -116,6 +122,9 @@ class AgentWorker(Worker):
     def __init__(self, queues: Any, *args: Any, **kwargs: Any) -> None:
         # No side effects here: `rq info` and Worker.all() instantiate this class (trap 1).
         kwargs["serializer"] = JSONSerializer
+        # rq's CLI always passes its default job class; ours caps what a job hash expands to.
+        if kwargs.get("job_class") in (None, Job, "rq.job.Job"):
+            kwargs["job_class"] = CappedJob
         maintenance_interval = kwargs.get("maintenance_interval", DEFAULT_MAINTENANCE_TASK_INTERVAL)
         if maintenance_interval == DEFAULT_MAINTENANCE_TASK_INTERVAL:
             kwargs["maintenance_interval"] = self.default_maintenance_interval_s
@@ -126,6 +135,7 @@ class AgentWorker(Worker):
         self._metrics_port: int | None = None
         # Jobs whose failure must not be retried; the job process inherits it at fork.
         self._final_job_ids: set[str] = set()
+        self._agents: AgentStore | None = None  # made on first use, never in __init__
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -159,6 +169,7 @@ class AgentWorker(Worker):
         log_format: str = DEFAULT_LOGGING_FORMAT,
     ) -> None:
         settings = settings_or_exit()
+        _require_sentinel_connection_if_configured(self.connection)
         # Before rq forks anything: job processes and rq's scheduler inherit the retry.
         self.connection.set_retry(patient_redis_retry())
         set_level(settings.log_level)
@@ -166,11 +177,16 @@ class AgentWorker(Worker):
         send_rq_logs_to_events()
         self._timeout_grace_s = settings.job_timeout_grace_s
         self._result_ttl_s = settings.result_ttl_s
+        CappedJob.max_data_bytes = settings.job_data_max_bytes
         self._import_job_modules()
+        check_at_start(settings)  # the checks of `agent-worker check`; an error stops here
         self._preload_configuration()
         super().bootstrap(logging_level, date_format, log_format)
         self._metrics_port = start_metrics_server(
-            settings.metrics_port, self._health_check_client, queue_names=self.queue_names()
+            settings.metrics_port,
+            self._health_check_client,
+            queue_names=self.queue_names(),
+            host=settings.metrics_host,
         )
         log_event(
             "worker_started",
@@ -248,7 +264,13 @@ class AgentWorker(Worker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         check = self._until_redis_answers(
-            "check_job", lambda: check_job(self.connection, job.key, self.allowed_functions)
+            "check_job",
+            lambda: check_job(
+                self.connection,
+                job.key,
+                self.allowed_functions,
+                max_data_bytes=CappedJob.max_data_bytes,
+            ),
         )
         if check.verdict is Verdict.VANISHED:
             log_event("job_vanished", level="warning", job_id=job.id, queue=queue.name)
@@ -259,11 +281,14 @@ class AgentWorker(Worker):
         if check.verdict is not Verdict.RUNNABLE:
             self._fail_without_running(job, queue, check)
             return
+        self._clear_producer_control(job)
         self._cover_deadline(job, check)
         self._allow_crash_reruns(job, check)
         try:
             super().execute_job(job, queue)
-        except _REDIS_DOWN as exc:
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
             # Only rq's bookkeeping around the job process can raise here; the job
             # stays in the started registry and rq's maintenance settles it.
             log_event("job_bookkeeping_failed", level="error", job_id=job.id, error=str(exc))
@@ -275,19 +300,58 @@ class AgentWorker(Worker):
             self._final_job_ids.discard(job.id)
         self._after_job(job, check)
 
+    def _clear_producer_control(self, job: Job) -> None:
+        """Drop ``meta.requeue``/``meta.report`` a producer wrote: only the run sets them."""
+        raw_meta = self._until_redis_answers(
+            "read_job_meta", lambda: self.connection.hget(job.key, "meta")
+        )
+        cleaned = producer_control_fields(raw_meta)
+        if cleaned is None:
+            return
+        log_event(
+            "job_meta_cleared",
+            level="warning",
+            job_id=job.id,
+            fields=[field for field in JOB_CONTROL_FIELDS if field in (job.meta or {})],
+        )
+        job.meta = cleaned
+        self._until_redis_answers(
+            "clear_job_meta",
+            lambda: self.connection.hset(job.key, "meta", json.dumps(cleaned)),
+        )
+
     def _cover_deadline(self, job: Job, check: JobCheck) -> None:
-        """Set rq's timeout to at least the task's deadline plus grace (trap 2)."""
+        """Set rq's timeout to the task's effective deadline plus grace (trap 2).
+
+        The tightest of the agent's (cached definition) and the task's max_duration_s,
+        or what is left of a re-run task's deadline; lowered as well as raised.
+        """
         needed = math.ceil(DEFAULT_MAX_DURATION_S + self._timeout_grace_s)
         if check.task is not None:
             try:
-                needed = job_timeout_s(parse_task(check.task), self._timeout_grace_s)
+                task = parse_task(check.task)
+                needed = run_timeout_s(
+                    self.connection,
+                    task,
+                    grace_s=self._timeout_grace_s,
+                    agents=self._agent_store(),
+                )
             except InvalidTask:
                 self._final_job_ids.add(job.id)
-        if job.timeout is None or job.timeout < needed:
+        if job.timeout != needed:
             job.timeout = needed
             self._until_redis_answers(
                 "set_job_timeout", lambda: self.connection.hset(job.key, "timeout", needed)
             )
+
+    def _agent_store(self) -> AgentStore:
+        """Definitions as the job reads them, for the rq timeout of the agent's tasks."""
+        if self._agents is None:
+            config = settings_or_exit()
+            self._agents = AgentStore(
+                config.agents_dir, redis=self.connection, ttl_s=config.agent_cache_ttl_s
+            )
+        return self._agents
 
     def _allow_crash_reruns(self, job: Job, check: JobCheck) -> None:
         """Give a valid agent task ``crash_reruns`` retries unless its producer chose its own."""
@@ -415,6 +479,7 @@ class AgentWorker(Worker):
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
+        wait_s = 1.0
         while True:
             try:
                 result: tuple[Job, Queue] | None = super().dequeue_job_and_maintain_ttl(
@@ -422,6 +487,15 @@ class AgentWorker(Worker):
                 )
                 return result
             except Exception as exc:
+                if is_redis_outage(exc):
+                    # rq's own loop rides out only a lost connection; a refused BLMOVE (OOM,
+                    # READONLY) would end the worker ("unhandled exception, quitting").
+                    self._note_outage("dequeue", exc, retry_in_s=wait_s)
+                    time.sleep(wait_s)
+                    wait_s = min(
+                        wait_s * self.exponential_backoff_factor, self.max_connection_wait_time
+                    )
+                    continue
                 # rq tags a job hash it cannot even load with its id and queue; without
                 # this the parent would quit on one garbage hash (trap 4).
                 job_id, queue = getattr(exc, "job_id", None), getattr(exc, "queue", None)
@@ -473,6 +547,20 @@ class AgentWorker(Worker):
             execution=execution,
         )
 
+    def _finalize_failure(
+        self, job: Job, queue: Queue, execution: Execution, exc_info: Any
+    ) -> None:
+        # In the job process. A copy whose lease another copy took stops without touching
+        # the job: its status, retries and report belong to the copy that holds the lease.
+        if isinstance(exc_info[1], LeaseLost):
+            log_event("task_lease_lost", level="warning", task_id=job.id, reason=str(exc_info[1]))
+            # Only this copy's own execution record goes, or rq would call it abandoned.
+            with self.connection.pipeline() as pipe:
+                self.cleanup_execution(job, pipe, execution)
+                pipe.execute()
+            return
+        super()._finalize_failure(job, queue, execution, exc_info)
+
     def _must_not_retry(self, job: Job) -> bool:
         if job.id in self._final_job_ids:
             return True
@@ -482,89 +570,20 @@ class AgentWorker(Worker):
             return False
         return isinstance(report, dict) and report.get("outcome") in self.never_retried_outcomes
 
-    # -- riding out Redis restarts (trap 3) ------------------------------------------------
+    # -- our own Redis housekeeping (maintenance; outages are ridden out around it) --------
 
-    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        try:
-            super().heartbeat(timeout, pipeline)
-        except _REDIS_DOWN as exc:
-            # A missed heartbeat costs nothing: the worker key lives for minutes.
-            log_event("redis_unavailable", level="warning", during="heartbeat", error=str(exc))
+    def maintain_own_data(self) -> None:
+        sweep_job_metrics(self.connection, older_than_s=self.metrics_sweep_after_s)
+        drain_outbox_now(self.connection)
 
-    def maintain_heartbeats(self, job: Job, execution: Execution) -> None:
-        try:
-            super().maintain_heartbeats(job, execution)
-        except _REDIS_DOWN as exc:
-            log_event(
-                "redis_unavailable", level="warning", during="maintain_heartbeats", error=str(exc)
-            )
 
-    def set_state(self, state: str, pipeline: Any = None) -> None:
-        try:
-            super().set_state(state, pipeline)
-        except _REDIS_DOWN as exc:
-            log_event("redis_unavailable", level="warning", during="set_state", error=str(exc))
-
-    def _start_scheduler(
-        self,
-        burst: bool = False,
-        logging_level: str | None = "INFO",
-        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
-        log_format: str = DEFAULT_LOGGING_FORMAT,
-    ) -> None:
-        # rq calls this once, outside its loop: an outage here would end the worker.
-        parent_start = super()._start_scheduler
-        self._until_redis_answers(
-            "start_scheduler",
-            lambda: parent_start(burst, logging_level, date_format, log_format),
-        )
-
-    def check_for_suspension(self, burst: bool) -> None:
-        parent_check = super().check_for_suspension
-        self._until_redis_answers("check_for_suspension", lambda: parent_check(burst))
-
-    def prepare_execution(self, job: Job) -> Execution:
-        parent_prepare = super().prepare_execution
-
-        def prepare() -> Execution:
-            known = set(self.executions)
-            try:
-                execution: Execution = parent_prepare(job)
-            except _REDIS_DOWN:
-                # Forget the half-made execution before the next attempt makes another.
-                for execution_id in set(self.executions) - known:
-                    self.executions.pop(execution_id, None)
-                raise
-            return execution
-
-        return self._until_redis_answers("prepare_execution", prepare)
-
-    def run_maintenance_tasks(self) -> None:
-        try:
-            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
-            sweep_job_metrics(self.connection, older_than_s=self.metrics_sweep_after_s)
-            drain_outbox_now(self.connection)
-        except _REDIS_DOWN as exc:
-            log_event("redis_unavailable", level="warning", during="maintenance", error=str(exc))
-
-    def _until_redis_answers(self, during: str, action: Callable[[], T]) -> T:
-        """Run ``action``, waiting out a Redis outage with exponential backoff."""
-        wait_s = 1.0
-        while True:
-            try:
-                return action()
-            except _REDIS_DOWN as exc:
-                log_event(
-                    "redis_unavailable",
-                    level="warning",
-                    during=during,
-                    error=str(exc),
-                    retry_in_s=wait_s,
-                )
-                time.sleep(wait_s)
-                wait_s = min(
-                    wait_s * self.exponential_backoff_factor, self.max_connection_wait_time
-                )
+def _require_sentinel_connection_if_configured(connection: Redis) -> None:
+    """With REDIS_SENTINELS set, rq must have built a Sentinel-managed connection (RQ_CONFIG)."""
+    try:
+        require_matching_worker_connection(connection, settings_or_exit())
+    except ConfigurationError as exc:
+        print(f"agent-worker: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _queue_names(queues: Any) -> list[str]:

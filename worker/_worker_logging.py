@@ -1,4 +1,4 @@
-"""rq's own log records as JSON lines, so stderr carries one format (DESIGN.md section 10)."""
+"""rq's own log records as JSON lines, so stderr carries one format (README: Observability)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from rq.logutils import ColorizingStreamHandler
 from worker.logs import log_event
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_TRACEBACK = "Traceback (most recent call last):"
+# How run_task fails a job once its report is written: the frames above it are rq's and ours,
+# the same for every failed task, so only the last line says anything.
+_TASK_FAILED = "worker.exceptions.TaskFailed: "
 _LEVELS = {
     logging.DEBUG: "debug",
     logging.INFO: "info",
@@ -24,13 +28,25 @@ class _RqRecordsAsEvents(logging.Handler):
         try:
             fields = {
                 "logger": record.name,
-                "message": _ANSI_ESCAPE.sub("", record.getMessage()),
+                "message": _one_line_task_failure(_ANSI_ESCAPE.sub("", record.getMessage())),
             }
             if record.exc_info:
                 fields["exception"] = logging.Formatter().formatException(record.exc_info)
             log_event("rq_log", level=_LEVELS.get(record.levelno, "info"), **fields)
         except Exception:
             self.handleError(record)
+
+
+def _one_line_task_failure(message: str) -> str:
+    """rq's "exception raised while executing" message, without the traceback of a TaskFailed.
+
+    Any other exception keeps its traceback: that one is a bug worth its frames.
+    """
+    head, marker, traceback = message.partition(_TRACEBACK)
+    last = traceback.strip().splitlines()[-1] if traceback.strip() else ""
+    if not marker or not last.startswith(_TASK_FAILED):
+        return message
+    return f"{head.rstrip()} {last.removeprefix('worker.exceptions.')}"
 
 
 def send_rq_logs_to_events() -> None:

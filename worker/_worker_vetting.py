@@ -3,6 +3,11 @@
 It reads the raw job hash and decodes the call with ``json`` only, so a
 hostile or broken job can neither import nor run anything, and cannot crash
 the parent: every outcome is a verdict, never an exception.
+
+Job data is decompressed with a size cap before anything decodes it (a 509 KB
+zlib bomb expands to gigabytes), here and in ``CappedJob``, the job class the
+worker hands rq so that rq's own loading of a job hash is capped too. The job's
+``meta`` must be a JSON object whose ``attempt`` is a whole number in range.
 """
 
 from __future__ import annotations
@@ -11,12 +16,82 @@ import json
 import zlib
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from redis import Redis
+from rq.job import Job
 
 _CALLBACK_FIELDS = ("success_callback_name", "failure_callback_name", "stopped_callback_name")
 _SHOWN_CHARS = 120
+# A task is a few KB of JSON; 4 MiB leaves room (an oversized field still fails as an
+# invalid task, naming the field) and keeps a bomb from costing memory.
+DEFAULT_MAX_JOB_DATA_BYTES = 4_194_304
+# Requeues count attempts from 0 up to REQUEUE_MAX_ATTEMPTS; anything above this is garbage.
+MAX_ATTEMPT = 10_000
+# Set only by the job itself during its run; a producer's value would steer the worker.
+JOB_CONTROL_FIELDS = ("requeue", "report")
+
+
+class JobDataTooLarge(ValueError):
+    """Job data (or stored exception text) that decompresses beyond the cap."""
+
+
+def decompress_capped(raw: bytes | str, max_bytes: int, *, what: str = "job data") -> bytes:
+    """zlib-decompress ``raw`` (rq's format) into at most ``max_bytes``; raise beyond that.
+
+    Data that is not zlib is returned as it is, as rq does. ``zlib.decompress``
+    would allocate whatever the stream expands to before anyone could look at it.
+    """
+    data = raw.encode() if isinstance(raw, str) else raw
+    if len(data) > max_bytes:
+        raise JobDataTooLarge(f"{what} is {len(data)} bytes, over the cap of {max_bytes}")
+    decompressor = zlib.decompressobj()
+    try:
+        payload = decompressor.decompress(data, max_bytes + 1)
+    except zlib.error:
+        return data  # not compressed: rq falls back to the raw bytes the same way
+    if len(payload) > max_bytes or decompressor.unconsumed_tail:
+        raise JobDataTooLarge(
+            f"{what} decompresses to more than the cap of {max_bytes} bytes (JOB_DATA_MAX_BYTES)"
+        )
+    if not decompressor.eof:
+        return data  # a truncated stream: rq's zlib.decompress fails and keeps the raw bytes
+    return payload
+
+
+def job_attempt(meta: Any) -> int:
+    """The job's ``meta["attempt"]``: 0 when absent; ValueError naming the problem otherwise."""
+    if not isinstance(meta, dict):
+        raise ValueError("job meta must be a JSON object")
+    attempt = meta.get("attempt", 0)
+    if attempt is None:
+        return 0
+    if isinstance(attempt, bool) or not isinstance(attempt, int):
+        raise ValueError(
+            f"job meta.attempt must be a whole number from 0 to {MAX_ATTEMPT},"
+            f" got {_shown(attempt)}"
+        )
+    if not 0 <= attempt <= MAX_ATTEMPT:
+        raise ValueError(f"job meta.attempt must be from 0 to {MAX_ATTEMPT}, got {attempt}")
+    return attempt
+
+
+class CappedJob(Job):
+    """rq's Job, refusing a hash whose data or exception text decompresses beyond the cap.
+
+    rq decompresses both when it loads a job (at dequeue, before our vetting); the
+    error it raises here carries the job id, so the worker fails that job visibly.
+    """
+
+    max_data_bytes: ClassVar[int] = DEFAULT_MAX_JOB_DATA_BYTES
+
+    def restore(self, raw_data: Any) -> Any:
+        if isinstance(raw_data, dict):
+            for field in ("data", "exc_info"):
+                value = raw_data.get(field.encode(), raw_data.get(field))
+                if isinstance(value, bytes | str):
+                    decompress_capped(value, self.max_data_bytes, what=f"job {field}")
+        return super().restore(raw_data)
 
 
 class Verdict(StrEnum):
@@ -36,20 +111,26 @@ class JobCheck:
     function: str | None = None
 
 
-def check_job(connection: Redis, job_key: str, allowed_functions: frozenset[str]) -> JobCheck:
+def check_job(
+    connection: Redis,
+    job_key: str,
+    allowed_functions: frozenset[str],
+    *,
+    max_data_bytes: int = DEFAULT_MAX_JOB_DATA_BYTES,
+) -> JobCheck:
     """Decide from the raw hash whether this worker may run the job."""
     raw_data, raw_meta, *callbacks = connection.hmget(job_key, ["data", "meta", *_CALLBACK_FIELDS])
     if raw_data is None:
         return JobCheck(verdict=Verdict.VANISHED, reason="the job hash has no data")
-    if not _meta_decodes(raw_meta):
+    meta_problem = _meta_problem(raw_meta)
+    if meta_problem is not None:
         # rq would load the job anyway (meta = {"unserialized": ...}), run it, and only
         # fail when saving the meta, after the task's effects: refuse it up front.
-        return JobCheck(
-            verdict=Verdict.UNDECODABLE,
-            reason="job meta cannot be decoded: it must be a JSON object"
-            " (rq.serializers.JSONSerializer)",
-        )
-    call = _decode_call(raw_data)
+        return JobCheck(verdict=Verdict.UNDECODABLE, reason=meta_problem)
+    try:
+        call = _decode_call(raw_data, max_data_bytes)
+    except JobDataTooLarge as exc:
+        return JobCheck(verdict=Verdict.UNDECODABLE, reason=f"job data refused: {exc}")
     if call is None:
         return JobCheck(
             verdict=Verdict.UNDECODABLE,
@@ -82,14 +163,8 @@ def check_job(connection: Redis, job_key: str, allowed_functions: frozenset[str]
     return JobCheck(verdict=Verdict.RUNNABLE, task=task, function=func_name)
 
 
-def _decode_call(raw_data: bytes | str) -> list[Any] | None:
-    if isinstance(raw_data, str):
-        raw_data = raw_data.encode()
-    try:
-        payload = zlib.decompress(raw_data)
-    except zlib.error:
-        # rq falls back to uncompressed data the same way.
-        payload = raw_data
+def _decode_call(raw_data: bytes | str, max_data_bytes: int) -> list[Any] | None:
+    payload = decompress_capped(raw_data, max_data_bytes)
     try:
         call = json.loads(payload)
     except ValueError:
@@ -99,13 +174,40 @@ def _decode_call(raw_data: bytes | str) -> list[Any] | None:
     return None
 
 
-def _meta_decodes(raw_meta: bytes | str | None) -> bool:
+def _meta_problem(raw_meta: bytes | str | None) -> str | None:
+    """What is wrong with the job's meta, or None when it is fine (or absent)."""
     if not raw_meta:
-        return True
+        return None
     try:
-        return isinstance(json.loads(raw_meta), dict)
-    except ValueError:
-        return False
+        meta = json.loads(raw_meta)
+    except (ValueError, RecursionError):
+        meta = None
+    if not isinstance(meta, dict):
+        return (
+            "job meta cannot be decoded: it must be a JSON object (rq.serializers.JSONSerializer)"
+        )
+    try:
+        job_attempt(meta)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def producer_control_fields(raw_meta: bytes | str | None) -> dict[str, Any] | None:
+    """The meta without the job's own control fields, or None when it holds none of them.
+
+    ``requeue`` and ``report`` are written by a task during its run; one found at
+    the start came from whoever wrote the job hash, and must not steer the worker.
+    """
+    if not raw_meta:
+        return None
+    try:
+        meta = json.loads(raw_meta)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(meta, dict) or not any(field in meta for field in JOB_CONTROL_FIELDS):
+        return None
+    return {key: value for key, value in meta.items() if key not in JOB_CONTROL_FIELDS}
 
 
 def _text(value: Any) -> str:

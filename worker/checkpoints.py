@@ -3,9 +3,19 @@
 A step costs one RPUSH however long the task has run. A task re-run after a
 crash or a requeue replays the list and goes on from where it stopped; the
 list is deleted when the task ends for good.
+
+Beside the list, a hash of tool-call intents: before a tool runs, its intent
+(step, position, tool, a digest of its arguments, its idempotency key) is
+recorded, so a re-run that finds an intent without a result knows the call may
+have had its effect and repeats it with the same key (the Hub replays it).
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
 
 from redis import Redis
 
@@ -17,10 +27,42 @@ from worker.loop import JournalEntry, entry_from_json, entry_to_json
 CHECKPOINT_TTL_S = 3 * 24 * 3600
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolIntent:
+    """A tool call about to run: written before the call, kept until the task ends."""
+
+    step: int
+    index: int
+    tool: str
+    arguments_digest: str
+    idempotency_key: str
+
+    @property
+    def field(self) -> str:
+        return f"{self.step}:{self.index}"
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "tool": self.tool,
+                "arguments": self.arguments_digest,
+                "key": self.idempotency_key,
+            },
+            separators=(",", ":"),
+        )
+
+
+def arguments_digest(tool: str, arguments: dict[str, Any]) -> str:
+    """A stable digest of a call (tool and canonical JSON arguments)."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(f"{tool}\n{canonical}".encode()).hexdigest()[:32]
+
+
 class RedisJournal:
     def __init__(self, redis: Redis, task_id: str, *, ttl_s: int = CHECKPOINT_TTL_S) -> None:
         self._redis = redis
         self._key = redis_keys.checkpoint(task_id)
+        self._intents_key = self._key + ":intents"
         self._ttl_s = ttl_s
         self._task_id = task_id
 
@@ -47,5 +89,29 @@ class RedisJournal:
                 break
         return entries
 
+    def record_intent(self, intent: ToolIntent) -> None:
+        """Write the intent before the call: it must be in Redis before any side effect."""
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self._intents_key, intent.field, intent.to_json())
+            pipe.expire(self._intents_key, self._ttl_s)
+            pipe.execute()
+
+    def intent(self, step: int, index: int) -> ToolIntent | None:
+        """The intent recorded for that call by an earlier run, if any (None if unreadable)."""
+        raw = self._redis.hget(self._intents_key, f"{step}:{index}")
+        if raw is None:
+            return None
+        try:
+            body = json.loads(raw)
+            return ToolIntent(
+                step=step,
+                index=index,
+                tool=str(body["tool"]),
+                arguments_digest=str(body["arguments"]),
+                idempotency_key=str(body["key"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
     def clear(self) -> None:
-        self._redis.delete(self._key)
+        self._redis.delete(self._key, self._intents_key)

@@ -7,19 +7,61 @@ operator can do here is also callable from Python.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from redis import Redis
 from redis.exceptions import RedisError
 
 from worker.exceptions import ConfigurationError
 
+# Every subcommand that reads or writes Redis takes --redis-url (in any position after it).
+REDIS_URL_OPTION = "--redis-url"
+_NO_REDIS = frozenset({"devhub", "executors"})
+
+
+def use_redis_url(url: str | None) -> None:
+    """Make ``url`` the REDIS_URL of this process, before its settings are read."""
+    if not url:
+        return
+    from worker.settings import settings
+
+    os.environ["REDIS_URL"] = url
+    settings.cache_clear()
+
+
+def _take_redis_url(arguments: list[str]) -> list[str]:
+    """Apply and remove ``--redis-url URL`` / ``--redis-url=URL``, so each subcommand's own
+    parser never needs to know it."""
+    kept: list[str] = []
+    remaining = iter(arguments)
+    for argument in remaining:
+        if argument == REDIS_URL_OPTION:
+            url = next(remaining, None)
+            if url is None:
+                raise SystemExit(f"agent-worker: {REDIS_URL_OPTION} needs a URL")
+            use_redis_url(url)
+        elif argument.startswith(REDIS_URL_OPTION + "="):
+            use_redis_url(argument.partition("=")[2])
+        else:
+            kept.append(argument)
+    return kept
+
+
+def _package_version() -> str:
+    try:
+        return version("hub-agent-worker")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
 
 def _redis() -> Redis:
-    from worker.settings import settings_or_exit
+    from worker.redis_connection import connect
 
-    return Redis.from_url(settings_or_exit().redis_url)
+    return connect()
 
 
 def _devhub(args: argparse.Namespace, rest: list[str]) -> int:
@@ -34,17 +76,39 @@ def _enqueue(args: argparse.Namespace, rest: list[str]) -> int:
     return enqueue_cli(args.source, _redis())
 
 
+def _unknown_task(redis: Redis, command: str, task_id: str) -> bool:
+    """Say so (one line) when ``task_id`` names no job: a typo must not look like success."""
+    from rq.job import Job
+
+    from worker.task import TASK_ID_PATTERN
+
+    if not re.fullmatch(TASK_ID_PATTERN, task_id):
+        reason = "not a task id (1-128 characters of A-Z, a-z, 0-9, '_' and '-')"
+    elif not redis.exists(Job.key_for(task_id)):
+        reason = "unknown task (no job with this id; it may have expired)"
+    else:
+        return False
+    print(f"agent-worker {command}: {task_id!r}: {reason}", file=sys.stderr)
+    return True
+
+
 def _cancel(args: argparse.Namespace, rest: list[str]) -> int:
     from worker.control import cancel_task
 
-    print(cancel_task(_redis(), args.task_id))
+    redis = _redis()
+    if _unknown_task(redis, "cancel", args.task_id):
+        return 2
+    print(cancel_task(redis, args.task_id))
     return 0
 
 
 def _steer(args: argparse.Namespace, rest: list[str]) -> int:
     from worker.control import steer_task
 
-    print(steer_task(_redis(), args.task_id, args.text))
+    redis = _redis()
+    if _unknown_task(redis, "steer", args.task_id):
+        return 2
+    print(steer_task(redis, args.task_id, args.text))
     return 0
 
 
@@ -53,8 +117,11 @@ Handler = Callable[[argparse.Namespace, list[str]], int]
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     parser = argparse.ArgumentParser(
-        prog="agent-worker", description="Operate the Hub agent worker fleet."
+        prog="agent-worker",
+        description="Operate the Hub agent worker fleet.",
+        epilog=f"Every command that uses Redis takes {REDIS_URL_OPTION} URL (default: REDIS_URL).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     handlers: dict[str, Handler] = {}
 
@@ -70,6 +137,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     steer = command("steer", _steer, "add a message for a running task before its next step")
     steer.add_argument("task_id")
     steer.add_argument("text")
+    for sub in (enqueue, cancel, steer):
+        sub.add_argument(REDIS_URL_OPTION, help="use this Redis instead of REDIS_URL")
     for name, module, function, help_text in _EXTENSIONS:
         handlers[name] = _extension(module, function)
         sub = commands.add_parser(name, help=help_text, description=help_text, add_help=False)
@@ -98,6 +167,19 @@ _EXTENSIONS: list[tuple[str, str, str, str]] = [
         "put failed tasks back on their queue (attempt 0)",
     ),
     ("reload-agents", "worker.operations", "reload_agents_main", "drop cached agent definitions"),
+    ("report", "worker.reports", "main", "the AgentReport of a task that ran (--json)"),
+    (
+        "check",
+        "worker.checks",
+        "main",
+        "check settings, Redis, definitions, MCP servers, grants and the Hub (--json)",
+    ),
+    (
+        "dead-letters",
+        "worker.dead_letters",
+        "main",
+        "list, replay or drop Hub writes the Hub refused (list|replay|drop, ID... or --all)",
+    ),
     (
         "executors",
         "worker.executors._listing",
@@ -124,6 +206,8 @@ def _extension(module: str, function: str) -> Handler:
 def main(argv: Sequence[str] | None = None) -> int:
     parser, handlers = _parser()
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if not (arguments[:1] and arguments[0] in _NO_REDIS):
+        arguments = _take_redis_url(arguments)
     # devhub and the extension commands parse their own flags: hand them over in order.
     if arguments[:1] == ["devhub"]:
         return _devhub(argparse.Namespace(), arguments[1:])

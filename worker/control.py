@@ -7,6 +7,7 @@ import os
 from redis import Redis
 
 from worker import redis_keys
+from worker.leases import lease_holder
 from worker.loop import Control
 
 # Requests outlive a task by this much at most, so a typo'd id leaves nothing behind for long.
@@ -37,17 +38,37 @@ class WorkerLost(BaseException):
     """
 
 
+class LeaseLost(BaseException):
+    """Another copy of this task holds its lease now: stop without settling anything.
+
+    A BaseException for the same reason as ``WorkerLost``; the worker leaves the
+    rq job to the copy that holds the lease.
+    """
+
+
 class RedisControl:
     """The loop's ControlSource for one task: one round trip per step.
 
-    Also checks, at every step, that the worker parent is still alive: a job
-    process orphaned by a killed worker must stop before its re-run starts.
+    Also checks, at every step, that the worker parent is still alive (a job
+    process orphaned by a killed worker must stop before its re-run starts) and
+    that no other copy took the task's lease (``LeaseLost``).
     """
 
-    def __init__(self, redis: Redis, task_id: str, *, watch_parent: bool = True) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        task_id: str,
+        *,
+        watch_parent: bool = True,
+        lease_holder_name: str | None = None,
+    ) -> None:
         self._redis = redis
+        self._task_id = task_id
         self._cancel_key = redis_keys.cancel_flag(task_id)
         self._steer_key = redis_keys.steer_messages(task_id)
+        self._lease_key = redis_keys.task_lease(task_id)
+        # The job process that runs the task holds its lease (worker.jobs takes it).
+        self._holder = lease_holder_name or lease_holder(os.getpid())
         self._parent = os.getppid() if watch_parent else None
 
     async def poll(self) -> Control:
@@ -57,11 +78,24 @@ class RedisControl:
             pipe.exists(self._cancel_key)
             pipe.lrange(self._steer_key, 0, -1)
             pipe.delete(self._steer_key)
-            cancelled, steering, _ = pipe.execute()
+            pipe.get(self._lease_key)
+            cancelled, steering, _, holder = pipe.execute()
+        self._check_lease(holder)
         return Control(
             cancelled=bool(cancelled),
             steering=[item.decode("utf-8", "replace") for item in steering],
         )
+
+    def _check_lease(self, holder: bytes | str | None) -> None:
+        # A lapsed lease (None) is taken back by the renewal; only another holder stops us.
+        if holder is None:
+            return
+        held_by = holder.decode(errors="replace") if isinstance(holder, bytes) else holder
+        if held_by != self._holder:
+            raise LeaseLost(
+                f"task {self._task_id}: its lease is held by {held_by},"
+                f" not by this process ({self._holder})"
+            )
 
 
 def _job_status(redis: Redis, task_id: str) -> str | None:
@@ -73,10 +107,16 @@ def cancel_task(redis: Redis, task_id: str) -> str:
     """Cancel a task wherever it is; returns a line saying what happened."""
     status = _job_status(redis, task_id)
     if status in {"queued", "scheduled", "deferred"}:
-        from rq.job import Job
         from rq.serializers import JSONSerializer
 
-        Job.fetch(task_id, connection=redis, serializer=JSONSerializer).cancel()
+        from worker._worker_vetting import CappedJob, JobDataTooLarge
+
+        try:
+            CappedJob.fetch(task_id, connection=redis, serializer=JSONSerializer).cancel()
+        except JobDataTooLarge:
+            # Never expanded here either; a worker fails it unread when it comes up.
+            request_cancel(redis, task_id)
+            return f"{task_id}: its job data is over JOB_DATA_MAX_BYTES; a worker fails it unread"
         return f"{task_id}: removed from the queue (was {status})"
     request_cancel(redis, task_id)
     if status == "started":

@@ -102,6 +102,8 @@ class DevStack:
     hub_url: str
     hub_api_key: str
     mcp_auth_token: str
+    # Signs each task's capability; the stack's MCP servers verify it (the secure path).
+    capability_key: str
     mcp_config: Path
     llm_base_url: str | None
     processes: list[ManagedProcess] = field(default_factory=list)
@@ -112,6 +114,7 @@ class DevStack:
             "HUB_URL": self.hub_url,
             "HUB_API_KEY": self.hub_api_key,
             "MCP_AUTH_TOKEN": self.mcp_auth_token,
+            "CAPABILITY_KEY": self.capability_key,
             "MCP_CONFIG": str(self.mcp_config),
             "RQ_WORKER_CLASS": "worker.AgentWorker",
         }
@@ -153,10 +156,10 @@ def write_mcp_config(directory: Path, *, hub_port: int, web_port: int) -> Path:
     path = directory / "mcp.yaml"
     path.write_text(
         "servers:\n"
-        f"  hub:\n    url: http://127.0.0.1:{hub_port}/mcp\n"
+        f"  hub:\n    url: http://127.0.0.1:{hub_port}/mcp\n    first_party: true\n"
         "    tools: {search_posts: hub:read, get_thread: hub:read, get_feed: hub:read,\n"
         "            create_post: hub:write, create_comment: hub:write}\n"
-        f"  web:\n    url: http://127.0.0.1:{web_port}/mcp\n"
+        f"  web:\n    url: http://127.0.0.1:{web_port}/mcp\n    first_party: true\n"
         "    tools: {fetch: web:read}\n"
     )
     return path
@@ -176,6 +179,7 @@ def running_stack(
         redis_url = redis_url or start_redis(stack)
         hub_key = "devhub-" + secrets.token_hex(16)
         token = "mcp-" + secrets.token_hex(16)
+        capability_key = secrets.token_hex(32)
         processes: list[ManagedProcess] = []
 
         def launch(name: str, argv: list[str], port: int, env: dict[str, str]) -> None:
@@ -192,7 +196,7 @@ def running_stack(
             {"HUB_API_KEY": hub_key},
         )
         hub_url = f"http://127.0.0.1:{hub_port}"
-        server_env = {"MCP_AUTH_TOKEN": token}
+        server_env = {"MCP_AUTH_TOKEN": token, "CAPABILITY_KEY": capability_key}
         launch(
             "mcp-hub",
             python_module("mcp_servers.hub", "--port", str(mcp_hub_port)),
@@ -226,6 +230,7 @@ def running_stack(
             hub_url=hub_url,
             hub_api_key=hub_key,
             mcp_auth_token=token,
+            capability_key=capability_key,
             mcp_config=write_mcp_config(workdir, hub_port=mcp_hub_port, web_port=web_port),
             llm_base_url=llm_url,
             processes=processes,

@@ -1,4 +1,4 @@
--- Atomic enqueue of one agent task as an rq job (DESIGN.md section 4).
+-- Atomic enqueue of one agent task as an rq job (docs/contract.md, "Tasks").
 --
 -- KEYS[1]   the job hash                 rq:job:<task_id>
 -- KEYS[2]   the queue list               rq:queue:<queue>

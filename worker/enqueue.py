@@ -1,4 +1,4 @@
-"""Putting tasks on the queue: the one atomic enqueue every producer shares (DESIGN.md section 4).
+"""Putting tasks on the queue: the one atomic enqueue every producer shares (docs/contract.md).
 
 ``enqueue_task`` writes the rq job hash exactly as rq 3.0 would for a job of
 ``worker.jobs.run_task`` with the JSON serializer, in one Lua script

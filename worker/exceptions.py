@@ -13,6 +13,7 @@
     │   ├── AutonomyViolation        a call without its grant under strict grants
     │   └── ExecutorError            a CLI executor failed (exit status, unparseable output)
     ├── LimitReached                 a limit of the run was reached; the loop winds down
+    │   └── WriteCapReached          an agent's Hub write cap refused the task's own reply
     └── ToolFailed                   one tool call failed; the model reads it and goes on
         ├── ToolNotFound
         ├── ToolArgumentsInvalid
@@ -130,6 +131,13 @@ class LimitReached(WorkerError):
     def __init__(self, message: str, *, limit: str) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+class WriteCapReached(LimitReached):
+    """The task's answer was not posted: a write cap of the agent refused it."""
+
+    code = "write_cap_reached"
+    severity = Severity.WARNING
 
 
 class ToolFailed(WorkerError):

@@ -11,8 +11,8 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,18 +25,21 @@ from worker import context
 from worker._tls import client_ssl_context
 from worker.agents import AgentDefinition, AgentStore
 from worker.checkpoints import RedisJournal
-from worker.control import RedisControl, clear_control
+from worker.control import LeaseLost, RedisControl, WorkerLost, clear_control
+from worker.deadlines import TaskDeadline, fix_task_deadline, forget_task_deadline
 from worker.exceptions import (
     InvalidTask,
     ModelError,
     ModelUnavailable,
     TaskFailed,
+    WriteCapReached,
     error_payload,
 )
 from worker.executors import ExecutionRequest, executor_for
 from worker.leases import AgentSlots, TaskLease, lease_holder
 from worker.logs import log_event
 from worker.loop import (
+    CanExecuteTool,
     GrantDenied,
     LlmCalled,
     LoopEvent,
@@ -45,9 +48,13 @@ from worker.loop import (
     RunLimits,
     RunResult,
     ToolCalled,
+    dearest_price,
+    expired_result,
+    redacting_arguments,
 )
 from worker.metrics import JobMetrics
-from worker.models import Model, aclose_shared_http_clients
+from worker.models import Message, Model, ModelBoundary, aclose_shared_http_clients
+from worker.models._prices import ModelPrice, PriceTable
 from worker.outbox import HubWriter, OutboxItem, drain
 from worker.redaction import Redactor
 from worker.settings import Settings
@@ -61,9 +68,28 @@ from worker.task import (
     parse_task,
 )
 from worker.tools import Toolbox
+from worker.write_caps import (
+    CappedToolbox,
+    WriteCaps,
+    WriteKind,
+    WriteLedger,
+    WriteRefused,
+    note_refusal,
+)
 
 ERRORS_COMMUNITY = "m/agent-errors"
+# Metric label values that stand for many: tool names no configuration knows, and the
+# agent and type of a task that never became valid.
+OTHER_TOOL_LABEL = "other"
+INVALID_LABEL = "invalid"
+# How long past its deadline a run may take before it is cut (the loop's own wind-down
+# normally ends it first); rq's hard kill comes JOB_TIMEOUT_GRACE_S after the deadline.
+_DEADLINE_BACKSTOP_S = 5.0
 DEFAULT_COMMUNITY = "m/general"
+# Of rq's grace after the deadline (JOB_TIMEOUT_GRACE_S): what the Hub writes of settling may
+# take, and then what delivering older outbox items may take, so rq never kills a settling task.
+_SETTLE_SHARE_OF_GRACE = 0.5
+_DRAIN_SHARE_OF_GRACE = 0.2
 # Outcomes whose final text is an answer worth posting (limits still produce one).
 _ANSWERING = frozenset(
     {
@@ -100,6 +126,10 @@ class TaskRuntime:
     job_id: str | None = None
     # rq kills the job at its timeout: the loop winds down before that (timeout - grace).
     deadline_cap_s: float | None = None
+    # Prices cost budgets are planned with (PRICES_FILE over the built-in table).
+    prices: PriceTable | None = None
+    # The operator's CAN_EXECUTE_TOOL check, asked before every tool call of the native loop.
+    can_execute_tool: CanExecuteTool | None = None
 
     def flush_metrics(self) -> None:
         if self.job_id is None:
@@ -125,6 +155,8 @@ class _Progress:
     error: BaseException | None = None
     posted: list[str] = field(default_factory=list)
     requeue: dict[str, Any] | None = None
+    # Fixed once the task holds its leases; every Hub, MCP and model call ends by it.
+    deadline: TaskDeadline | None = None
 
 
 class TaskRun:
@@ -151,19 +183,34 @@ class TaskRun:
             return await self._execute()
         finally:
             for release in reversed(self._releases):
-                release()
+                try:
+                    release()
+                except Exception as exc:  # a lease left behind expires on its own
+                    log_event("lease_release_failed", "warning", task=self._task_id, error=str(exc))
 
     async def _execute(self) -> TaskVerdict:
+        report: AgentReport | None = None
+        abandoned = False
         try:
-            self._p.outcome = await self._run()
-        except InvalidTask as exc:
-            self._p.outcome, self._p.error = Outcome.INVALID_TASK, exc
-        except ModelError as exc:
-            self._p.outcome, self._p.error = Outcome.MODEL_ERROR, exc
-        except Exception as exc:
-            self._p.outcome, self._p.error = Outcome.ERROR, exc
-        report = self._report()
-        await self._settle(report)
+            try:
+                self._p.outcome = await self._run()
+            except InvalidTask as exc:
+                self._p.outcome, self._p.error = Outcome.INVALID_TASK, exc
+            except ModelError as exc:
+                self._p.outcome, self._p.error = Outcome.MODEL_ERROR, exc
+            except Exception as exc:
+                self._p.outcome, self._p.error = Outcome.ERROR, exc
+            report = self._report()
+            await self._settle(report)
+        except (WorkerLost, LeaseLost):
+            abandoned = True  # another copy owns the task now: this one must report nothing
+            raise
+        finally:
+            # The report's counters, metrics and task_completed happen whatever the Hub did.
+            if not abandoned:
+                report = report or self._report()
+                self._finish(report)
+        await self._drain_outbox()
         return TaskVerdict(report=report, requeue=self._p.requeue)
 
     # --- the steps ---------------------------------------------------------------------------
@@ -173,14 +220,21 @@ class TaskRun:
         agent = self._p.agent = self._rt.agents.load(task.agent_id)
         if not await self._take_leases(task, agent):
             return Outcome.REQUEUED
-        budget = await self._budget_health(task)
+        deadline = self._p.deadline = self._fix_deadline(task, agent)
+        if deadline.remaining_s() <= 0:
+            return self._past_deadline(task, "the task's deadline passed before this run")
+        try:
+            budget = await self._budget_health(task)
+        except HubError as exc:
+            reason = f"the budget check got no answer (BUDGET_UNREACHABLE=refuse): {exc}"
+            return self._requeue_or_give_up(exc, reason)
         if budget is not None and not budget.healthy:
             return Outcome.BUDGET_UNHEALTHY
         try:
             request = await self._build_request(task, agent, budget)
         except HubUnavailable as exc:
             return self._requeue_or_give_up(exc, f"the Hub is unavailable: {exc}")
-        result = self._p.result = await executor_for(agent.config.type).run(request)
+        result = self._p.result = await self._execute_by_deadline(agent, request)
         if isinstance(result.error, ModelUnavailable):
             return self._requeue_or_give_up(result.error, result.error.message)
         self._p.error = result.error
@@ -220,9 +274,12 @@ class TaskRun:
 
     async def _budget_health(self, task: Task) -> BudgetHealth | None:
         try:
-            return await self._hub.budget_health(task.agent_id, timeout_s=5.0)
+            return await self._hub.budget_health(task.agent_id, timeout_s=self._hub_timeout_s(5.0))
         except HubError as exc:
-            # An unreachable budget endpoint must not block the agent.
+            self._rt.metrics.budget_check_unreachable(agent=task.agent_id)
+            if self._rt.settings.budget_unreachable == "refuse":
+                raise
+            # BUDGET_UNREACHABLE=run (default): an unreachable budget endpoint does not block.
             log_event("budget_check_skipped", "warning", task=task.task_id, error=str(exc))
             return None
 
@@ -234,7 +291,9 @@ class TaskRun:
         if task.type is TaskType.NOTIFICATION:
             assert task.post_id is not None
             try:
-                thread = await self._hub.get_post(task.post_id)
+                thread = await self._hub.get_post(
+                    task.post_id, timeout_s=self._hub_timeout_s(self._rt.settings.hub_timeout_s)
+                )
             except HubNotFound:
                 raise InvalidTask(
                     f"post {task.post_id!r} of task {task.task_id} does not exist on the Hub"
@@ -242,20 +301,37 @@ class TaskRun:
         else:
             feed = await self._discovery_feed(task, agent)
         journal = RedisJournal(self._rt.redis, task.task_id)
+        # One nonce for this run's untrusted-content delimiters: thread, feed, tool results.
+        blocks = context.UntrustedBlocks()
+        first = context.first_message(task, agent, thread=thread, feed=feed, blocks=blocks)
         return ExecutionRequest(
             task=task,
             agent=agent,
-            system=context.system_prompt(agent, budget),
-            messages=[context.first_message(task, agent, thread=thread, feed=feed)],
+            # Redacted here too: CLI executors hand these to their CLI, not to ModelBoundary.
+            system=self._rt.redactor(context.system_prompt(agent, budget, blocks)),
+            messages=[self._redacted(first)],
             settings=self._loop_settings(task, agent),
-            open_toolbox=lambda: self._rt.open_toolbox(agent, task),
-            make_model=lambda: self._rt.make_model(agent),
+            # Tool calls go out with known secrets masked in their arguments.
+            open_toolbox=redacting_arguments(
+                lambda: self._capped_toolbox(agent, task), self._rt.redactor
+            ),
+            # Every request of the native loop leaves through the boundary, last.
+            make_model=lambda: ModelBoundary(
+                self._rt.make_model(agent),
+                redact=self._rt.redactor,
+                wrap_tool_result=blocks.tool_result,
+            ),
             observers=[metrics_observer(self._rt.metrics, agent.config.name)],
             control=RedisControl(self._rt.redis, task.task_id),
             journal=journal,
             resume=journal.load(),
             on_spawn=self._rt.on_spawn,
+            can_execute_tool=self._rt.can_execute_tool,
+            untrusted_nonce=blocks.nonce,
         )
+
+    def _redacted(self, message: Message) -> Message:
+        return Message(role=message.role, content=self._rt.redactor(message.content))
 
     async def _discovery_feed(self, task: Task, agent: AgentDefinition) -> list[Post]:
         interests = agent.config.interests
@@ -266,7 +342,7 @@ class TaskRun:
                 exclude_responded=True,
                 limit=20,
                 agent_id=agent.config.name,
-                timeout_s=10.0,
+                timeout_s=self._hub_timeout_s(10.0),
             )
         except HubError as exc:
             log_event("discovery_feed_unavailable", "warning", task=task.task_id, error=str(exc))
@@ -284,9 +360,11 @@ class TaskRun:
             limits=agent_limits.tightened(
                 max_iterations=limits.max_iterations,
                 max_tokens=limits.max_tokens,
-                max_duration_s=_smallest(limits.max_duration_s, self._rt.deadline_cap_s),
+                max_duration_s=limits.max_duration_s,
                 max_cost_usd=limits.max_cost_usd,
             ),
+            deadline_epoch=self._p.deadline.epoch_s if self._p.deadline else None,
+            price=self._call_price(agent),
             max_same_call_repeats=s.max_same_call_repeats,
             max_consecutive_error_steps=s.max_consecutive_error_steps,
             require_done_tool=cfg.behavior.require_done_tool,
@@ -304,6 +382,12 @@ class TaskRun:
         if attempt < self._rt.settings.requeue_max_attempts:
             hint = getattr(exc, "retry_after_s", None) or 0.0
             delay = max(hint, self._rt.settings.requeue_delay_s * 2**attempt)
+            if self._p.deadline is not None and self._p.deadline.passed_by(delay):
+                # The next run would start at or after the deadline: end here instead.
+                self._p.error = exc
+                return self._past_deadline(
+                    self._p.task, f"a requeue in {delay:g} s would pass the deadline: {reason}"
+                )
             self._p.requeue = {"delay_s": delay, "attempt": attempt + 1}
             self._p.error = exc
             log_event(
@@ -322,39 +406,110 @@ class TaskRun:
         )
         return Outcome.MODEL_ERROR
 
+    # --- the task's clock --------------------------------------------------------------------
+
+    def _effective_duration_s(self, task: Task, agent: AgentDefinition) -> float:
+        """The tightest of the agent's, the task's and rq's (timeout - grace) durations."""
+        durations = (task.constraints.max_duration_s, self._rt.deadline_cap_s)
+        return _smallest(agent.config.limits.max_duration_s, *durations) or 0.0
+
+    def _fix_deadline(self, task: Task, agent: AgentDefinition) -> TaskDeadline:
+        duration_s = self._effective_duration_s(task, agent)
+        deadline = fix_task_deadline(self._rt.redis, task.task_id, duration_s)
+        if not deadline.first_start:
+            log_event(
+                "task_deadline_kept",
+                task=task.task_id,
+                deadline_epoch=round(deadline.epoch_s, 3),
+                remaining_s=round(deadline.remaining_s(), 3),
+            )
+        return deadline
+
+    def _hub_timeout_s(self, cap_s: float) -> float:
+        """A Hub call's timeout: the task's remaining time, capped by the call's default."""
+        deadline = self._p.deadline
+        return cap_s if deadline is None else deadline.timeout_s(cap_s)
+
+    def _past_deadline(self, task: Task | None, detail: str) -> Outcome:
+        """End as `deadline`, keeping what earlier runs did (from the checkpoint)."""
+        if self._p.result is None and task is not None:
+            self._p.result = expired_result(
+                RedisJournal(self._rt.redis, task.task_id).load(), detail=detail
+            )
+        log_event("task_deadline_reached", "warning", task=self._task_id, detail=detail)
+        return Outcome.DEADLINE
+
+    async def _execute_by_deadline(
+        self, agent: AgentDefinition, request: ExecutionRequest
+    ) -> RunResult:
+        """Run the executor; past the deadline (plus a backstop) it is cut, whatever it does.
+
+        The loop winds down by itself before the deadline; this catches what it does not
+        control (opening the tools, a CLI executor), well before rq's hard timeout.
+        """
+        deadline = self._p.deadline
+        limit_s = None if deadline is None else max(0.0, deadline.remaining_s())
+        with anyio.move_on_after(None if limit_s is None else limit_s + _DEADLINE_BACKSTOP_S):
+            return await executor_for(agent.config.type).run(request)
+        journal = RedisJournal(self._rt.redis, request.task.task_id)
+        return expired_result(journal.load(), detail="the task's deadline passed while it ran")
+
+    def _call_price(self, agent: AgentDefinition) -> ModelPrice | None:
+        """The price a cost budget is planned with: the dearest model that may answer."""
+        prices = self._rt.prices or PriceTable.builtin()
+        brain = agent.config.brain
+        names = [brain.model, *(fallback.model for fallback in brain.fallbacks)]
+        return dearest_price([prices.price(name) for name in names])
+
     async def _respond(self, task: Task, agent: AgentDefinition, result: RunResult) -> None:
         self._p.posted.extend(_ids_created_by_tools(result))
         answer = self._rt.redactor(result.output.strip())
         if not answer or result.fallback:
             return  # a fixed "could not finish" text is not an answer worth posting
-        writer = HubWriter(self._hub, self._rt.redis, task_id=task.task_id)
-        item: OutboxItem | None = None
-        if task.type is TaskType.NOTIFICATION and not _commented_through_tool(result, task):
-            item = OutboxItem(
-                kind="comment",
-                idempotency_key=f"{task.task_id}:reply",
-                payload={"post_id": task.post_id, "agent_id": agent.config.name, "content": answer},
+        item = _answer_item(task, agent, result, answer)
+        if item is None:
+            return
+        kind = WriteKind.COMMENT if item.kind == "comment" else WriteKind.POST
+        # The task's own answer counts against the daily caps; it never waits an interval.
+        verdict = self._ledger(task, agent).reserve(kind, post_id=task.post_id, wait_interval=False)
+        if isinstance(verdict, WriteRefused):
+            self._refuse_answer(task, verdict)
+            return
+        created = await self._writer(task.task_id).write(item)
+        if created:
+            self._p.posted.append(created)
+
+    def _refuse_answer(self, task: Task, refusal: WriteRefused) -> None:
+        note_refusal(
+            refusal,
+            agent_id=task.agent_id,
+            task_id=task.task_id,
+            metrics=self._rt.metrics,
+            via="reply",
+        )
+        if self._p.error is None:
+            self._p.error = WriteCapReached(
+                f"the answer was not posted: {refusal.message}", limit=refusal.reason.value
             )
-        elif (
-            task.type is TaskType.EXPLORATION
-            and agent.config.behavior.discovery.post_final
-            and result.outcome is Outcome.COMPLETED
-        ):
-            community = next(iter(agent.config.interests.communities), DEFAULT_COMMUNITY)
-            item = OutboxItem(
-                kind="post",
-                idempotency_key=f"{task.task_id}:reply",
-                payload={
-                    "agent_id": agent.config.name,
-                    "content": answer,
-                    "community": community,
-                    "title": f"Exploration notes from {agent.config.name}",
-                },
+
+    def _ledger(self, task: Task, agent: AgentDefinition) -> WriteLedger:
+        caps = WriteCaps.of(agent, max_writes_per_post=self._rt.settings.max_writes_per_post)
+        return WriteLedger(
+            self._rt.redis, agent_id=agent.config.name, task_id=task.task_id, caps=caps
+        )
+
+    @asynccontextmanager
+    async def _capped_toolbox(self, agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+        """The agent's tools, its Hub writes counted against its write caps."""
+        async with self._rt.open_toolbox(agent, task) as toolbox:
+            yield CappedToolbox(
+                toolbox,
+                self._ledger(task, agent),
+                hub_server=self._rt.settings.hub_tool_server,
+                agent_id=agent.config.name,
+                task_id=task.task_id,
+                metrics=self._rt.metrics,
             )
-        if item is not None:
-            created = await writer.write(item)
-            if created:
-                self._p.posted.append(created)
 
     # --- settling ----------------------------------------------------------------------------
 
@@ -387,22 +542,56 @@ class TaskRun:
             {"class": payload["class"], "message": self._rt.redactor(payload["message"])}
         )
 
+    def _writer(self, task_id: str) -> HubWriter:
+        """The one path of a task's Hub writes: sent, parked or dead-lettered, never raised."""
+        return HubWriter(
+            self._hub,
+            self._rt.redis,
+            task_id=task_id,
+            max_attempts=self._rt.settings.outbox_max_attempts,
+            on_dead_letter=self._rt.metrics.dead_letter,
+            timeout_s=self._rt.settings.hub_timeout_s,
+            # Settling may start at the deadline: it must end well within rq's grace.
+            budget_s=self._rt.settings.job_timeout_grace_s * _SETTLE_SHARE_OF_GRACE,
+        )
+
     async def _settle(self, report: AgentReport) -> None:
+        """The Hub side of the ending; never raises, whatever the Hub (or Redis) answers."""
         task, agent = self._p.task, self._p.agent
         final = report.outcome is not Outcome.REQUEUED
-        writer = HubWriter(self._hub, self._rt.redis, task_id=report.task_id)
-        if task is not None and agent is not None and final:
-            await self._close_out_on_hub(writer, task, report)
-        if report.outcome.posts_error or (
-            self._p.requeue is None and "gave up" in (report.error.message if report.error else "")
-        ):
-            await self._post_error(writer, report)
-        if task is not None and final:
-            RedisJournal(self._rt.redis, task.task_id).clear()
-            clear_control(self._rt.redis, task.task_id)
+        writer = self._writer(report.task_id)
+        try:
+            if task is not None and agent is not None and final:
+                await self._close_out_on_hub(writer, task, report)
+            if self._posts_error(report):
+                await self._post_error(writer, report)
+            if task is not None and final:
+                RedisJournal(self._rt.redis, task.task_id).clear()
+                clear_control(self._rt.redis, task.task_id)
+                forget_task_deadline(self._rt.redis, task.task_id)
+        except Exception as exc:  # the report, metrics and task_completed still follow
+            log_event("settle_failed", "error", task=report.task_id, error=str(exc))
+
+    def _posts_error(self, report: AgentReport) -> bool:
+        """Failed outcomes, tool loops, and a task given up after its last requeue."""
+        if report.outcome.posts_error:
+            return True
+        gave_up = "gave up" in (report.error.message if report.error else "")
+        return self._p.requeue is None and gave_up
+
+    def _metric_labels(self) -> tuple[str, str]:
+        """(agent, type) labels: only agents that loaded and types that parsed, so a flood
+        of invalid tasks adds one series, not one per made-up agent id."""
+        agent = self._p.agent.config.name if self._p.agent is not None else INVALID_LABEL
+        task_type = self._p.task.type.value if self._p.task is not None else INVALID_LABEL
+        return agent, task_type
+
+    def _finish(self, report: AgentReport) -> None:
+        """Metrics and the closing log lines: on every path, exactly once."""
+        agent_label, type_label = self._metric_labels()
         self._rt.metrics.task_finished(
-            agent=report.agent_id or "unknown",
-            task_type=report.type or "unknown",
+            agent=agent_label,
+            task_type=type_label,
             outcome=report.outcome.value,
             duration_s=report.duration_s,
             iterations=report.iterations,
@@ -433,9 +622,21 @@ class TaskRun:
                 severity=str(getattr(self._p.error, "severity", "error")),
             )
         log_event("task_completed", **fields)
+
+    async def _drain_outbox(self) -> None:
+        """Deliver older parked writes while the Hub client is open; never fails the task."""
         try:
-            await drain(self._rt.redis, self._hub, limit=20, timeout_s=5.0)
-        except Exception as exc:  # delivering old items must never fail this task
+            # Cut short, a claimed item just waits out its lease and is tried again.
+            with anyio.move_on_after(self._rt.settings.job_timeout_grace_s * _DRAIN_SHARE_OF_GRACE):
+                await drain(
+                    self._rt.redis,
+                    self._hub,
+                    limit=20,
+                    timeout_s=5.0,
+                    max_attempts=self._rt.settings.outbox_max_attempts,
+                    on_dead_letter=self._rt.metrics.dead_letter,
+                )
+        except Exception as exc:
             log_event("outbox_drain_failed", "warning", error=str(exc))
 
     async def _close_out_on_hub(self, writer: HubWriter, task: Task, report: AgentReport) -> None:
@@ -508,7 +709,8 @@ def metrics_observer(metrics: JobMetrics, agent_id: str) -> LoopObserver:
         elif isinstance(event, ToolCalled):
             metrics.tool_call(
                 server=event.server or "none",
-                tool=event.tool,
+                # A name the model made up is not a tool: one series for all of them.
+                tool=event.tool if event.known else OTHER_TOOL_LABEL,
                 outcome=event.outcome,
                 duration_s=event.duration_s,
             )
@@ -546,6 +748,33 @@ def error_post_content(
     if result is not None and result.detail:
         lines.append(f"- stopped because: {result.detail}")
     return "\n".join(lines)
+
+
+def _answer_item(
+    task: Task, agent: AgentDefinition, result: RunResult, answer: str
+) -> OutboxItem | None:
+    """The write that carries the task's answer, or None when nothing is to be posted."""
+    if task.type is TaskType.NOTIFICATION:
+        if _commented_through_tool(result, task):
+            return None  # the agent already answered the post through a tool
+        return OutboxItem(
+            kind="comment",
+            idempotency_key=f"{task.task_id}:reply",
+            payload={"post_id": task.post_id, "agent_id": agent.config.name, "content": answer},
+        )
+    if agent.config.behavior.discovery.post_final and result.outcome is Outcome.COMPLETED:
+        community = next(iter(agent.config.interests.communities), DEFAULT_COMMUNITY)
+        return OutboxItem(
+            kind="post",
+            idempotency_key=f"{task.task_id}:reply",
+            payload={
+                "agent_id": agent.config.name,
+                "content": answer,
+                "community": community,
+                "title": f"Exploration notes from {agent.config.name}",
+            },
+        )
+    return None
 
 
 def _commented_through_tool(result: RunResult, task: Task) -> bool:

@@ -1,17 +1,22 @@
 """Leases in Redis: one copy of a task at a time, and at most N tasks of an agent at once.
 
-Both expire on their own (a crashed holder cannot block forever) and are
-released explicitly when the task ends.
+Both expire on their own (a crashed holder cannot block forever), are renewed
+in the background while their task runs (every third of their TTL, so a task
+that outlives the TTL keeps them), and are released explicitly when it ends.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 import time
+from collections.abc import Callable
 
 from redis import Redis
+from redis.exceptions import RedisError
 
 from worker import redis_keys
+from worker.logs import log_event
 
 # Take a slot in the agent's sorted set of running tasks (member = task id, score = expiry):
 # drop expired holders, re-enter if already holding, else join only under the limit.
@@ -29,6 +34,50 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+# Extend a lease we hold, take it back if it lapsed unclaimed; 0 when another holds it.
+_RENEW = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+class Renewal:
+    """A daemon thread calling ``renew`` every ``interval_s`` until stopped or refused.
+
+    ``renew`` returns False when the claim is lost (someone else holds it): the
+    thread stops. A Redis error is logged and tried again at the next interval.
+    """
+
+    def __init__(self, what: str, renew: Callable[[], bool], *, interval_s: float) -> None:
+        self._what = what
+        self._renew = renew
+        self._interval_s = interval_s
+        self._stopped = threading.Event()
+        self.lost = False
+        self._thread = threading.Thread(target=self._run, name=f"renew {what}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            try:
+                held = self._renew()
+            except RedisError as exc:
+                log_event("lease_renewal_failed", "warning", lease=self._what, error=str(exc))
+                continue
+            if not held:
+                self.lost = True
+                log_event("lease_lost", "warning", lease=self._what)
+                return
 
 
 def lease_holder(pid: int) -> str:
@@ -47,35 +96,76 @@ def release_lease_of(redis: Redis, task_id: str, pid: int) -> bool:
 
 
 class TaskLease:
-    """Held by the one process running a task; a re-enqueued copy waits for it."""
+    """Held by the one process running a task; a re-enqueued copy waits for it.
 
-    def __init__(self, redis: Redis, task_id: str, *, holder: str, ttl_s: float) -> None:
+    Once acquired it is renewed in the background (``renew=True``) until released,
+    so it never lapses under a task that runs longer than its TTL.
+    """
+
+    def __init__(
+        self, redis: Redis, task_id: str, *, holder: str, ttl_s: float, renew: bool = True
+    ) -> None:
         self._redis = redis
+        self._task_id = task_id
         self._key = redis_keys.task_lease(task_id)
         self._holder = holder
         self._ttl_ms = max(1000, int(ttl_s * 1000))
+        self._renew = renew
+        self._renewal: Renewal | None = None
 
     def acquire(self) -> bool:
-        return bool(self._redis.set(self._key, self._holder, nx=True, px=self._ttl_ms))
+        taken = bool(self._redis.set(self._key, self._holder, nx=True, px=self._ttl_ms))
+        if taken and self._renew and self._renewal is None:
+            self._renewal = Renewal(
+                f"task {self._task_id}", self.renew, interval_s=self._ttl_ms / 3000
+            )
+        return taken
+
+    def renew(self) -> bool:
+        """Extend the lease (or take it back if it lapsed); False when another copy holds it."""
+        return bool(self._redis.eval(_RENEW, 1, self._key, self._holder, self._ttl_ms))
 
     def holder(self) -> str | None:
         value = self._redis.get(self._key)
         return value.decode() if isinstance(value, bytes) else None
 
     def release(self) -> None:
+        if self._renewal is not None:
+            self._renewal.stop()
+            self._renewal = None
         self._redis.eval(_RELEASE, 1, self._key, self._holder)
 
 
 class AgentSlots:
     """``behavior.max_concurrent`` across the fleet: a slot per running task of the agent."""
 
-    def __init__(self, redis: Redis, agent_id: str, *, limit: int, ttl_s: float) -> None:
+    def __init__(
+        self, redis: Redis, agent_id: str, *, limit: int, ttl_s: float, renew: bool = True
+    ) -> None:
         self._redis = redis
         self._key = redis_keys.agent_running(agent_id)
         self._limit = limit
         self._ttl_s = ttl_s
+        self._renew = renew
+        self._renewals: dict[str, Renewal] = {}
 
     def take(self, task_id: str) -> bool:
+        taken = self._take(task_id)
+        if taken and self._renew and task_id not in self._renewals:
+            self._renewals[task_id] = Renewal(
+                f"slot of {task_id}", lambda: self.renew(task_id), interval_s=self._ttl_s / 3
+            )
+        return taken
+
+    def renew(self, task_id: str) -> bool:
+        """Push the slot's expiry forward (re-adding it if it was dropped); always ours."""
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(self._key, {task_id: time.time() + self._ttl_s})
+            pipe.pexpire(self._key, int(self._ttl_s * 1000) + 60_000)
+            pipe.execute()
+        return True
+
+    def _take(self, task_id: str) -> bool:
         now = time.time()
         taken = self._redis.eval(
             _TAKE_SLOT,
@@ -90,6 +180,9 @@ class AgentSlots:
         return bool(taken)
 
     def release(self, task_id: str) -> None:
+        renewal = self._renewals.pop(task_id, None)
+        if renewal is not None:
+            renewal.stop()
         self._redis.zrem(self._key, task_id)
 
     def running(self) -> list[str]:

@@ -3,6 +3,12 @@
 Every worker takes from the same token buckets (requests per minute, tokens
 per minute) before it calls a model, and a provider's ``Retry-After`` puts the
 whole fleet on hold for that model, not just the worker that was told.
+
+A call is charged an estimate of its tokens before it is sent (the real count
+is known only after) and settled once answered: the difference to the usage the
+provider reported is refunded, or charged on top, possibly into debt that
+later takers wait out. A request that fails keeps its estimate: the provider
+may have counted it.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ from dataclasses import dataclass
 
 import anyio
 from redis import Redis
+from redis.exceptions import RedisError
 
 from worker import redis_keys
 from worker.exceptions import ModelUnavailable
 from worker.logs import log_event
-from worker.models import FallbackModel, Model, ModelRequest, ModelResponse
+from worker.models import FallbackModel, Model, ModelRequest, ModelResponse, Usage
 from worker.models._retry import RetryingModel
 
 # Token bucket: refill by elapsed time, take `cost` if there is enough, else say how long to
@@ -39,6 +46,20 @@ if tokens >= cost then
 end
 return math.ceil((cost - tokens) / per_ms)
 """
+# Settle a charge: refill by elapsed time, then take ARGV[3] more tokens (a negative
+# number refunds). The bucket may go into debt; it lives until it has refilled.
+_SETTLE = """
+local now = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local per_ms = capacity / 60000.0
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or capacity
+local at = tonumber(state[2]) or now
+tokens = math.min(capacity, math.min(capacity, tokens + (now - at) * per_ms) - tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'at', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil((capacity - tokens) / per_ms) + 60000)
+return tostring(tokens)
+"""
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
@@ -60,6 +81,7 @@ class FleetLimiter:
         self._hold_key = base + ":hold"
         self._limits = limits
         self._script = redis.register_script(_TAKE)
+        self._settle_script = redis.register_script(_SETTLE)
 
     async def acquire(self, estimated_tokens: int, *, deadline: float) -> None:
         """Wait for room in both buckets (and any fleet-wide hold); never past ``deadline``."""
@@ -87,6 +109,21 @@ class FleetLimiter:
             return max(0, int(hold or 0) - now_ms)
         return int(self._script(keys=[key, self._hold_key], args=[now_ms, capacity, cost]))
 
+    def settle(self, charged_tokens: int, actual_tokens: int) -> None:
+        """Correct a call's charge to the tokens it really used (refund or charge more)."""
+        capacity = self._limits.tokens_per_minute
+        if capacity <= 0:
+            return
+        difference = actual_tokens - min(charged_tokens, capacity)  # _TAKE caps a charge
+        if difference == 0:
+            return
+        now_ms = int(time.time() * 1000)
+        try:
+            self._settle_script(keys=[self._tokens_key], args=[now_ms, capacity, difference])
+        except RedisError as exc:
+            # The call is answered; a missed correction only skews the bucket for a minute.
+            log_event("limiter_settle_failed", "warning", key=self._tokens_key, error=str(exc))
+
     def hold(self, seconds: float) -> None:
         """Tell every worker to leave this model alone for ``seconds`` (a provider's hint)."""
         until = int((time.time() + seconds) * 1000)
@@ -104,6 +141,9 @@ class FleetLimiter:
     def on_retry_after(self, seconds: float) -> None:
         self.hold(seconds)
         log_event("fleet_hold", "warning", key=self._hold_key, seconds=seconds)
+
+    def after_attempt(self, request: ModelRequest, usage: Usage) -> None:
+        self.settle(_estimate_tokens(request), usage.total_tokens)
 
 
 class RateLimitedModel:
@@ -133,11 +173,12 @@ class RateLimitedModel:
             return await self._inner.complete(request)
         budget = request.timeout_s if request.timeout_s is not None else 120.0
         deadline = time.monotonic() + budget
-        await self._limiter.acquire(_estimate_tokens(request), deadline=deadline)
+        charged = _estimate_tokens(request)
+        await self._limiter.acquire(charged, deadline=deadline)
         remaining = max(0.001, deadline - time.monotonic())
         request.timeout_s = remaining
         try:
-            return await self._inner.complete(request)
+            response = await self._inner.complete(request)
         except ModelUnavailable as exc:
             if exc.retry_after_s:
                 self._limiter.hold(exc.retry_after_s)
@@ -149,6 +190,8 @@ class RateLimitedModel:
                     seconds=exc.retry_after_s,
                 )
             raise
+        self._limiter.settle(charged, response.usage.total_tokens)
+        return response
 
 
 def _gate_attempts(model: Model, limiter: FleetLimiter) -> bool:

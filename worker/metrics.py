@@ -1,4 +1,4 @@
-"""Prometheus metrics of DESIGN.md section 10, exported by the worker parent.
+"""Prometheus metrics (the README's Observability section), exported by the worker parent.
 
 rq forks one process per job, so a job never touches the parent's metric
 objects (their locks were copied at fork, trap 7). Inside a job, record into a
@@ -25,7 +25,7 @@ from worker._metrics_collector import QueueCollector
 from worker._metrics_server import start_server, stop_servers
 from worker.logs import log_event
 
-# name -> (help, label names); the contract of DESIGN.md section 10.
+# name -> (help, label names); the names and labels the README lists are a contract.
 _COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "agent_tasks_total": (
         "Tasks finished, by agent, task type and outcome.",
@@ -52,6 +52,23 @@ _COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("agent", "tool"),
     ),
     "agent_errors_posted_total": ("Failed tasks posted to m/agent-errors.", ()),
+    # Lost connections and refused writes (OOM, READONLY, LOADING) alike: both are waited out.
+    "agent_redis_unavailable_total": (
+        "Waits of the worker for a Redis that was unreachable or refused writes, by kind.",
+        ("kind",),
+    ),
+    "agent_outbox_dead_letters_total": (
+        "Hub writes given up (refused by the Hub, or out of attempts), by kind.",
+        ("kind",),
+    ),
+    "agent_hub_writes_refused_total": (
+        "Hub writes the worker refused for an agent's write caps, by agent, kind and reason.",
+        ("agent", "kind", "reason"),
+    ),
+    "agent_budget_check_unreachable_total": (
+        "Budget checks the Hub did not answer, by agent (BUDGET_UNREACHABLE says what follows).",
+        ("agent",),
+    ),
 }
 # name -> (help, label names, buckets)
 _HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
@@ -72,6 +89,11 @@ _HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
     ),
 }
 _UNDECODABLE_JOBS = "agent_jobs_undecodable_total"
+# Distinct values a label fed by names from outside may take in one worker (a backstop:
+# the job side already maps made-up tools and invalid tasks to one value); later ones
+# are counted as "other", so no input can grow the series without bound.
+_LABEL_VALUE_CAPS = {"tool": 256, "agent": 1024, "model": 128}
+OTHER_LABEL = "other"
 
 JOB_METRICS_TTL_S = 86_400
 
@@ -100,6 +122,7 @@ class WorkerMetrics:
             registry=self.registry,
         )
         self._queue_collector: QueueCollector | None = None
+        self._label_values: dict[str, set[str]] = {}
 
     def watch_queues(self, redis_factory: Callable[[], Redis], queue_names: Sequence[str]) -> None:
         """Export ``agent_queue_jobs`` and ``agent_outbox_items``, read from Redis per scrape."""
@@ -107,6 +130,24 @@ class WorkerMetrics:
             self.registry.unregister(self._queue_collector)
         self._queue_collector = QueueCollector(redis_factory, queue_names)
         self.registry.register(self._queue_collector)
+
+    def _bounded(self, names: tuple[str, ...], labels: tuple[str, ...]) -> tuple[str, ...]:
+        """``labels`` with a free-form value past its cap of distinct values as "other"."""
+        bounded = []
+        for name, value in zip(names, labels, strict=True):
+            cap = _LABEL_VALUE_CAPS.get(name)
+            seen = self._label_values.setdefault(name, set()) if cap is not None else None
+            if seen is not None and cap is not None and value not in seen:
+                if len(seen) >= cap:
+                    value = OTHER_LABEL
+                else:
+                    seen.add(value)
+            bounded.append(value)
+        return tuple(bounded)
+
+    def redis_unavailable(self, kind: str) -> None:
+        """One wait for Redis (``kind`` from ``worker.redis_faults.outage_kind``)."""
+        self._counters["agent_redis_unavailable_total"][0].labels(kind).inc()
 
     def apply(self, batch: Mapping[str, Any]) -> None:
         """Add one flushed ``JobMetrics`` batch, skipping entries that break the contract."""
@@ -119,6 +160,7 @@ class WorkerMetrics:
             ):
                 continue
             if value >= 0:
+                labels = self._bounded(counter[1], labels)
                 (counter[0].labels(*labels) if labels else counter[0]).inc(value)
         for name, labels, values in _entries(batch.get("observations")):
             histogram = self._histograms.get(name)
@@ -208,6 +250,18 @@ class JobMetrics:
     def error_posted(self) -> None:
         with self._lock:
             self._count("agent_errors_posted_total", ())
+
+    def budget_check_unreachable(self, *, agent: str) -> None:
+        with self._lock:
+            self._count("agent_budget_check_unreachable_total", (agent,))
+
+    def dead_letter(self, kind: str) -> None:
+        with self._lock:
+            self._count("agent_outbox_dead_letters_total", (kind,))
+
+    def write_refused(self, *, agent: str, kind: str, reason: str) -> None:
+        with self._lock:
+            self._count("agent_hub_writes_refused_total", (agent, kind, reason))
 
     def flush(self, redis: Redis, job_id: str, *, ttl_s: int = JOB_METRICS_TTL_S) -> bool:
         """Append the buffer to the job's Redis key; False (buffer kept) on a Redis error."""

@@ -4,7 +4,9 @@
 atomic enqueue, with their original task object and attempt 0. Every id is
 checked first; when one is unknown, not failed, or holds an unreadable task,
 nothing is requeued (exit 2). The enqueue script takes the task out of the
-failed registry, so it is queued exactly once.
+failed registry, so it is queued exactly once. ``requeue --all`` takes every
+task of every failed registry, skips (and lists) those that cannot be
+requeued, and exits 2 when it skipped one.
 
 ``reload-agents [agent_id ...]`` drops cached agent definitions (all of them
 without ids), so every worker reads the files again on its next task.
@@ -21,11 +23,14 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq.exceptions import DeserializationError, NoSuchJobError
 from rq.job import Job
+from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
 from worker.agents import AGENT_NAME_PATTERN, AgentStore
+from worker.cli import use_redis_url
 from worker.enqueue import (
+    DEFAULT_QUEUE,
     DEFAULT_RESULT_TTL_S,
     DEFAULT_TIMEOUT_GRACE_S,
     EnqueueResult,
@@ -33,6 +38,7 @@ from worker.enqueue import (
 )
 from worker.exceptions import InvalidTask
 from worker.redaction import process_redactor
+from worker.redis_connection import connect
 from worker.settings import settings_or_exit
 from worker.task import TASK_ID_PATTERN, Task, parse_task
 
@@ -84,8 +90,10 @@ def requeue_failed(
     *,
     result_ttl_s: int = DEFAULT_RESULT_TTL_S,
     timeout_grace_s: int = DEFAULT_TIMEOUT_GRACE_S,
+    skip_refused: bool = False,
 ) -> RequeueOutcome:
-    """Requeue every task of ``task_ids`` from the failed registry, or none of them."""
+    """Requeue every task of ``task_ids`` from the failed registry, or none of them
+    (``skip_refused``: those that can be, listing the others in ``refusals``)."""
     found: list[FailedTask] = []
     refusals: list[str] = []
     for task_id in dict.fromkeys(task_ids):
@@ -94,7 +102,7 @@ def requeue_failed(
             refusals.append(answer)
         else:
             found.append(answer)
-    if refusals:
+    if refusals and not skip_refused:
         return RequeueOutcome(requeued=[], refusals=refusals)
     requeued = [
         enqueue_task(
@@ -107,7 +115,17 @@ def requeue_failed(
         )
         for failed in found
     ]
-    return RequeueOutcome(requeued=requeued, refusals=[])
+    return RequeueOutcome(requeued=requeued, refusals=refusals)
+
+
+def failed_task_ids(redis: Redis) -> list[str]:
+    """Every job id in the failed registry of every queue, oldest failure first."""
+    names = {queue.name for queue in Queue.all(connection=redis, serializer=JSONSerializer)}
+    task_ids: list[str] = []
+    for name in sorted(names | {DEFAULT_QUEUE}):
+        registry = FailedJobRegistry(name, connection=redis, serializer=JSONSerializer)
+        task_ids.extend(registry.get_job_ids(cleanup=False))
+    return task_ids
 
 
 def requeue_main(argv: list[str]) -> int:
@@ -116,31 +134,42 @@ def requeue_main(argv: list[str]) -> int:
         prog="agent-worker requeue",
         description="Put failed tasks back on their queue (attempt 0); all or none.",
     )
-    parser.add_argument("task_ids", nargs="+", metavar="TASK_ID")
+    parser.add_argument("task_ids", nargs="*", metavar="TASK_ID")
+    parser.add_argument(
+        "--all", action="store_true", help="every failed task (skipping those that cannot be)"
+    )
+    parser.add_argument("--redis-url", help="use this Redis instead of REDIS_URL")
     args = parser.parse_args(argv)
+    if bool(args.task_ids) == args.all:
+        parser.error("give task ids or --all (not both)")
+    use_redis_url(args.redis_url)
     settings = settings_or_exit()
-    redis = Redis.from_url(settings.redis_url)
+    redis = connect(settings)
     try:
         outcome = requeue_failed(
             redis,
-            args.task_ids,
+            failed_task_ids(redis) if args.all else args.task_ids,
             result_ttl_s=settings.result_ttl_s,
             timeout_grace_s=settings.job_timeout_grace_s,
+            skip_refused=args.all,
         )
     except RedisError as exc:
         print(f"agent-worker requeue: cannot reach Redis: {_redacted(exc)}", file=sys.stderr)
         return 1
     finally:
         redis.close()
-    if outcome.refusals:
-        for refusal in outcome.refusals:
-            print(f"agent-worker requeue: {refusal}", file=sys.stderr)
-        print("agent-worker requeue: nothing was requeued", file=sys.stderr)
-        return 2
     for result in outcome.requeued:
         # "duplicate" would mean another requeue of the same task got there first.
         word = "requeued" if result.enqueued else result.status
         print(f"{word} {result.task_id}")
+    if outcome.refusals:
+        for refusal in outcome.refusals:
+            print(f"agent-worker requeue: {refusal}", file=sys.stderr)
+        if not args.all:
+            print("agent-worker requeue: nothing was requeued", file=sys.stderr)
+        return 2
+    if args.all and not outcome.requeued:
+        print("no failed tasks")
     return 0
 
 
@@ -151,7 +180,9 @@ def reload_agents_main(argv: list[str]) -> int:
         description="Drop cached agent definitions (all without ids); workers re-read the files.",
     )
     parser.add_argument("agent_ids", nargs="*", metavar="AGENT_ID")
+    parser.add_argument("--redis-url", help="use this Redis instead of REDIS_URL")
     args = parser.parse_args(argv)
+    use_redis_url(args.redis_url)
     malformed = [name for name in args.agent_ids if not re.fullmatch(AGENT_NAME_PATTERN, name)]
     if malformed:
         for name in malformed:
@@ -162,7 +193,7 @@ def reload_agents_main(argv: list[str]) -> int:
             )
         return 2
     settings = settings_or_exit()
-    redis = Redis.from_url(settings.redis_url)
+    redis = connect(settings)
     store = AgentStore(settings.agents_dir, redis=redis, ttl_s=settings.agent_cache_ttl_s)
     try:
         if args.agent_ids:

@@ -1,17 +1,26 @@
-"""Hub writes that must not be lost: tried at once, parked in Redis when the Hub is down.
+"""Hub writes that must not be lost: tried at once, parked in Redis when the Hub is down,
+dead-lettered when the Hub refuses them.
 
 The outbox is a sorted set scored by the next attempt time. Claiming an item
 moves its score forward by a lease instead of removing it, so a worker that
 dies mid-delivery leaves the item to be tried again, never dropped; every
 item carries its idempotency key, so a second delivery creates nothing.
+
+Every item is on its own: a failed attempt counts against that item only
+(``attempts``), and after ``max_attempts`` it becomes a dead letter. What the
+Hub rejects (a 4xx other than 408/429) becomes a dead letter at once. Dead
+letters wait in a hash (id = idempotency key) for an operator to replay or
+drop them (``agent-worker dead-letters``, see ``worker.dead_letters``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import anyio
@@ -22,9 +31,14 @@ from worker import redis_keys
 from worker.logs import log_event
 
 Kind = Literal["comment", "post", "consumption", "notifications_read", "activated"]
-DEAD_LETTERS = redis_keys.OUTBOX + ":dead"
+# Called with the item's kind whenever an item becomes a dead letter (a metric).
+DeadLetterHook = Callable[[str], None]
+
 CLAIM_LEASE_S = 60.0
 MAX_BACKOFF_S = 300.0
+DEFAULT_MAX_ATTEMPTS = 30
+# A round stops after this many items in a row found no Hub at all: the rest wait.
+_ROUND_GIVES_UP_AFTER = 3
 
 # Take due items and push their score past the lease in one step, so two
 # drainers never hold the same item.
@@ -42,6 +56,7 @@ class OutboxItem:
     kind: Kind
     payload: dict[str, Any]
     idempotency_key: str
+    # Failed delivery attempts so far.
     attempts: int = 0
 
     def encode(self) -> str:
@@ -57,12 +72,13 @@ class OutboxItem:
 
     @classmethod
     def decode(cls, raw: bytes | str) -> OutboxItem:
+        """Raises ValueError (or KeyError/TypeError) on a member that is not an item."""
         body = json.loads(raw)
         return cls(
             kind=body["kind"],
-            payload=body["payload"],
-            idempotency_key=body["key"],
-            attempts=body["attempts"],
+            payload=dict(body["payload"]),
+            idempotency_key=str(body["key"]),
+            attempts=int(body.get("attempts", 0)),
         )
 
 
@@ -112,29 +128,85 @@ async def send(hub: HubClient, item: OutboxItem, *, timeout_s: float | None = No
 
 
 class HubWriter:
-    """Sends a write now; parks it in the outbox when the Hub cannot take it."""
+    """The one path for a task's Hub writes: sends now, parks what may succeed later,
+    dead-letters what the Hub refuses. ``write`` never raises (cancellation aside)."""
 
-    def __init__(self, hub: HubClient, redis: Redis, *, task_id: str) -> None:
+    def __init__(
+        self,
+        hub: HubClient,
+        redis: Redis,
+        *,
+        task_id: str,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        on_dead_letter: DeadLetterHook | None = None,
+        timeout_s: float | None = None,
+        budget_s: float | None = None,
+    ) -> None:
         self._hub = hub
         self._redis = redis
         self._task_id = task_id
+        self._max_attempts = max_attempts
+        self._on_dead_letter = on_dead_letter
+        self._timeout_s = timeout_s
+        # All writes through this writer share ``budget_s``: once it is spent, the rest are
+        # parked without trying, so a hanging Hub cannot hold a task past rq's hard timeout.
+        self._ends_at = None if budget_s is None else time.monotonic() + budget_s
         self.parked = 0
+        self.dead = 0
 
     async def write(self, item: OutboxItem, *, timeout_s: float | None = None) -> str | None:
+        """The id of what the Hub created, or None (nothing created, parked or dead)."""
         try:
-            return await send(self._hub, item, timeout_s=timeout_s)
-        except HubUnavailable as exc:
-            park(self._redis, item, delay_s=_backoff(0))
-            self.parked += 1
-            log_event(
-                "hub_write_parked",
-                "warning",
-                task=self._task_id,
-                kind=item.kind,
-                idempotency_key=item.idempotency_key,
-                error=str(exc),
-            )
+            return await send(self._hub, item, timeout_s=self._call_timeout_s(timeout_s))
+        except Exception as exc:  # whatever the Hub (or the client) does, the task settles
+            failed = replace(item, attempts=item.attempts + 1)
+            if _rejected(exc) or failed.attempts >= self._max_attempts:
+                self._bury(failed, exc)
+            else:
+                self._park(failed, exc)
             return None
+
+    def _call_timeout_s(self, timeout_s: float | None) -> float | None:
+        chosen = timeout_s or self._timeout_s
+        if self._ends_at is None:
+            return chosen
+        left = max(0.0, self._ends_at - time.monotonic())
+        return left if chosen is None else min(chosen, left)
+
+    def _bury(self, item: OutboxItem, exc: Exception) -> None:
+        try:
+            bury(self._redis, item, exc, on_dead_letter=self._on_dead_letter)
+        except Exception as redis_error:  # Redis down too: say what is lost, never raise
+            self._lost(item, exc, redis_error)
+            return
+        self.dead += 1
+
+    def _park(self, item: OutboxItem, exc: Exception) -> None:
+        try:
+            park(self._redis, item, delay_s=_backoff(item.attempts))
+        except Exception as redis_error:  # Redis down too: say what is lost, never raise
+            self._lost(item, exc, redis_error)
+            return
+        self.parked += 1
+        log_event(
+            "hub_write_parked",
+            "warning",
+            task=self._task_id,
+            kind=item.kind,
+            idempotency_key=item.idempotency_key,
+            error=_describe(exc),
+        )
+
+    def _lost(self, item: OutboxItem, exc: Exception, redis_error: Exception) -> None:
+        log_event(
+            "hub_write_lost",
+            "error",
+            task=self._task_id,
+            kind=item.kind,
+            idempotency_key=item.idempotency_key,
+            error=_describe(exc),
+            redis_error=str(redis_error),
+        )
 
 
 def park(redis: Redis, item: OutboxItem, *, delay_s: float) -> None:
@@ -145,53 +217,141 @@ def outbox_size(redis: Redis) -> int:
     return int(redis.zcard(redis_keys.OUTBOX))
 
 
+def bury(
+    redis: Redis,
+    item: OutboxItem,
+    error: BaseException | str,
+    *,
+    on_dead_letter: DeadLetterHook | None = None,
+    remove_raw: bytes | str | None = None,
+) -> None:
+    """Keep ``item`` as a dead letter (replacing one with the same key), logged and counted.
+
+    ``remove_raw`` is the outbox member it came from, removed in the same transaction.
+    """
+    reason = error if isinstance(error, str) else _describe(error)
+    status = getattr(error, "status", None)
+    record = {
+        "id": item.idempotency_key,
+        "kind": item.kind,
+        "idempotency_key": item.idempotency_key,
+        "payload": item.payload,
+        "attempts": item.attempts,
+        "error": reason,
+        "status": status if isinstance(status, int) else None,
+        "dead_at": time.time(),
+    }
+    with redis.pipeline() as pipe:
+        if remove_raw is not None:
+            pipe.zrem(redis_keys.OUTBOX, remove_raw)
+        pipe.hset(redis_keys.OUTBOX_DEAD_LETTERS, item.idempotency_key, json.dumps(record))
+        pipe.zadd(redis_keys.OUTBOX_DEAD_LETTER_ORDER, {item.idempotency_key: time.time()})
+        pipe.execute()
+    log_event(
+        "outbox_dead_letter",
+        "error",
+        kind=item.kind,
+        idempotency_key=item.idempotency_key,
+        attempts=item.attempts,
+        status=record["status"],
+        error=reason,
+    )
+    if on_dead_letter is not None:
+        on_dead_letter(item.kind)
+
+
 async def drain(
-    redis: Redis, hub: HubClient, *, limit: int = 50, timeout_s: float = 10.0
+    redis: Redis,
+    hub: HubClient,
+    *,
+    limit: int = 50,
+    timeout_s: float = 10.0,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    on_dead_letter: DeadLetterHook | None = None,
 ) -> DrainResult:
-    """Deliver the items that are due; reschedule what the Hub still cannot take."""
+    """Deliver the items that are due; each failure counts against its own item only."""
     claim = redis.register_script(_CLAIM)
     now = time.time()
-    due = claim(keys=[redis_keys.OUTBOX], args=[now, limit, now + CLAIM_LEASE_S])
-    delivered = deferred = dead = 0
-    for raw in due:
+    due: list[bytes] = claim(keys=[redis_keys.OUTBOX], args=[now, limit, now + CLAIM_LEASE_S])
+    counts = {"delivered": 0, "deferred": 0, "dead": 0}
+    unreachable_in_a_row = 0
+    for position, raw in enumerate(due):
+        if unreachable_in_a_row >= _ROUND_GIVES_UP_AFTER:
+            _release(redis, due[position:])
+            break
+        outcome, no_answer = await _deliver_one(
+            redis, hub, raw, timeout_s, max_attempts, on_dead_letter
+        )
+        counts[outcome] += 1
+        unreachable_in_a_row = unreachable_in_a_row + 1 if no_answer else 0
+    result = DrainResult(**counts)
+    if any(counts.values()):
+        log_event(
+            "outbox_drained", delivered=result.delivered, deferred=result.deferred, dead=result.dead
+        )
+    return result
+
+
+async def _deliver_one(
+    redis: Redis,
+    hub: HubClient,
+    raw: bytes,
+    timeout_s: float,
+    max_attempts: int,
+    on_dead_letter: DeadLetterHook | None,
+) -> tuple[Literal["delivered", "deferred", "dead"], bool]:
+    """What became of one claimed member, and whether the Hub gave no answer at all."""
+    try:
         item = OutboxItem.decode(raw)
-        try:
-            await send(hub, item, timeout_s=timeout_s)
-        except HubUnavailable:
-            retry = OutboxItem(
-                kind=item.kind,
-                payload=item.payload,
-                idempotency_key=item.idempotency_key,
-                attempts=item.attempts + 1,
-            )
-            with redis.pipeline() as pipe:
-                pipe.zrem(redis_keys.OUTBOX, raw)
-                pipe.zadd(
-                    redis_keys.OUTBOX, {retry.encode(): time.time() + _backoff(retry.attempts)}
-                )
-                pipe.execute()
-            deferred += 1
-            continue
-        except HubRejected as exc:
-            # The Hub will never take it: keep it for an operator instead of retrying forever.
-            with redis.pipeline() as pipe:
-                pipe.zrem(redis_keys.OUTBOX, raw)
-                pipe.rpush(DEAD_LETTERS, json.dumps({"item": item.encode(), "error": str(exc)}))
-                pipe.execute()
-            log_event(
-                "outbox_item_rejected",
-                "error",
-                kind=item.kind,
-                idempotency_key=item.idempotency_key,
-                error=str(exc),
-            )
-            dead += 1
-            continue
-        redis.zrem(redis_keys.OUTBOX, raw)
-        delivered += 1
-    if delivered or deferred or dead:
-        log_event("outbox_drained", delivered=delivered, deferred=deferred, dead=dead)
-    return DrainResult(delivered=delivered, deferred=deferred, dead=dead)
+    except (ValueError, KeyError, TypeError) as exc:
+        _bury_garbage(redis, raw, exc, on_dead_letter)
+        return "dead", False
+    try:
+        await send(hub, item, timeout_s=timeout_s)
+    except Exception as exc:  # one item's failure, whatever it is, stays with that item
+        failed = replace(item, attempts=item.attempts + 1)
+        if _rejected(exc) or failed.attempts >= max_attempts:
+            bury(redis, failed, exc, on_dead_letter=on_dead_letter, remove_raw=raw)
+            return "dead", False
+        with redis.pipeline() as pipe:
+            pipe.zrem(redis_keys.OUTBOX, raw)
+            pipe.zadd(redis_keys.OUTBOX, {failed.encode(): time.time() + _backoff(failed.attempts)})
+            pipe.execute()
+        return "deferred", isinstance(exc, HubUnavailable) and exc.status is None
+    redis.zrem(redis_keys.OUTBOX, raw)
+    return "delivered", False
+
+
+def _bury_garbage(
+    redis: Redis, raw: bytes, exc: Exception, on_dead_letter: DeadLetterHook | None
+) -> None:
+    """A member that is not an item (a bug, or a hand edit) must not block the outbox."""
+    text = raw.decode("utf-8", "replace")
+    item = OutboxItem(
+        kind="post",  # placeholder: replay refuses it (its payload is only the raw text)
+        payload={"raw": text[:2000]},
+        idempotency_key="unreadable:" + hashlib.sha256(raw).hexdigest()[:16],
+        attempts=0,
+    )
+    bury(redis, item, f"unreadable outbox item: {exc}", on_dead_letter=None, remove_raw=raw)
+    if on_dead_letter is not None:
+        on_dead_letter("unreadable")
+
+
+def _release(redis: Redis, members: list[bytes]) -> None:
+    """Give claimed, untried items back, due now, without counting an attempt."""
+    if members:
+        redis.zadd(redis_keys.OUTBOX, dict.fromkeys(members, time.time()))
+
+
+def _rejected(exc: BaseException) -> bool:
+    """The Hub refused the request itself (4xx other than 408/429): retrying cannot help."""
+    return isinstance(exc, HubRejected)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
 
 
 def _backoff(attempts: int) -> float:
@@ -202,17 +362,28 @@ def drain_outbox_now(redis: Redis, *, limit: int = 50) -> DrainResult:
     """Deliver due outbox items from synchronous code (the worker parent's maintenance)."""
     if redis.zcount(redis_keys.OUTBOX, "-inf", time.time()) == 0:
         return DrainResult()
+    from worker.metrics import JobMetrics
     from worker.settings import settings
 
     config = settings()
     api_key = config.hub_api_key.get_secret_value() if config.hub_api_key else None
+    # The parent's own metrics: no fork in between, so they apply locally.
+    metrics = JobMetrics()
 
     async def run() -> DrainResult:
         async with HubClient(config.hub_url, api_key, timeout_s=config.hub_timeout_s) as hub:
-            return await drain(redis, hub, limit=limit)
+            return await drain(
+                redis,
+                hub,
+                limit=limit,
+                max_attempts=config.outbox_max_attempts,
+                on_dead_letter=metrics.dead_letter,
+            )
 
     try:
         return anyio.run(run)
     except Exception as exc:  # maintenance must go on; the items stay for the next round
         log_event("outbox_drain_failed", "warning", error=str(exc))
         return DrainResult()
+    finally:
+        metrics.apply_locally()

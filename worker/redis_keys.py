@@ -11,6 +11,12 @@ PREFIX = "agent-worker:"
 OUTBOX = PREFIX + "outbox"
 """Hub calls waiting to be retried (consumption records, error posts)."""
 
+OUTBOX_DEAD_LETTERS = PREFIX + "outbox:dead-letters"
+"""Hash: Hub writes the Hub refused or that ran out of attempts, by idempotency key."""
+
+OUTBOX_DEAD_LETTER_ORDER = PREFIX + "outbox:dead-letters:order"
+"""Sorted set: the dead letters' keys scored by when they died (newest last)."""
+
 SCHEDULER_LEADER = PREFIX + "scheduler:leader"
 """Lock held by the one ``agent-worker schedule`` process allowed to enqueue explorations."""
 
@@ -63,6 +69,26 @@ def limiter(provider: str, model: str) -> str:
     return f"{PREFIX}limiter:{provider}:{model}"
 
 
+def daily_writes(agent_id: str, kind: str, day: str) -> str:
+    """Posts or comments (``kind``) an agent made on a UTC ``day`` (YYYY-MM-DD), fleet-wide."""
+    return f"{PREFIX}writes:{agent_id}:{kind}:{day}"
+
+
+def task_post_writes(task_id: str) -> str:
+    """Hash: comments a task made per post id (``MAX_WRITES_PER_POST``)."""
+    return f"{PREFIX}writes:task:{task_id}"
+
+
+def last_write(agent_id: str) -> str:
+    """Set while an agent must wait before its next write (``min_interval_seconds``)."""
+    return f"{PREFIX}writes:last:{agent_id}"
+
+
 def scheduler_agent(agent_id: str) -> str:
     """Exploration scheduling state of one agent: last task, its slot, failures, backoff end."""
     return f"{PREFIX}scheduler:agent:{agent_id}"
+
+
+def task_deadline(task_id: str) -> str:
+    """The task's absolute deadline (epoch seconds), fixed at its first start; re-runs keep it."""
+    return f"{PREFIX}deadline:{task_id}"

@@ -56,6 +56,8 @@ from worker.enqueue import (
 from worker.exceptions import AgentConfigError, InvalidTask
 from worker.logs import log_event, set_level, set_redactor
 from worker.redaction import process_redactor
+from worker.redis_connection import connect
+from worker.redis_faults import is_redis_outage, outage_kind, patient_redis_retry
 from worker.settings import settings_or_exit
 from worker.task import Outcome, Task, TaskType
 
@@ -345,6 +347,12 @@ class Scheduler:
         except (InvalidTask, AgentConfigError) as exc:
             log_event("agent_skipped", "warning", agent=agent_id, reason=exc.message)
             return Decision.BROKEN_DEFINITION
+        except RedisError:
+            raise  # an outage is the round's business, not this agent's
+        except Exception as exc:  # whatever else one definition trips skips it alone
+            reason = f"could not load its definition ({type(exc).__name__}: {exc})"[:500]
+            log_event("agent_skipped", "warning", agent=agent_id, reason=reason)
+            return Decision.BROKEN_DEFINITION
         if not definition.config.behavior.discovery.enabled:
             return Decision.DISCOVERY_OFF
         return None
@@ -424,7 +432,7 @@ def run_once(scheduler: Scheduler, lock: LeaderLock) -> int:
         finally:
             lock.release()
     except (RedisError, HubError) as exc:
-        log_event("schedule_round_failed", "error", error=str(exc))
+        _log_round_failure(exc)
         return 1
     return 0
 
@@ -462,9 +470,23 @@ def _turn(scheduler: Scheduler, lock: LeaderLock, *, was_leading: bool | None) -
         if leading:
             scheduler.run_round()
     except (RedisError, HubError) as exc:
-        log_event("schedule_round_failed", "error", error=str(exc))
+        _log_round_failure(exc)
         return False
     return leading
+
+
+def _log_round_failure(exc: Exception) -> None:
+    """A Redis outage or refusal is an outage (the next round tries again), not a bug."""
+    if is_redis_outage(exc):
+        log_event(
+            "redis_unavailable",
+            "warning",
+            during="schedule_round",
+            kind=outage_kind(exc),
+            error=str(exc),
+        )
+    else:
+        log_event("schedule_round_failed", "error", error=str(exc))
 
 
 @contextmanager
@@ -544,7 +566,9 @@ def main(argv: list[str]) -> int:
         result_ttl_s=settings.result_ttl_s,
         timeout_grace_s=settings.job_timeout_grace_s,
     )
-    redis = Redis.from_url(settings.redis_url)
+    redis = connect(settings)
+    # The worker's patience: a restart or a refused write (OOM, READONLY) is waited out.
+    redis.set_retry(patient_redis_retry())
     agents = AgentStore(settings.agents_dir, redis=redis, ttl_s=settings.agent_cache_ttl_s)
     api_key = settings.hub_api_key.get_secret_value() if settings.hub_api_key else None
     hub = HubStaleAgents(settings.hub_url, api_key, timeout_s=settings.hub_timeout_s)

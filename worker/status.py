@@ -36,7 +36,16 @@ UTC with milliseconds, so they sort as strings::
       .error                      str | null       "Class: message", else rq's last error line
       .failed_at                  str | null
     outbox.pending                int              Hub writes waiting for a retry
-    outbox.dead                   int              Hub writes the Hub refused, kept for an operator
+    outbox.dead                   int              dead letters: Hub writes the Hub refused or
+                                                   that ran out of attempts, kept for an operator
+    outbox.newest_dead            object | null    the newest dead letter (replay or drop it with
+                                                   ``agent-worker dead-letters``)
+      .id                         str              its idempotency key
+      .kind                       str              comment, post, consumption, ...
+      .attempts                   int
+      .status                     int | null       the Hub's HTTP status, null without one
+      .error                      str
+      .dead_at                    str | null
 """
 
 from __future__ import annotations
@@ -68,10 +77,12 @@ from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
 from worker import redis_keys
+from worker.dead_letters import dead_letter_count, newest_dead_letter
 from worker.enqueue import DEFAULT_QUEUE
 from worker.loop import ResponseEntry, entry_from_json
-from worker.outbox import DEAD_LETTERS, outbox_size
+from worker.outbox import outbox_size
 from worker.redaction import process_redactor
+from worker.redis_connection import connect
 from worker.settings import settings_or_exit
 
 SCHEMA_VERSION = 1
@@ -138,6 +149,7 @@ class Failure:
 class OutboxState:
     pending: int
     dead: int
+    newest_dead: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,7 +180,17 @@ def collect_status(
         queues=[_queue_depth(redis, name) for name in queue_names],
         workers=_workers(redis, now),
         recent_failures=_recent_failures(redis, queue_names, failures_shown, redact),
-        outbox=OutboxState(pending=outbox_size(redis), dead=int(redis.llen(DEAD_LETTERS))),
+        outbox=_outbox_state(redis, redact),
+    )
+
+
+def _outbox_state(redis: Redis, redact: Callable[[str], str]) -> OutboxState:
+    newest = newest_dead_letter(redis)
+    summary = newest.summary() if newest is not None else None
+    if summary is not None:
+        summary["error"] = redact(summary["error"])
+    return OutboxState(
+        pending=outbox_size(redis), dead=dead_letter_count(redis), newest_dead=summary
     )
 
 
@@ -383,6 +405,13 @@ def render_table(status: FleetStatus) -> str:
             )
         )
     sections.append(f"OUTBOX  pending {status.outbox.pending}  dead {status.outbox.dead}")
+    newest = status.outbox.newest_dead
+    if newest is not None:
+        sections[-1] += (
+            f"\n  newest dead letter {newest['id']} ({newest['kind']}, "
+            f"{_short_time(newest['dead_at'])}): {_shorten(newest['error'], _TABLE_ERROR_CHARS)}"
+            "\n  replay or drop with: agent-worker dead-letters replay|drop ID"
+        )
     return "\n\n".join(sections)
 
 
@@ -439,15 +468,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="show the N newest failures (default %(default)s)",
     )
+    parser.add_argument("--redis-url", help="use this Redis instead of REDIS_URL")
     return parser
 
 
 def main(argv: list[str]) -> int:
     """``agent-worker status [--json] [--failures N]``."""
+    from worker.cli import use_redis_url
+
     args = _parser().parse_args(argv)
+    use_redis_url(args.redis_url)
     settings = settings_or_exit()
     redact = process_redactor(settings.secret_values())
-    redis = Redis.from_url(settings.redis_url)
+    redis = connect(settings)
     try:
         status = collect_status(redis, failures_shown=max(0, args.failures), redact=redact)
     except RedisError as exc:

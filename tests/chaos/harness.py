@@ -544,6 +544,7 @@ def write_mcp_config(
         "servers": {
             "hub": {
                 "url": f"http://127.0.0.1:{hub_port}/mcp",
+                "first_party": True,
                 "tools": {
                     "search_posts": "hub:read",
                     "get_thread": "hub:read",
@@ -552,7 +553,11 @@ def write_mcp_config(
                     "create_comment": "hub:write",
                 },
             },
-            "web": {"url": f"http://127.0.0.1:{web_port}/mcp", "tools": {"fetch": "web:read"}},
+            "web": {
+                "url": f"http://127.0.0.1:{web_port}/mcp",
+                "first_party": True,
+                "tools": {"fetch": "web:read"},
+            },
             "kit": {
                 "command": sys.executable,
                 "args": ["-m", "tests.support.mcp_test_servers.toolkit", "--stdio"],

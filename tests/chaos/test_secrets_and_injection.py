@@ -83,7 +83,10 @@ def test_no_secret_leaks_and_injected_tool_calls_are_refused(chaos: ChaosStack) 
         for message in chaos.llm.requests(injected)[-1]["body"]["messages"]
         if message.get("role") == "tool"
     ]
-    assert told == ["Error: Missing grant hub:write", "Error: Missing grant web:read"]
+    # Each result reaches the model inside the task's untrusted-content delimiters.
+    assert len(told) == 2 and all('kind="tool-result"' in result for result in told)
+    assert "\nError: Missing grant hub:write\n</untrusted-content-" in told[0]
+    assert "\nError: Missing grant web:read\n</untrusted-content-" in told[1]
     state = chaos.hub_state()
     assert [p for p in state["posts"] if p.get("community") == "m/leaks"] == []
     denied = {(e["tool"], e.get("agent")) for e in worker.events("grant_denied")}

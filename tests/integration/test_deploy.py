@@ -50,7 +50,7 @@ PROMETHEUS_DIR = DEPLOY / "prometheus"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "agent-worker.json"
 SYSTEMD_DIR = DEPLOY / "systemd"
 
-# DESIGN.md section 10: metric -> label names. Histograms also expose _bucket (le), _sum, _count.
+# README "Observability": metric -> label names. Histograms also expose _bucket (le), _sum, _count.
 SECTION_10_METRICS: dict[str, frozenset[str]] = {
     "agent_tasks_total": frozenset({"agent", "type", "outcome"}),
     "agent_task_duration_seconds": frozenset({"type"}),
@@ -68,8 +68,10 @@ SECTION_10_METRICS: dict[str, frozenset[str]] = {
 HISTOGRAMS = frozenset(
     {"agent_task_duration_seconds", "agent_loop_iterations", "agent_tool_call_duration_seconds"}
 )
-# Exported by the worker beyond section 10: failures before our code runs (trap 15).
+# Exported by the worker beyond the README list: failures before our code runs (trap 15).
 WORKER_EXTRA_METRICS: dict[str, frozenset[str]] = {
+    "agent_outbox_dead_letters_total": frozenset({"kind"}),
+    "agent_hub_writes_refused_total": frozenset({"agent", "kind", "reason"}),
     "agent_jobs_undecodable_total": frozenset(),
 }
 # Series Prometheus itself writes for every target.
@@ -376,6 +378,8 @@ def exported_metrics(redis_url: str) -> dict[str, frozenset[str]]:
     recorded.tool_call(server="hub", tool="search_posts", outcome="ok", duration_s=0.2)
     recorded.grant_denied(agent="devops-agent", tool="hub__create_post")
     recorded.error_posted()
+    recorded.dead_letter("consumption")
+    recorded.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
     recorded.apply_locally(metrics)
     metrics.jobs_undecodable.inc()
 

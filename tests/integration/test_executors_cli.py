@@ -27,6 +27,7 @@ from tests.support.mcp_test_servers.launch import stdio_entry
 from worker import settings as worker_settings
 from worker.agents import AgentConfig, AgentDefinition, AgentStore
 from worker.executors import ExecutionRequest, OpenCodeExecutor
+from worker.idempotency import content_key
 from worker.jobs import TaskRuntime, execute_task
 from worker.loop import LoopSettings, RunLimits
 from worker.metrics import JobMetrics
@@ -113,6 +114,7 @@ async def test_claude_code_answers_through_the_gateway_into_the_report(
                     "servers": {
                         "hub": {
                             "url": server.url,
+                            "first_party": True,
                             "tools": {
                                 "search_posts": "hub:read",
                                 "get_thread": "hub:read",
@@ -256,7 +258,8 @@ async def test_opencode_calls_granted_tools_only_and_reports_usage(tmp_path: Pat
     assert result.state.iterations == 2
     [call] = [call for step in result.steps for call in step.tool_calls]
     assert (call.name, call.outcome) == ("kit__echo", "ok")
-    assert '"idempotency_key": "t-oc-1:tool:1:1"' in call.content
+    key = content_key("t-oc-1", "kit__echo", {"text": "ping"}, 1)
+    assert f'"idempotency_key": "{key}"' in call.content
     assert result.state.usage.output_tokens >= 9
     assert result.state.usage.cost_usd is None  # no price for an OpenAI-compatible endpoint
     offered = {tool["function"]["name"] for tool in requests[0]["body"].get("tools", [])}

@@ -9,6 +9,7 @@ is exercised without a real coding-agent CLI.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -18,11 +19,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 import yaml
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from pydantic import SecretStr
 
 from tests.support.devhub import running_devhub
 from tests.support.fake_clis import install_fake_cli, read_record
@@ -32,15 +35,19 @@ from worker.agents import AgentConfig, AgentDefinition
 from worker.exceptions import AutonomyViolation
 from worker.executors import EXECUTORS, ClaudeCodeExecutor, CliExecutor, ExecutionRequest
 from worker.executors._gateway_link import (
+    CAPABILITY,
     GatewaySpec,
+    gateway_capability,
     gateway_python_path,
     read_call_log,
     write_secrets_file,
 )
+from worker.idempotency import content_key
 from worker.loop import GrantDenied, LoopEvent, LoopSettings, RunLimits, ToolCalled
 from worker.models import Message
 from worker.settings import Settings
 from worker.task import Outcome, Task
+from worker.tools._grants import EffectiveGrants
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -127,14 +134,16 @@ async def test_only_granted_tools_are_visible_and_callable(workdir: Path) -> Non
         >= {
             "agent_id": "gw-agent",
             "task_id": "t-gw-1",
-            "idempotency_key": "t-gw-1:tool:1:1",
+            "idempotency_key": content_key("t-gw-1", "kit__echo", {"text": "hello"}, 1),
         }.items()
     )
     assert denied.is_error and text_of(denied) == "Error: Missing grant kit:write"
     assert unknown.is_error and text_of(unknown) == "Error: Unknown tool 'kit__nope'"
     assert invalid.is_error and "'text' is a required property" in text_of(invalid)
-    # The refused crash never ran: the server still answers, with the next call's key.
-    assert json.loads(text_of(second))["meta"]["idempotency_key"] == "t-gw-1:tool:5:1"
+    # The refused crash never ran: the server still answers; a different write, a new key.
+    assert json.loads(text_of(second))["meta"]["idempotency_key"] == content_key(
+        "t-gw-1", "kit__echo", {"text": "again"}, 1
+    )
 
     denials = [e for e in log_events(stderr_path) if e.get("event") == "grant_denied"]
     assert [(d["tool"], d["required_grant"]) for d in denials] == [("kit__crash", "kit:write")]
@@ -156,7 +165,7 @@ async def test_task_allowed_tools_narrow_the_grants(workdir: Path) -> None:
         echo = await session.call_tool("kit__echo", {"text": "hello"})
 
     assert [tool.name for tool in listed.tools] == ["kit__pid"]
-    assert echo.is_error and text_of(echo) == "Error: Unknown tool 'kit__echo'"
+    assert echo.is_error and text_of(echo) == "Error: Tool 'kit__echo' is not allowed in this task"
 
 
 async def test_hub_server_over_http_with_token_from_the_secrets_file(workdir: Path) -> None:
@@ -178,7 +187,9 @@ async def test_hub_server_over_http_with_token_from_the_secrets_file(workdir: Pa
         ).json()
         config = workdir / "mcp.yaml"
         config.write_text(
-            yaml.safe_dump({"servers": {"hub": {"url": server.url, "tools": hub_tools}}})
+            yaml.safe_dump(
+                {"servers": {"hub": {"url": server.url, "first_party": True, "tools": hub_tools}}}
+            )
         )
         secrets = workdir / "secrets.json"
         write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN})
@@ -214,6 +225,86 @@ async def test_hub_server_over_http_with_token_from_the_secrets_file(workdir: Pa
     assert comment["author"]["id"] == "gw-agent"
     stderr_text = (workdir / "writer.stderr").read_text() + (workdir / "reader.stderr").read_text()
     assert MCP_TOKEN not in stderr_text
+
+
+async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
+    workdir: Path,
+) -> None:
+    """The secure path: mcp-hub verifies the task's capability, which the gateway forwards
+    (it never holds the key); a missing, expired or misdirected capability stops it."""
+    key = "gateway-capability-key-" + "0" * 20
+    hub_tools = {"search_posts": "hub:read", "create_comment": "hub:write"}
+    with (
+        running_devhub(api_key=HUB_KEY) as hub,
+        running_mcp_hub(
+            hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN, capability_key=key
+        ) as server,
+    ):
+        post = httpx2.post(
+            f"{hub.url}/api/v1/posts",
+            json={"agent_id": "someone", "content": "How do we deploy?"},
+            headers={"Authorization": f"Bearer {HUB_KEY}"},
+            trust_env=False,
+        ).json()
+        config = workdir / "mcp.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {"servers": {"hub": {"url": server.url, "first_party": True, "tools": hub_tools}}}
+            )
+        )
+        spec = gateway_spec(workdir, config, grants=("hub:*",), require_capability=True)
+        capability = gateway_capability(
+            SecretStr(key),
+            agent_id=spec.agent_id,
+            task_id=spec.task_id,
+            grants=EffectiveGrants.of(["hub:*"]),
+            deadline_epoch_s=spec.deadline_epoch_s,
+        )
+        secrets = workdir / "secrets.json"
+        write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN, **capability})
+        spec = dataclasses.replace(spec, secrets_file=secrets)
+        async with gateway(spec, workdir / "gateway.stderr") as session:
+            created = await session.call_tool(
+                "hub__create_comment", {"post_id": post["id"], "content": "Use the pipeline."}
+            )
+        state = hub.state()
+
+    assert not created.is_error, text_of(created)
+    assert [c["author"]["id"] for c in state["comments"]] == ["gw-agent"]
+    assert capability[CAPABILITY] not in (workdir / "gateway.stderr").read_text()
+    assert key not in secrets.read_text()
+
+    # Without its capability (required), or with one for another task, it does not start.
+    no_capability = workdir / "no-capability.json"
+    write_secrets_file(no_capability, {"MCP_AUTH_TOKEN": MCP_TOKEN})
+    other_task = workdir / "other-task.json"
+    write_secrets_file(
+        other_task,
+        gateway_capability(
+            SecretStr(key),
+            agent_id="gw-agent",
+            task_id="another-task",
+            grants=EffectiveGrants.of(["hub:*"]),
+            deadline_epoch_s=time.time() + 60,
+        ),
+    )
+    for secrets_file, expected in [
+        (no_capability, "GATEWAY_CAPABILITY is missing from the secrets file"),
+        (other_task, "GATEWAY_CAPABILITY is for another agent or task"),
+    ]:
+        env = dataclasses.replace(spec, secrets_file=secrets_file).environment() | {
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": gateway_python_path(),
+        }
+        with anyio.fail_after(60):
+            started = await anyio.run_process(
+                [sys.executable, "-m", "mcp_servers.gateway", "--stdio"],
+                env=env,
+                input=b"",
+                check=False,
+            )
+        assert started.returncode == 2
+        assert expected in started.stderr.decode()
 
 
 # --- executors driving the real gateway through fake CLIs ------------------------------------
@@ -311,7 +402,7 @@ async def test_cli_tool_calls_go_through_the_gateway_into_the_report(
     assert (meta["agent_id"], meta["task_id"], meta["idempotency_key"]) == (
         "cli-agent",
         "t-cli-2",
-        "t-cli-2:tool:1:1",
+        content_key("t-cli-2", "kit__echo", {"text": "hi"}, 1),
     )
     assert [e.tool for e in events if isinstance(e, GrantDenied)] == ["kit__crash"]
     assert [e.outcome for e in events if isinstance(e, ToolCalled)] == ["ok", "missing_grant"]
@@ -319,6 +410,37 @@ async def test_cli_tool_calls_go_through_the_gateway_into_the_report(
     assert len(spawned) == 3
     for pid in spawned:
         assert_gone(pid)
+
+
+async def test_a_cli_executor_hands_the_gateway_the_task_capability_not_the_key(
+    workdir: Path,
+) -> None:
+    key = "cli-capability-key-" + "9" * 24
+    bin_dir = workdir / "bin"
+    bin_dir.mkdir()
+    fake = install_fake_cli(
+        "claude", bin_dir, {"tool_calls": [{"name": "kit__echo", "arguments": {"text": "hi"}}]}
+    )
+    config = workdir / "mcp.yaml"
+    config.write_text(
+        yaml.safe_dump({"servers": {"kit": stdio_entry("toolkit", KIT_TOOLS, first_party=True)}})
+    )
+    settings = Settings(
+        anthropic_api_key="sk-ant-gateway-test-0123456789",  # type: ignore[arg-type]
+        mcp_config=config,
+        capability_key=key,  # type: ignore[arg-type]
+    )
+    result = await ClaudeCodeExecutor(settings, executable=str(fake)).run(
+        make_request("claude-code", strict_grants=False, events=[], spawned=[])
+    )
+
+    assert result.outcome is Outcome.COMPLETED, result.error
+    [call] = [call for step in result.steps for call in step.tool_calls]
+    meta = json.loads(call.content)["meta"]
+    # The first-party server got the capability; the result handed back never holds it.
+    assert meta["capability"] == "[capability]"
+    assert meta["agent_id"] == "cli-agent"
+    assert key not in json.dumps(read_record(fake))
 
 
 async def test_strict_grants_end_the_task_as_an_autonomy_violation(workdir: Path) -> None:

@@ -17,7 +17,7 @@ from tests.support.mcp_servers import _running, server_environment
 from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.redis_server import free_port
 from worker.exceptions import ToolFailed, ToolServerDown
-from worker.tools._base import CallContext, Granted, MissingGrant
+from worker.tools._base import CallContext, Granted, MissingGrant, NotAllowed
 from worker.tools._config import McpConfig, load_mcp_config
 from worker.tools._grants import EffectiveGrants, GrantPolicy
 from worker.tools._mcp import McpToolbox
@@ -93,7 +93,11 @@ async def test_offers_granted_tools_and_passes_caller_meta_over_stdio() -> None:
 
 async def test_http_server_gets_bearer_token_and_meta(http_kit_url: str) -> None:
     config = McpConfig.model_validate(
-        {"servers": {"remote": {"url": http_kit_url, "tools": {"*": "kit:read"}}}}
+        {
+            "servers": {
+                "remote": {"url": http_kit_url, "first_party": True, "tools": {"*": "kit:read"}}
+            }
+        }
     )
     grants = EffectiveGrants.of(["kit:read"])
     async with McpToolbox.open(config, grants=grants, auth_token=TOKEN) as toolbox:
@@ -181,8 +185,10 @@ async def test_grant_matrix_unknown_ungranted_and_narrowed_tools() -> None:
         config, grants=grants, allowed_tools=["kit__add", "kit__crash"]
     ) as toolbox:
         assert offered_names(toolbox) == {"kit__add", "kit__crash"}
-        assert toolbox.resolve("kit__echo") is None
-        assert toolbox.resolve("time__get_current_time") is None
+        assert toolbox.resolve("kit__echo") == NotAllowed(name="kit__echo")
+        assert toolbox.resolve("time__get_current_time") == NotAllowed(
+            name="time__get_current_time"
+        )
 
     # The agent's mcp_servers leave the kit server out entirely.
     async with McpToolbox.open(config, grants=grants, servers=["time"]) as toolbox:
@@ -209,8 +215,9 @@ async def test_tool_error_result_and_content_conversion() -> None:
         structured = await toolbox.call("kit__structured_only", {}, context())
         assert structured.content == '{"answer":42,"unit":"items"}'
 
-        huge = await toolbox.call("kit__huge", {"megabytes": 5}, context())
-        assert len(huge.content) == 5 * 1024 * 1024
+        # Under the result cap (see test_mcp_credentials for over it).
+        huge = await toolbox.call("kit__huge", {"megabytes": 1}, context())
+        assert len(huge.content) == 1024 * 1024
         # The connection is still fine after the big line.
         assert (await toolbox.call("kit__add", {"a": 1, "b": 2}, context())).content == "3"
     assert_all_gone(pids)
@@ -259,7 +266,9 @@ async def test_server_killed_while_idle_is_withdrawn_and_the_model_told_once() -
 
 
 async def test_http_server_dying_mid_task_does_not_cancel_the_caller(http_kit_url: str) -> None:
-    config = kit_config(remote={"url": http_kit_url, "tools": {"*": "kit:admin"}})
+    config = kit_config(
+        remote={"url": http_kit_url, "first_party": True, "tools": {"*": "kit:admin"}}
+    )
     grants = EffectiveGrants.of(["kit:*"])
     async with McpToolbox.open(config, grants=grants, auth_token=TOKEN) as toolbox:
         with pytest.raises(ToolServerDown, match="server 'remote' is unavailable"):

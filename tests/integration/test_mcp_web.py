@@ -10,6 +10,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import cast
 
+import anyio
+import anyio.to_thread
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -38,6 +40,10 @@ ARTICLE = b"""<!doctype html>
 </body></html>"""
 # A token placed far past any small max_bytes, to prove reading stopped early.
 LONG_TEXT = b"a" * 40_000 + b" LATE-MARKER " + b"b" * 10_000
+# html.parser is quadratic on this: 400 KB of it once took 12 s of one CPU.
+HOSTILE_HTML = b"<html><title>Trap</title>READABLE-START " + b"</" * 900_000
+# Set when the site has sent the hostile page: the web server is parsing it from then on.
+HOSTILE_SENT = threading.Event()
 
 
 class _SiteHandler(http.server.BaseHTTPRequestHandler):
@@ -46,6 +52,9 @@ class _SiteHandler(http.server.BaseHTTPRequestHandler):
             self._answer(200, "text/html; charset=utf-8", ARTICLE)
         elif self.path == "/long.txt":
             self._answer(200, "text/plain", LONG_TEXT)
+        elif self.path == "/hostile":
+            self._answer(200, "text/html", HOSTILE_HTML)
+            HOSTILE_SENT.set()
         elif self.path == "/logo.png":
             self._answer(200, "image/png", b"\x89PNG\r\n\x1a\n\x00\x00")
         elif self.path == "/moved":
@@ -213,3 +222,32 @@ async def test_over_http_with_a_bearer_token(site: Site) -> None:
     assert "Title: Release notes" in text_of(result)
     assert "web-token-for-tests" not in log
     assert '"event": "tool_call"' in log
+
+
+@pytest.mark.anyio
+async def test_a_hostile_page_parses_off_the_loop_and_other_fetches_go_on(site: Site) -> None:
+    """While one fetch parses a page built to make the parser quadratic, a second fetch
+    is served; the hostile one still answers, with its tags stripped roughly."""
+    finished: list[str] = []
+    results: dict[str, CallToolResult] = {}
+    HOSTILE_SENT.clear()
+    with running_mcp_web(allow_networks=LOOPBACK_ONLY) as server:
+        async with mcp_http_session(server.url) as session:
+
+            async def fetch(name: str, path: str) -> None:
+                arguments = {"url": f"{site.base_url}{path}", "max_bytes": 2_000_000}
+                results[name] = await session.call_tool("fetch", arguments)
+                finished.append(name)
+
+            async with anyio.create_task_group() as fetches:
+                fetches.start_soon(fetch, "hostile", "/hostile")
+                await anyio.to_thread.run_sync(HOSTILE_SENT.wait, 60)
+                fetches.start_soon(fetch, "plain", "/long.txt")
+
+    assert finished == ["plain", "hostile"]
+    assert "LATE-MARKER" in text_of(results["plain"])
+    hostile = text_of(results["hostile"])
+    assert not results["hostile"].is_error, hostile
+    assert "READABLE-START" in hostile
+    assert "only the first 500000 characters of the page were parsed" in hostile
+    assert "too costly to parse" in hostile

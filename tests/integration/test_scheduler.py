@@ -24,7 +24,7 @@ from rq.serializers import JSONSerializer
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.workers import REPO_ROOT, RQ, parse_events, wait_until, worker_env
 from worker import redis_keys
-from worker.agents import AgentStore
+from worker.agents import AgentStore, DefinitionPolicy
 from worker.scheduler import (
     AgentState,
     Decision,
@@ -84,13 +84,17 @@ def agents_root(tmp_path: Path) -> Path:
     return tmp_path
 
 
+FLAKY_KEY_ALLOWED = DefinitionPolicy(agent_key_envs=frozenset({"FLAKY_PROVIDER_KEY"}))
+
+
 def make_scheduler(
     redis_conn: redis.Redis, hub: DevHub, agents_root: Path, clock: Clock, **config: Any
 ) -> Scheduler:
     settings: dict[str, Any] = {"interval_s": INTERVAL_S, **config}
     return Scheduler(
         redis_conn,
-        AgentStore(str(agents_root), redis=redis_conn),
+        # The operator allows the flaky agent's key variable (AGENT_KEY_ENVS).
+        AgentStore(str(agents_root), redis=redis_conn, policy=FLAKY_KEY_ALLOWED),
         HubStaleAgents(hub.url, hub.api_key, timeout_s=10),
         ScheduleConfig(**settings),
         clock=clock,
@@ -182,6 +186,7 @@ def run_worker_burst(redis_url: str, hub: DevHub, agents_root: Path) -> str:
     env = worker_env(redis_url)
     env.update(AGENTS_DIR=str(agents_root), **hub.env)
     env.pop("FLAKY_PROVIDER_KEY", None)
+    env["AGENT_KEY_ENVS"] = "FLAKY_PROVIDER_KEY"
     completed = subprocess.run(
         [RQ, "worker", "agents", "--burst"],
         cwd=REPO_ROOT,

@@ -161,7 +161,7 @@ def test_status_json_shows_queues_the_failure_with_its_outcome_and_the_outbox(
     assert failure["error"].startswith("InvalidTask: unknown agent 'ghost-agent'")
     assert failure["failed_at"] < crash["failed_at"]
     assert status["workers"] == []  # the burst worker is gone
-    assert status["outbox"] == {"pending": 1, "dead": 0}
+    assert status["outbox"] == {"pending": 1, "dead": 0, "newest_dead": None}
 
     table = agent_worker("worker.status", [], redis_url, tmp_path)
     assert table.returncode == 0, table.stderr

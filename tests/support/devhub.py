@@ -82,12 +82,21 @@ class DevHub:
         *,
         path_prefix: str = "/api/v1",
         retry_after: float | None = None,
+        method: str | None = None,
+        body: str | None = None,
+        content_type: str | None = None,
     ) -> None:
-        """The next ``count`` requests under ``path_prefix`` answer ``status``; 0 clears."""
-        body: dict[str, Any] = {"status": status, "count": count, "path_prefix": path_prefix}
-        if retry_after is not None:
-            body["retry_after"] = retry_after
-        self._request("POST", "/_dev/faults", json=body)
+        """The next ``count`` requests under ``path_prefix`` (of ``method``, when given)
+        answer ``status``, with ``body`` as ``content_type`` when given; 0 clears."""
+        fault: dict[str, Any] = {"status": status, "count": count, "path_prefix": path_prefix}
+        optional = {
+            "retry_after": retry_after,
+            "method": method,
+            "body": body,
+            "content_type": content_type,
+        }
+        fault.update({key: value for key, value in optional.items() if value is not None})
+        self._request("POST", "/_dev/faults", json=fault)
 
     def start(self) -> None:
         command = [sys.executable, "-m", "hub_client.devhub", "--port", str(self.port)]

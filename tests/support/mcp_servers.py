@@ -26,7 +26,13 @@ from tests.support.redis_server import free_port
 
 _READY_TIMEOUT_S = 20.0
 # Variables the servers read; a test sets them explicitly or not at all.
-_SERVER_VARIABLES = ("HUB_URL", "HUB_API_KEY", "MCP_AUTH_TOKEN", "MCP_WEB_ALLOW_NETWORKS")
+_SERVER_VARIABLES = (
+    "HUB_URL",
+    "HUB_API_KEY",
+    "MCP_AUTH_TOKEN",
+    "MCP_WEB_ALLOW_NETWORKS",
+    "CAPABILITY_KEY",
+)
 
 
 class McpServerFailedToStart(RuntimeError):
@@ -70,20 +76,36 @@ def server_environment(variables: Mapping[str, str | None]) -> dict[str, str]:
 
 @contextmanager
 def running_mcp_hub(
-    *, hub_url: str, hub_api_key: str | None = None, auth_token: str | None = None
+    *,
+    hub_url: str,
+    hub_api_key: str | None = None,
+    auth_token: str | None = None,
+    capability_key: str | None = None,
 ) -> Iterator[RunningMcpServer]:
     """``python -m mcp_servers.hub`` over streamable HTTP, talking to the Hub at ``hub_url``."""
-    variables = {"HUB_URL": hub_url, "HUB_API_KEY": hub_api_key, "MCP_AUTH_TOKEN": auth_token}
+    variables = {
+        "HUB_URL": hub_url,
+        "HUB_API_KEY": hub_api_key,
+        "MCP_AUTH_TOKEN": auth_token,
+        "CAPABILITY_KEY": capability_key,
+    }
     with _running("mcp_servers.hub", server_environment(variables)) as server:
         yield server
 
 
 @contextmanager
 def running_mcp_web(
-    *, auth_token: str | None = None, allow_networks: str | None = None
+    *,
+    auth_token: str | None = None,
+    allow_networks: str | None = None,
+    capability_key: str | None = None,
 ) -> Iterator[RunningMcpServer]:
     """``python -m mcp_servers.web`` over streamable HTTP; ``allow_networks`` e.g. loopback."""
-    variables = {"MCP_AUTH_TOKEN": auth_token, "MCP_WEB_ALLOW_NETWORKS": allow_networks}
+    variables = {
+        "MCP_AUTH_TOKEN": auth_token,
+        "MCP_WEB_ALLOW_NETWORKS": allow_networks,
+        "CAPABILITY_KEY": capability_key,
+    }
     with _running("mcp_servers.web", server_environment(variables)) as server:
         yield server
 

@@ -52,6 +52,8 @@ def worker_env(redis_url: str, *, metrics_port: int = 0) -> dict[str, str]:
         METRICS_PORT=str(metrics_port),
         PYTHONPATH=str(REPO_ROOT),
     )
+    # The worker refuses to start without its definitions directory.
+    env.setdefault("AGENTS_DIR", str(REPO_ROOT / "tests" / "support" / "agents"))
     return env
 
 

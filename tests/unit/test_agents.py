@@ -123,6 +123,7 @@ def test_public_format_definition_loads_with_every_field(tmp_path: Path) -> None
     definition = AgentStore(str(tmp_path)).load("devops-agent")
     config = definition.config
 
+    assert definition.warnings == ()  # every key is a known Botburrow one
     assert config.name == "devops-agent"
     assert config.type == "claude-code"
     assert config.brain.provider == "anthropic"
@@ -147,7 +148,7 @@ def test_public_format_definition_loads_with_every_field(tmp_path: Path) -> None
     assert config.behavior.max_concurrent == 3
     assert config.behavior.discovery.post_final is True
     assert config.behavior.discovery.frequency == "staleness"
-    assert config.behavior.limits == {"max_daily_posts": 3}
+    assert config.behavior.limits.max_daily_posts == 3
     assert config.limits.max_tokens == 40000
     assert config.limits.max_duration_s == 90
     assert config.limits.max_cost_usd == 0.5
@@ -192,7 +193,7 @@ def test_empty_yaml_keys_mean_defaults(tmp_path: Path) -> None:
     assert loaded.behavior.discovery.enabled is True
 
 
-def test_unknown_keys_are_ignored_at_every_level(tmp_path: Path) -> None:
+def test_unknown_keys_are_ignored_at_every_level_with_a_warning(tmp_path: Path) -> None:
     config = (
         "name: odd-agent\nfuture_field: 1\n"
         "brain: {provider: openai, model: gpt-4o-mini, reasoning: high}\n"
@@ -202,8 +203,16 @@ def test_unknown_keys_are_ignored_at_every_level(tmp_path: Path) -> None:
     )
     write_agent(tmp_path, "odd-agent", config)
 
-    loaded = AgentStore(str(tmp_path)).load("odd-agent").config
+    definition = AgentStore(str(tmp_path)).load("odd-agent")
+    loaded = definition.config
 
+    assert [warning.split(": ", 1)[1] for warning in definition.warnings] == [
+        "unknown key 'future_field'",
+        "unknown key 'brain.reasoning'",
+        "unknown key 'capabilities.sandbox'",
+        "unknown key 'behavior.discovery.mood'",
+        "unknown key 'limits.per_day'",
+    ]
     assert loaded.brain.model == "gpt-4o-mini"
     assert loaded.behavior.max_iterations == 4
     assert loaded.behavior.discovery.enabled is False

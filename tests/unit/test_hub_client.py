@@ -551,3 +551,70 @@ def test_errors_survive_pickling_with_their_details() -> None:
     assert type(restored) is HubNotFound
     assert str(restored) == str(original)
     assert (restored.status, restored.hub_message, restored.path) == (404, "gone", "/posts/p-1")
+
+
+@pytest.mark.anyio
+async def test_a_maintenance_page_with_200_is_an_outage_retried_then_unavailable() -> None:
+    page = httpx2.Response(
+        200, text="<html>Down for maintenance</html>", headers={"content-type": "text/html"}
+    )
+    recorder = Recorder(page, page, answer(201, {"id": "c-9"}))
+    client, sleeps = make_client(recorder, max_retries=1)
+    async with client:
+        with pytest.raises(HubUnavailable) as raised:
+            await client.report_consumption(
+                ConsumptionRecord(
+                    agent_id="a1",
+                    tokens_input=1,
+                    tokens_output=1,
+                    cost_usd=0.0,
+                    activation_id="t-1",
+                    task_type="notification",
+                    duration_seconds=1.0,
+                    outcome="completed",
+                ),
+                idempotency_key="t-1:consumption",
+            )
+        created = await client.create_comment(
+            "p-1", agent_id="a1", content="x", idempotency_key="t-1:reply"
+        )
+
+    assert len(recorder.requests) == 3
+    assert len(sleeps) == 1
+    assert "answer is not JSON (200 OK, text/html)" in str(raised.value)
+    assert raised.value.status == 200
+    assert created.id == "c-9"
+
+
+@pytest.mark.anyio
+async def test_a_write_answered_without_an_id_is_a_hub_error_not_an_outage() -> None:
+    client, _ = make_client(Recorder(answer(201, {"created": True})))
+    async with client:
+        with pytest.raises(HubError) as raised:
+            await client.create_post(agent_id="a1", content="x", idempotency_key="t-1:reply")
+
+    assert not isinstance(raised.value, HubUnavailable | HubRejected)
+    assert "POST /posts: unexpected answer (id: Field required" in str(raised.value)
+
+
+@pytest.mark.anyio
+async def test_devhub_faults_can_answer_a_maintenance_page_to_one_method_only() -> None:
+    from hub_client.devhub import create_app
+
+    transport = httpx2.ASGITransport(app=create_app())
+    async with httpx2.AsyncClient(transport=transport, base_url="http://devhub") as http:
+        fault = {
+            "status": 200,
+            "count": 1,
+            "method": "POST",
+            "body": "<html>Down for maintenance</html>",
+            "content_type": "text/html",
+        }
+        (await http.post("/api/v1/_dev/faults", json=fault)).raise_for_status()
+    async with HubClient("http://devhub", transport=transport, max_retries=0) as client:
+        assert await client.search("anything") == []  # a GET: not this fault's method
+        with pytest.raises(HubUnavailable, match=r"not JSON \(200 OK, text/html\)"):
+            await client.create_post(agent_id="a1", content="x", idempotency_key="k-1")
+        created = await client.create_post(agent_id="a1", content="x", idempotency_key="k-1")
+
+    assert created.id

@@ -9,7 +9,8 @@ import pytest
 
 from worker.exceptions import ModelUnavailable
 from worker.limiter import FleetLimiter, RateLimitedModel, RateLimits
-from worker.models import Message, ModelRequest, ScriptedModel, Turn
+from worker.models import Message, ModelRequest, ModelResponse, ScriptedModel, Turn, Usage
+from worker.models._retry import RetryingModel
 
 pytestmark = pytest.mark.anyio
 
@@ -70,3 +71,65 @@ async def test_unlimited_limiter_passes_calls_through() -> None:
         FleetLimiter(fakeredis.FakeRedis(), "openai", "m", RateLimits()),
     )
     assert (await model.complete(request())).text == "ok"
+
+
+# --- reconciling estimates with actual usage ----------------------------------------------
+
+
+class OneAnswerModel(RetryingModel):
+    """A provider model whose one request answers with fixed usage (no network)."""
+
+    provider_name = "openai"
+
+    def __init__(self, usage: Usage) -> None:
+        super().__init__("m", default_timeout_s=5.0, retry=None, prices=None)
+        self._answer_usage = usage
+
+    async def _request_once(self, request: ModelRequest, timeout_s: float) -> ModelResponse:
+        return ModelResponse(text="ok", usage=self._answer_usage, provider="openai", model="m")
+
+
+def tokens_left(redis: fakeredis.FakeRedis) -> float:
+    return float(redis.hget("agent-worker:limiter:openai:m:tokens", "tokens") or 0)
+
+
+async def test_an_overestimate_is_refunded_after_the_call() -> None:
+    redis = fakeredis.FakeRedis()
+    limiter = FleetLimiter(redis, "openai", "m", RateLimits(tokens_per_minute=1000))
+    await limiter.acquire(900, deadline=time.monotonic() + 0.2)
+    limiter.settle(900, 100)
+    assert tokens_left(redis) == pytest.approx(900, abs=5)  # 100 used, not 900
+    await limiter.acquire(800, deadline=time.monotonic() + 0.2)  # room again at once
+
+
+async def test_an_underestimate_is_charged_on_top_and_later_calls_wait() -> None:
+    redis = fakeredis.FakeRedis()
+    limiter = FleetLimiter(redis, "openai", "m", RateLimits(tokens_per_minute=1000))
+    await limiter.acquire(100, deadline=time.monotonic() + 0.2)
+    limiter.settle(100, 1500)  # the call really used 1,500 tokens: the bucket owes 500
+    assert tokens_left(redis) == pytest.approx(-500, abs=5)
+    with pytest.raises(ModelUnavailable, match="no room"):
+        await limiter.acquire(10, deadline=time.monotonic() + 0.2)
+
+
+async def test_a_limited_model_settles_each_call_with_its_reported_usage() -> None:
+    redis = fakeredis.FakeRedis()
+    limits = RateLimits(tokens_per_minute=1000)
+    model = RateLimitedModel(
+        ScriptedModel([Turn(text="ok", input_tokens=30, output_tokens=20)], name="m"),
+        FleetLimiter(redis, "openai", "m", limits),
+    )
+    big = request()
+    big.max_output_tokens = 900  # charged ~900 before the call
+    await model.complete(big)
+    assert tokens_left(redis) == pytest.approx(950, abs=5)
+
+
+async def test_every_answered_attempt_of_a_provider_model_is_settled() -> None:
+    redis = fakeredis.FakeRedis()
+    limiter = FleetLimiter(redis, "openai", "m", RateLimits(tokens_per_minute=1000))
+    model = RateLimitedModel(OneAnswerModel(Usage(input_tokens=40, output_tokens=60)), limiter)
+    big = request()
+    big.max_output_tokens = 800
+    await model.complete(big)
+    assert tokens_left(redis) == pytest.approx(900, abs=5)

@@ -75,7 +75,13 @@ def test_bad_grant_error_names_file_server_and_tool(tmp_path: Path) -> None:
         ("{tools: {'*': a:b}}", "servers.s: give exactly one of url"),
         ("{url: ftp://h, tools: {'*': a:b}}", "servers.s.url: url must start with http://"),
         ("{url: http://h, env: {A: b}, tools: {'*': a:b}}", "servers.s: args, env and cwd belong"),
-        ("{command: x, headers: {A: b}, tools: {'*': a:b}}", "servers.s: headers belong"),
+        ("{command: x, headers: {A: b}, tools: {'*': a:b}}", "servers.s: headers and token belong"),
+        ("{command: x, token: t, tools: {'*': a:b}}", "servers.s: headers and token belong"),
+        (
+            "{url: http://h, token: t, headers: {authorization: x}, tools: {'*': a:b}}",
+            "servers.s: give token or an Authorization header, not both",
+        ),
+        ("{url: http://h, first_party: maybe, tools: {'*': a:b}}", "servers.s.first_party:"),
         ("{command: x, tools: {}}", "servers.s.tools: map at least one tool"),
         ("{command: x}", "servers.s.tools: Field required"),
         ("{command: x, tool: {'*': a:b}, tools: {'*': a:b}}", "servers.s.tool: Extra inputs"),
@@ -89,11 +95,46 @@ def test_server_errors_name_the_field(tmp_path: Path, server_yaml: str, expected
     assert str(error.value).startswith(f"{path}: {expected}")
 
 
-@pytest.mark.parametrize("name", ["Hub", "hub__x", "hub.x", "hub x"])
-def test_server_names_must_fit_the_model_tool_name(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("name", ["Hub", "hub__x", "hub.x", "hub x", "hub_", "_hub", "_", "a___b"])
+def test_server_names_that_break_tool_names_are_refused_naming_the_server(
+    tmp_path: Path, name: str
+) -> None:
+    # "hub_" + "__" + "x" would read back as server "hub", tool "_x": refused at load.
     path = write(tmp_path, f"servers:\n  '{name}': {{command: x, tools: {{'*': a:b}}}}\n")
-    with pytest.raises(ConfigurationError, match="server name must match"):
+    with pytest.raises(ConfigurationError) as error:
         load_mcp_config(path)
+    assert f"server name {name!r} must match" in str(error.value)
+    assert str(error.value).startswith(f"{path}: servers")
+
+
+@pytest.mark.parametrize("name", ["hub", "h_b", "my-hub_2", "a-"])
+def test_server_names_that_split_cleanly_load(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path, f"servers:\n  '{name}': {{command: x, tools: {{'*': a:b}}}}\n")
+    assert name in load_mcp_config(path).servers
+
+
+def test_the_worker_token_goes_only_to_first_party_servers_without_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("THIRD_TOKEN", "third-party-secret")
+    path = write(
+        tmp_path,
+        "servers:\n"
+        "  ours:   {url: http://a/mcp, first_party: true, tools: {'*': a:b}}\n"
+        "  ours2:  {url: http://b/mcp, first_party: true, token: own-token, tools: {'*': a:b}}\n"
+        "  third:  {url: http://c/mcp, token: '${THIRD_TOKEN}', tools: {'*': a:b}}\n"
+        "  plain:  {url: http://d/mcp, headers: {X-Tenant: t1}, tools: {'*': a:b}}\n",
+    )
+    servers = load_mcp_config(path).servers
+    assert servers["ours"].http_headers("worker-token") == {"Authorization": "Bearer worker-token"}
+    assert servers["ours2"].http_headers("worker-token") == {"Authorization": "Bearer own-token"}
+    assert servers["third"].http_headers("worker-token") == {
+        "Authorization": "Bearer third-party-secret"
+    }
+    assert servers["plain"].http_headers("worker-token") == {"X-Tenant": "t1"}
+    assert servers["ours"].http_headers(None) == {}
+    assert not servers["third"].first_party
+    assert "third-party-secret" not in repr(servers)
 
 
 def test_unreadable_or_malformed_files(tmp_path: Path) -> None:

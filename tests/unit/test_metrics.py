@@ -35,7 +35,11 @@ CONTRACT = {
     ("agent_tool_calls", "counter", ("server", "tool", "outcome")),
     ("agent_grant_denials", "counter", ("agent", "tool")),
     ("agent_errors_posted", "counter", ()),
+    ("agent_outbox_dead_letters", "counter", ("kind",)),
+    ("agent_hub_writes_refused", "counter", ("agent", "kind", "reason")),
     ("agent_jobs_undecodable", "counter", ()),
+    ("agent_redis_unavailable", "counter", ("kind",)),
+    ("agent_budget_check_unreachable", "counter", ("agent",)),
     ("agent_task_duration_seconds", "histogram", ("type",)),
     ("agent_loop_iterations", "histogram", ("type",)),
     ("agent_tool_call_duration_seconds", "histogram", ("server",)),
@@ -82,6 +86,9 @@ def one_of_each(metrics: JobMetrics, *, cost_usd: float | None = 0.25) -> None:
     metrics.tool_call(server="hub", tool="search_posts", outcome="error", duration_s=0.3)
     metrics.grant_denied(agent="devops-agent", tool="hub__create_post")
     metrics.error_posted()
+    metrics.dead_letter("consumption")
+    metrics.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
+    metrics.budget_check_unreachable(agent="devops-agent")
 
 
 def value(metrics: WorkerMetrics, name: str, **labels: str) -> float | None:
@@ -95,6 +102,7 @@ def test_every_contract_metric_has_its_name_type_and_labels() -> None:
     one_of_each(recorded)
     recorded.apply_locally(metrics)
     metrics.jobs_undecodable.inc()
+    metrics.redis_unavailable("oom")
 
     families = {
         (family.name, family.type, _label_names(family)) for family in metrics.registry.collect()

@@ -1,4 +1,4 @@
-"""Agent definitions (DESIGN.md section 6): ``AgentStore(source).load(agent_id)``.
+"""Agent definitions (README: Agent definitions): ``AgentStore(source).load(agent_id)``.
 
 The layout is the public Botburrow ``agent-definitions`` one, from a directory or
 an http(s) base URL::
@@ -6,6 +6,10 @@ an http(s) base URL::
     agents/<name>/config.yaml       AgentConfig
     agents/<name>/system-prompt.md
     skills/<skill>/SKILL.md         front matter (name, description), then instructions
+
+Definitions are hostile input: files are read only as regular files inside the tree,
+YAML is bounded before it is built, and ``DefinitionPolicy`` holds what the operator
+lets a definition choose (its model endpoint and key variable).
 """
 
 from worker.agents._config import (
@@ -21,6 +25,7 @@ from worker.agents._config import (
     Shell,
 )
 from worker.agents._definition import AgentDefinition, Skill
+from worker.agents._policy import DefinitionPolicy
 from worker.agents._store import CACHE_KEY_PREFIX, AgentStore
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
     "Behavior",
     "Brain",
     "Capabilities",
+    "DefinitionPolicy",
     "Discovery",
     "Fallback",
     "Interests",

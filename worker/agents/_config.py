@@ -1,7 +1,9 @@
 """The fields of ``agents/<name>/config.yaml`` (Botburrow agent-definitions format, plus ours).
 
-Unknown keys are ignored everywhere, so a definition written for other Botburrow
-runners loads unchanged. A key left empty in YAML (``skills:`` with nothing after
+Unknown keys do not stop a definition, so one written for other Botburrow runners
+loads unchanged; each is reported as a warning (``_keys``), or refused under
+``AGENTS_STRICT``. What a definition may choose (``api_base``, ``api_key_env``) is the
+operator's to allow (``_policy``). A key left empty in YAML (``skills:`` with nothing after
 it) means "use the default", as it does for those runners.
 """
 
@@ -30,10 +32,6 @@ EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$
 Provider = Literal["anthropic", "openai"]
 AgentType = Literal["native", "claude-code", "goose", "aider", "opencode"]
 
-# Secrets the worker holds for itself: an agent definition must not be able to
-# hand them to a model endpoint it chooses through `brain.api_key_env`.
-_WORKER_SECRETS = frozenset({"HUB_API_KEY", "MCP_AUTH_TOKEN", "REDIS_URL", "RQ_REDIS_URL"})
-
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -56,18 +54,12 @@ class Fallback(_Section):
 class Brain(_Section):
     provider: Provider
     model: Annotated[str, StringConstraints(min_length=1)]
+    # Both only as the operator allows: PROVIDER_BASE_URLS and AGENT_KEY_ENVS.
     api_base: str | None = None
     api_key_env: EnvVarName | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
     fallbacks: list[Fallback] = Field(default_factory=list)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _not_a_worker_secret(cls, name: str | None) -> str | None:
-        if name is not None and name.upper() in _WORKER_SECRETS:
-            raise ValueError(f"{name} is the worker's own secret, not a provider key")
-        return name
 
 
 class Shell(_Section):
@@ -118,6 +110,15 @@ class Discovery(_Section):
     post_final: bool = False
 
 
+class PostingLimits(_Section):
+    """Botburrow ``behavior.limits``; the worker enforces them fleet-wide (worker.write_caps)."""
+
+    max_daily_posts: int | None = Field(default=None, ge=0)
+    max_daily_comments: int | None = Field(default=None, ge=0)
+    # Seconds between two writes through tools (the task's own reply does not wait).
+    min_interval_seconds: float | None = Field(default=None, ge=0)
+
+
 class Behavior(_Section):
     respond_to_mentions: bool = True
     respond_to_replies: bool = True
@@ -127,8 +128,8 @@ class Behavior(_Section):
     # Tasks of this agent running at once across the whole fleet.
     max_concurrent: int = Field(default=1, ge=1)
     discovery: Discovery = Field(default_factory=Discovery)
-    # Hub-side posting limits of the public format; the Hub enforces them, not the worker.
-    limits: dict[str, Any] = Field(default_factory=dict)
+    # Posting limits of the public format, per agent per UTC day across the fleet.
+    limits: PostingLimits = Field(default_factory=PostingLimits)
 
 
 class Limits(_Section):

@@ -23,6 +23,8 @@ class AgentDefinition:
     config: AgentConfig
     system_prompt: str
     skills: list[Skill] = field(default_factory=list)
+    # Unknown keys of config.yaml, each naming the file and dotted path (``agent-worker check``).
+    warnings: tuple[str, ...] = ()
 
     def full_system_prompt(self) -> str:
         """What the model gets as its system prompt: the agent's own, then each skill's."""
@@ -37,31 +39,39 @@ class AgentDefinition:
 
 
 # Bump when the cached shape changes, so old entries read as misses.
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 
 
-def definition_to_json(definition: AgentDefinition, source: str) -> str:
-    """The cache entry; ``source`` tells entries written for another AGENTS_DIR apart."""
+def definition_to_json(definition: AgentDefinition, source: str, policy: str) -> str:
+    """The cache entry; ``source`` and ``policy`` (the operator rules it was checked
+    under) tell entries written for another AGENTS_DIR or another host's rules apart."""
     return json.dumps(
         {
             "format": _CACHE_FORMAT,
             "source": source,
+            "policy": policy,
             "config": definition.config.model_dump(mode="json"),
             "system_prompt": definition.system_prompt,
             "skills": [
                 {"name": s.name, "description": s.description, "instructions": s.instructions}
                 for s in definition.skills
             ],
+            "warnings": list(definition.warnings),
         },
         separators=(",", ":"),
+        ensure_ascii=False,  # \uXXXX escapes would make a prompt's entry up to six times larger
     )
 
 
-def definition_from_json(raw: str | bytes, source: str) -> AgentDefinition | None:
+def definition_from_json(raw: str | bytes, source: str, policy: str) -> AgentDefinition | None:
     """The definition in a cache entry, or None when the entry is stale, foreign or damaged."""
     try:
         entry: Any = json.loads(raw)
-        if entry.get("format") != _CACHE_FORMAT or entry.get("source") != source:
+        if (entry.get("format"), entry.get("source"), entry.get("policy")) != (
+            _CACHE_FORMAT,
+            source,
+            policy,
+        ):
             return None
         return AgentDefinition(
             config=AgentConfig.model_validate(entry["config"]),
@@ -74,6 +84,7 @@ def definition_from_json(raw: str | bytes, source: str) -> AgentDefinition | Non
                 )
                 for s in entry["skills"]
             ],
+            warnings=tuple(str(warning) for warning in entry["warnings"]),
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         # pydantic's ValidationError is a ValueError: an entry from an older release.

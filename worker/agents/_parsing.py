@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worker.agents._config import AgentConfig
 from worker.agents._definition import Skill
+from worker.agents._keys import unknown_keys
+from worker.agents._policy import DefinitionPolicy
+from worker.agents._yaml import load_yaml
 from worker.exceptions import AgentConfigError
 from worker.task import describe_validation_error
-
-# The C loader parses a config several times faster; the pure one is the fallback.
-_YamlLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _FRONT_MATTER_FENCE = "---"
 
@@ -34,8 +34,18 @@ def decode_text(raw: bytes, file: str) -> str:
         ) from None
 
 
-def parse_config(raw: bytes, file: str, expected_name: str) -> AgentConfig:
-    """``agents/<expected_name>/config.yaml``; its ``name`` must be its directory's name."""
+@dataclass(frozen=True, slots=True)
+class ParsedConfig:
+    config: AgentConfig
+    # One per unknown key, naming the file and the key's dotted path.
+    warnings: tuple[str, ...]
+
+
+def parse_config(
+    raw: bytes, file: str, expected_name: str, policy: DefinitionPolicy
+) -> ParsedConfig:
+    """``agents/<expected_name>/config.yaml``; its ``name`` must be its directory's name,
+    and what it chooses must be within the operator's ``policy``."""
     document = _yaml_mapping(decode_text(raw, file), file)
     try:
         config = AgentConfig.model_validate(document)
@@ -45,7 +55,11 @@ def parse_config(raw: bytes, file: str, expected_name: str) -> AgentConfig:
         raise AgentConfigError(
             f"{file}: name: {config.name!r} must equal its directory name {expected_name!r}"
         )
-    return config
+    policy.check(config, file)
+    warnings = tuple(f"{file}: {message}" for message in unknown_keys(document, AgentConfig))
+    if warnings and policy.strict:
+        raise AgentConfigError(f"{warnings[0]} (AGENTS_STRICT refuses unknown keys)")
+    return ParsedConfig(config=config, warnings=warnings)
 
 
 def parse_skill(raw: bytes, file: str) -> Skill:
@@ -74,10 +88,7 @@ def parse_skill(raw: bytes, file: str) -> Skill:
 
 
 def _yaml_mapping(text: str, file: str, *, first_line: int = 1) -> dict[str, Any]:
-    try:
-        document = yaml.load(text, Loader=_YamlLoader)  # a safe loader: no Python objects
-    except yaml.YAMLError as exc:
-        raise AgentConfigError(f"{file}: {_describe_yaml_error(exc, first_line)}") from None
+    document = load_yaml(text, file, first_line=first_line)
     if document is None:
         raise AgentConfigError(f"{file}: is empty; expected a YAML mapping")
     if not isinstance(document, dict):
@@ -85,14 +96,6 @@ def _yaml_mapping(text: str, file: str, *, first_line: int = 1) -> dict[str, Any
             f"{file}: expected a YAML mapping at the top level, got {_yaml_kind(document)}"
         )
     return document
-
-
-def _describe_yaml_error(exc: yaml.YAMLError, first_line: int) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or "not valid YAML"
-    if mark is None:
-        return f"invalid YAML: {problem}"
-    return f"invalid YAML at line {mark.line + first_line}, column {mark.column + 1}: {problem}"
 
 
 def _yaml_kind(document: object) -> str:

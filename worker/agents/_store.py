@@ -16,11 +16,15 @@ from worker.agents._definition import (
     definition_to_json,
 )
 from worker.agents._parsing import decode_text, parse_config, parse_skill
+from worker.agents._policy import DefinitionPolicy
 from worker.agents._sources import open_source
 from worker.exceptions import AgentConfigError, InvalidTask
 from worker.logs import log_event
+from worker.settings import settings
 
 CACHE_KEY_PREFIX = "agent-worker:agent:"
+# A larger entry (a huge prompt and skills) is not cached: each load reads the files.
+MAX_CACHE_ENTRY_BYTES = 2 * 1024 * 1024
 
 
 class AgentStore:
@@ -28,7 +32,9 @@ class AgentStore:
 
     Pass the worker's Redis connection (rq's) so every process of the fleet shares
     one cache and ``invalidate`` reaches all of them. Without Redis, definitions
-    are cached in this process only.
+    are cached in this process only. ``policy`` is what the operator lets a definition
+    choose; by default it is read from the settings (PROVIDER_BASE_URLS, AGENT_KEY_ENVS,
+    AGENTS_STRICT), so every caller applies the same rules.
     """
 
     def __init__(
@@ -39,8 +45,11 @@ class AgentStore:
         ttl_s: int = 300,
         http_timeout_s: float = 10.0,
         http_transport: httpx2.BaseTransport | None = None,
+        policy: DefinitionPolicy | None = None,
     ) -> None:
         self.source = source
+        self.policy = policy if policy is not None else DefinitionPolicy.from_settings(settings())
+        self._policy_fingerprint = self.policy.fingerprint()
         self._files = open_source(
             source, http_timeout_s=http_timeout_s, http_transport=http_transport
         )
@@ -53,15 +62,30 @@ class AgentStore:
         """The agent's config, system prompt and skills; cached for ``ttl_s`` seconds.
 
         Raises InvalidTask for an id that is malformed or names no agent, and
-        AgentConfigError (naming file and field) for a definition that is wrong.
+        AgentConfigError (naming file and field) for a definition that is wrong or
+        chooses what the policy does not allow. Unknown keys are logged once per read
+        of the files (not per cache hit) and kept in ``warnings``.
         """
         _check_agent_id(agent_id)
         cached = self._cached(agent_id)
         if cached is not None:
             return cached
         definition = self._read_definition(agent_id)
+        if definition.warnings:
+            log_event(
+                "agent_definition_warnings",
+                "warning",
+                agent=agent_id,
+                warnings=list(definition.warnings),
+            )
         self._remember(agent_id, definition)
         return definition
+
+    def cached(self, agent_id: str) -> AgentDefinition | None:
+        """The cached definition, or None; never reads the source (for callers that must
+        not wait on an HTTP source, like the worker parent)."""
+        _check_agent_id(agent_id)
+        return self._cached(agent_id)
 
     def invalidate(self, agent_id: str | None = None) -> int:
         """Drop cached definitions (every agent's when ``agent_id`` is None).
@@ -94,7 +118,8 @@ class AgentStore:
             raise InvalidTask(
                 f"unknown agent {agent_id!r}: no {config_file} in {self._files.label}"
             )
-        config = parse_config(raw_config, config_file, expected_name=agent_id)
+        parsed = parse_config(raw_config, config_file, agent_id, self.policy)
+        config = parsed.config
 
         prompt_file = f"agents/{agent_id}/system-prompt.md"
         raw_prompt = self._files.read(prompt_file)
@@ -105,7 +130,9 @@ class AgentStore:
         system_prompt = decode_text(raw_prompt, prompt_file)
 
         skills = [self._read_skill(name, config_file) for name in config.capabilities.skills]
-        return AgentDefinition(config=config, system_prompt=system_prompt, skills=skills)
+        return AgentDefinition(
+            config=config, system_prompt=system_prompt, skills=skills, warnings=parsed.warnings
+        )
 
     def _read_skill(self, name: str, config_file: str) -> Skill:
         skill_file = f"skills/{name}/SKILL.md"
@@ -125,7 +152,7 @@ class AgentStore:
             if memo is None or memo[0] <= monotonic():
                 self._memo.pop(agent_id, None)
                 return None
-            return definition_from_json(memo[1], self._files.label)
+            return definition_from_json(memo[1], self._files.label, self._policy_fingerprint)
         try:
             entry = self._redis.get(_cache_key(agent_id))
         except redis.RedisError as exc:
@@ -139,13 +166,23 @@ class AgentStore:
             return None
         if not isinstance(entry, (bytes, str)):
             return None
-        return definition_from_json(entry, self._files.label)
+        return definition_from_json(entry, self._files.label, self._policy_fingerprint)
 
     def _remember(self, agent_id: str, definition: AgentDefinition) -> None:
         ttl_s = self._ttl_for(definition.config)
         if ttl_s <= 0:
             return
-        entry = definition_to_json(definition, self._files.label)
+        entry = definition_to_json(definition, self._files.label, self._policy_fingerprint)
+        entry_bytes = len(entry.encode())
+        if entry_bytes > MAX_CACHE_ENTRY_BYTES:
+            log_event(
+                "agent_cache_skipped",
+                "warning",
+                agent=agent_id,
+                bytes=entry_bytes,
+                limit=MAX_CACHE_ENTRY_BYTES,
+            )
+            return
         if self._redis is None:
             self._memo[agent_id] = (monotonic() + ttl_s, entry)
             return

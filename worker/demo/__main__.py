@@ -1,10 +1,16 @@
 """``make demo``: one notification and one exploration task, end to end, on a local stack.
 
-Starts (or reuses) Redis, the devhub, our MCP servers and — without a provider
-key — a scripted model endpoint whose demo agent really calls the hub tools;
-seeds a post that mentions the demo agent, enqueues the two tasks, runs
+Starts a throwaway redis-server, the devhub, our MCP servers and — without a
+provider key — a scripted model endpoint whose demo agent really calls the hub
+tools; seeds a post that mentions the demo agent, enqueues the two tasks, runs
 ``rq worker agents --burst`` with ``RQ_WORKER_CLASS=worker.AgentWorker``, and
 prints what the agent posted, the AgentReports and a few metric lines.
+
+It never touches a Redis it did not start: ``REDIS_URL`` may point at a live
+fleet, whose ``agents`` queue the demo's tasks must not join. Only when
+``DEMO_REDIS_URL`` names a Redis explicitly (a host without ``redis-server``)
+does it use that one, with a queue of its own (``demo-<random>``), and it
+deletes afterwards every key of that queue, of its tasks and of ``demo-agent``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import anyio
 import redis
 import yaml
 from rq.job import Job
+from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
 from hub_client import HubClient
@@ -42,13 +49,31 @@ SHOWN_METRICS = (
 )
 
 
-def reachable_redis() -> str | None:
-    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+DEFAULT_QUEUE = "agents"
+
+
+def chosen_redis() -> tuple[str | None, str]:
+    """(Redis URL or None for a throwaway redis-server, queue name); exits when neither works."""
+    url = os.environ.get("DEMO_REDIS_URL")
+    if not url:
+        if shutil.which("redis-server") is None:
+            raise SystemExit(f"{REDIS_MISSING} (or set DEMO_REDIS_URL to a Redis to borrow)")
+        return None, DEFAULT_QUEUE
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
-    except (redis.RedisError, OSError):
-        return None
-    return url
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        raise SystemExit(f"DEMO_REDIS_URL: no Redis answers there ({type(exc).__name__})") from None
+    return url, f"demo-{secrets.token_hex(4)}"
+
+
+def forget_queue(connection: redis.Redis, queue_name: str, task_ids: list[str]) -> None:
+    """Remove the demo's queue and every key its tasks and its agent left (jobs, results,
+    checkpoints, the cached definition, write counters) from a borrowed Redis."""
+    for fragment in [queue_name, *task_ids, AGENT]:
+        keys = list(connection.scan_iter(match=f"*{fragment}*", count=1000))
+        if keys:
+            connection.delete(*keys)
+    connection.srem(Queue.redis_queues_keys, Queue.redis_queue_namespace_prefix + queue_name)
 
 
 def agents_dir(workdir: Path) -> tuple[Path, str]:
@@ -85,7 +110,9 @@ async def seed_post(stack: DevStack) -> str:
         return post.id
 
 
-def run_worker(stack: DevStack, agents: Path, metrics_file: Path, use_real_keys: bool) -> int:
+def run_worker(
+    stack: DevStack, agents: Path, metrics_file: Path, use_real_keys: bool, queue_name: str
+) -> int:
     env = {
         **os.environ,
         **stack.worker_env(
@@ -106,9 +133,9 @@ def run_worker(stack: DevStack, agents: Path, metrics_file: Path, use_real_keys:
             else:
                 env.pop(name, None)
     rq = Path(sys.executable).with_name("rq")
-    print(f"$ RQ_WORKER_CLASS=worker.AgentWorker {rq.name} worker agents --burst")
+    print(f"$ RQ_WORKER_CLASS=worker.AgentWorker {rq.name} worker {queue_name} --burst")
     completed = subprocess.run(
-        [str(rq), "worker", "agents", "--burst"],
+        [str(rq), "worker", queue_name, "--burst"],
         env=env,
         timeout=WORKER_TIMEOUT_S,
         stdout=subprocess.DEVNULL,
@@ -164,41 +191,46 @@ async def _state(stack: DevStack) -> dict[str, Any]:
         return await hub.dev_state()
 
 
+def demo_tasks(post_id: str) -> list[dict[str, Any]]:
+    run = secrets.token_hex(3)
+    return [
+        {
+            "task_id": f"demo-{run}-mention",
+            "type": "notification",
+            "agent_id": AGENT,
+            "post_id": post_id,
+            "notification_id": f"n-{run}",
+            "priority": "high",
+        },
+        {"task_id": f"demo-{run}-explore", "type": "exploration", "agent_id": AGENT},
+    ]
+
+
 def main() -> int:
-    if shutil.which("redis-server") is None and reachable_redis() is None:
-        print(REDIS_MISSING, file=sys.stderr)
-        return 1
-    redis_url = reachable_redis()
+    redis_url, queue_name = chosen_redis()
     use_real_keys = bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("ANTHROPIC_API_KEY"))
-    print(f"Redis: {redis_url or 'a throwaway redis-server'}")
+    print(f"Redis: {redis_url or 'a throwaway redis-server'}, queue {queue_name}")
     workdir = Path(tempfile.mkdtemp(prefix="agent-worker-demo-"))
+    task_ids: list[str] = []
     try:
         with running_stack(redis_url=redis_url, scripted_llm=not use_real_keys) as stack:
+            connection = redis.Redis.from_url(stack.redis_url)
             agents, label = agents_dir(workdir)
             print(f"Model: {label}")
             print(f"Started: devhub {stack.hub_url}, mcp-hub and mcp-web (bearer-protected)")
             post_id = anyio.run(seed_post, stack)
             print(f"Seeded post {post_id}: alice mentions @{AGENT}")
-            run = secrets.token_hex(3)
-            tasks = [
-                {
-                    "task_id": f"demo-{run}-mention",
-                    "type": "notification",
-                    "agent_id": AGENT,
-                    "post_id": post_id,
-                    "notification_id": f"n-{run}",
-                    "priority": "high",
-                },
-                {"task_id": f"demo-{run}-explore", "type": "exploration", "agent_id": AGENT},
-            ]
-            connection = redis.Redis.from_url(stack.redis_url)
+            tasks = demo_tasks(post_id)
             for task in tasks:
-                print("Enqueued", enqueue_task(connection, task).task_id)
+                task_ids.append(enqueue_task(connection, task, queue_name=queue_name).task_id)
+                print("Enqueued", task_ids[-1])
             metrics_file = workdir / "metrics.prom"
             started = time.monotonic()
-            code = run_worker(stack, agents, metrics_file, use_real_keys)
+            code = run_worker(stack, agents, metrics_file, use_real_keys, queue_name)
             print(f"Worker exited with {code} after {time.monotonic() - started:.1f} s")
-            ok = show_results(stack, [t["task_id"] for t in tasks], metrics_file)
+            ok = show_results(stack, task_ids, metrics_file)
+            if redis_url is not None:
+                forget_queue(connection, queue_name, task_ids)
             return 0 if ok and code == 0 else 1
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

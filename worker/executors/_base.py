@@ -11,7 +11,15 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 from worker.agents import AgentDefinition
-from worker.loop import ControlSource, Journal, JournalEntry, LoopObserver, LoopSettings, RunResult
+from worker.loop import (
+    CanExecuteTool,
+    ControlSource,
+    Journal,
+    JournalEntry,
+    LoopObserver,
+    LoopSettings,
+    RunResult,
+)
 from worker.models import Message, Model
 from worker.task import Task
 from worker.tools import Toolbox
@@ -34,6 +42,11 @@ class ExecutionRequest:
     resume: Sequence[JournalEntry] = field(default_factory=list)
     # Called with the pid of every process the executor starts (killed after a hard crash).
     on_spawn: Callable[[int], None] | None = None
+    # The operator's CAN_EXECUTE_TOOL check (CLI executors: the gateway loads it itself).
+    can_execute_tool: CanExecuteTool | None = None
+    # The nonce of the untrusted-content blocks in ``system`` and ``messages`` (the CLI
+    # gateway wraps tool results in the same blocks); None: tool results are not wrapped.
+    untrusted_nonce: str | None = None
 
 
 class Executor:
@@ -64,5 +77,6 @@ class NativeExecutor(Executor):
                 observers=request.observers,
                 control=request.control,
                 journal=request.journal,
+                can_execute_tool=request.can_execute_tool,
             )
             return await loop.run(request.messages, resume=request.resume)

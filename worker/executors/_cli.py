@@ -39,6 +39,7 @@ from worker.executors._gateway_link import (
     MCP_AUTH_TOKEN,
     GatewayActivity,
     GatewaySpec,
+    gateway_capability,
     gateway_command,
     gateway_python_path,
     merge,
@@ -323,7 +324,14 @@ class CliExecutor(Executor):
         if not grants.allowed:
             return None  # no tool can be granted: no gateway, no tools
         mcp_config = settings.mcp_config.resolve()
-        secrets = self._secrets_for(mcp_config)
+        # The task's signed capability rides in the private secrets file, never the key.
+        secrets = self._secrets_for(mcp_config) | gateway_capability(
+            settings.capability_key,
+            agent_id=config.name,
+            task_id=request.task.task_id,
+            grants=grants,
+            deadline_epoch_s=deadline_epoch_s,
+        )
         secrets_file = None
         if secrets:
             secrets_file = private / "gateway-secrets.json"
@@ -344,6 +352,9 @@ class CliExecutor(Executor):
             max_output_chars=request.settings.tool_output_max_chars,
             secrets_file=secrets_file,
             workdir=Path.cwd(),
+            can_execute_tool=settings.can_execute_tool,
+            untrusted_nonce=request.untrusted_nonce,
+            require_capability=settings.capability_key is not None,
         )
 
     def _secrets_for(self, mcp_config: Path) -> dict[str, str]:

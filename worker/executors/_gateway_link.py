@@ -7,10 +7,12 @@ what happened into a call log (JSON lines) that the executor reads when the CLI 
 done (``read_call_log``): each tool call as a ``ToolCallRecord``, each grant
 denial, the pids of the processes it started, and a strict-grants violation.
 
-Secrets (``MCP_AUTH_TOKEN`` and the tool credentials ``MCP_CONFIG`` references as
-``${VAR}``) never go into that block, which the CLI can read: they go into a file
-only the worker's user can read (``GATEWAY_SECRETS_FILE``), loaded by the gateway
-into its own environment before it reads ``MCP_CONFIG``.
+Secrets (``MCP_AUTH_TOKEN``, the tool credentials ``MCP_CONFIG`` references as
+``${VAR}``, and the task's signed capability) never go into that block, which the
+CLI can read: they go into a file only the worker's user can read
+(``GATEWAY_SECRETS_FILE``), loaded by the gateway into its own environment before
+it reads ``MCP_CONFIG``. The gateway gets the capability, never ``CAPABILITY_KEY``:
+with the key, whatever can read that file could sign for any agent.
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from pydantic import SecretStr
+
 from worker.loop import ToolCallRecord
+from worker.tools._capability import mint_capability
+from worker.tools._grants import EffectiveGrants
 
 AGENT_ID = "GATEWAY_AGENT_ID"
 TASK_ID = "GATEWAY_TASK_ID"
@@ -39,8 +45,14 @@ MAX_OUTPUT_CHARS = "GATEWAY_MAX_OUTPUT_CHARS"
 CALL_LOG = "GATEWAY_CALL_LOG"
 SECRETS_FILE = "GATEWAY_SECRETS_FILE"
 WORKDIR = "GATEWAY_WORKDIR"
+CAN_EXECUTE_TOOL = "GATEWAY_CAN_EXECUTE_TOOL"
+UNTRUSTED_NONCE = "GATEWAY_UNTRUSTED_NONCE"
 MCP_CONFIG = "MCP_CONFIG"
 MCP_AUTH_TOKEN = "MCP_AUTH_TOKEN"
+# In the secrets file: the task's capability, forwarded to first-party servers.
+CAPABILITY = "GATEWAY_CAPABILITY"
+# "1" when the worker signs capabilities: the gateway then refuses to run without one.
+REQUIRE_CAPABILITY = "GATEWAY_REQUIRE_CAPABILITY"
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -66,6 +78,12 @@ class GatewaySpec:
     secrets_file: Path | None = None
     # The worker's working directory, so stdio servers start where they would for `native`.
     workdir: Path | None = None
+    # The worker signs capabilities (CAPABILITY_KEY): the gateway needs one to act.
+    require_capability: bool = False
+    # The operator's CAN_EXECUTE_TOOL import path; the gateway loads it and asks it per call.
+    can_execute_tool: str | None = None
+    # The nonce of the task's untrusted-content delimiters: tool results are wrapped in them.
+    untrusted_nonce: str | None = None
 
     def environment(self) -> dict[str, str]:
         """The gateway's environment block (no secrets: the CLI can read it)."""
@@ -89,6 +107,12 @@ class GatewaySpec:
             env[SECRETS_FILE] = str(self.secrets_file)
         if self.workdir is not None:
             env[WORKDIR] = str(self.workdir)
+        if self.require_capability:
+            env[REQUIRE_CAPABILITY] = "1"
+        if self.can_execute_tool is not None:
+            env[CAN_EXECUTE_TOOL] = self.can_execute_tool
+        if self.untrusted_nonce is not None:
+            env[UNTRUSTED_NONCE] = self.untrusted_nonce
         return env
 
     @classmethod
@@ -109,6 +133,9 @@ class GatewaySpec:
             max_output_chars=int(_number(env, MAX_OUTPUT_CHARS, default=20_000)),
             secrets_file=Path(env[SECRETS_FILE]) if env.get(SECRETS_FILE) else None,
             workdir=Path(env[WORKDIR]) if env.get(WORKDIR) else None,
+            require_capability=env.get(REQUIRE_CAPABILITY) == "1",
+            can_execute_tool=env.get(CAN_EXECUTE_TOOL) or None,
+            untrusted_nonce=env.get(UNTRUSTED_NONCE) or None,
         )
 
 
@@ -154,6 +181,27 @@ def referenced_variables(mcp_config: Path) -> list[str]:
     except OSError:
         return []
     return sorted(set(_ENV_REFERENCE.findall(text)))
+
+
+def gateway_capability(
+    capability_key: SecretStr | None,
+    *,
+    agent_id: str,
+    task_id: str,
+    grants: EffectiveGrants,
+    deadline_epoch_s: float,
+) -> dict[str, str]:
+    """The secrets-file entry carrying the task's capability; empty without a key."""
+    if capability_key is None:
+        return {}
+    token = mint_capability(
+        capability_key.get_secret_value(),
+        agent_id=agent_id,
+        task_id=task_id,
+        grants=grants,
+        expires_at=deadline_epoch_s,
+    )
+    return {CAPABILITY: token}
 
 
 def write_secrets_file(path: Path, secrets: Mapping[str, str]) -> None:

@@ -1,5 +1,14 @@
 """The agent loop: reason → tool → observe, with limits as data and observable steps."""
 
+from worker.loop._budget import dearest_price
+from worker.loop._clock import DeadlineToolbox
+from worker.loop._contract import (
+    Control,
+    ControlSource,
+    LoopSettings,
+    RunResult,
+    expired_result,
+)
 from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher
 from worker.loop._events import (
     EventBus,
@@ -13,7 +22,8 @@ from worker.loop._events import (
 )
 from worker.loop._limits import RunLimits
 from worker.loop._output import FALLBACK_ANSWER, truncate
-from worker.loop._run import AgentLoop, Control, ControlSource, LoopSettings, RunResult
+from worker.loop._redacting import ArgumentRedactingToolbox, redacting_arguments
+from worker.loop._run import AgentLoop
 from worker.loop._state import (
     Journal,
     JournalEntry,
@@ -32,9 +42,11 @@ __all__ = [
     "DONE_TOOL",
     "FALLBACK_ANSWER",
     "AgentLoop",
+    "ArgumentRedactingToolbox",
     "CanExecuteTool",
     "Control",
     "ControlSource",
+    "DeadlineToolbox",
     "EventBus",
     "GrantDenied",
     "Journal",
@@ -56,7 +68,10 @@ __all__ = [
     "ToolCalled",
     "ToolDispatcher",
     "ToolEntry",
+    "dearest_price",
     "entry_from_json",
     "entry_to_json",
+    "expired_result",
+    "redacting_arguments",
     "truncate",
 ]

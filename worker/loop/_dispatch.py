@@ -18,10 +18,11 @@ from worker.loop._events import EventBus, GrantDenied, ToolCalled
 from worker.loop._output import truncate
 from worker.loop._state import StepRecord, ToolCallRecord
 from worker.models._types import ToolCall, ToolSpec
-from worker.tools._base import CallContext, Granted, MissingGrant, Toolbox
+from worker.tools._base import CallContext, Granted, MissingGrant, NotAllowed, Toolbox
 
-# Decides, per call and before execution, whether it may run: None allows, a string refuses.
-CanExecuteTool = Callable[[str, dict[str, Any]], "str | Awaitable[str | None] | None"]
+# Decides, per call and before execution, whether it may run: None (or True) allows; a
+# string refuses, and is what the model reads; anything else refuses. May be async.
+CanExecuteTool = Callable[[str, dict[str, Any]], "str | bool | Awaitable[str | bool | None] | None"]
 
 _TIMEOUT_BACKSTOP_S = 0.5
 
@@ -66,7 +67,12 @@ class ToolDispatcher:
         content = truncate(content, self._max_chars)
         self._events.emit(
             ToolCalled(
-                step=step, tool=call.name, server=server, outcome=outcome, duration_s=duration
+                step=step,
+                tool=call.name,
+                server=server,
+                outcome=outcome,
+                duration_s=duration,
+                known=outcome != "unknown_tool",
             )
         )
         log_event(
@@ -98,8 +104,12 @@ class ToolDispatcher:
         if resolution is None:
             return "", "unknown_tool", f"Error: Unknown tool '{call.name}'", True
         if isinstance(resolution, MissingGrant):
-            self._deny(step, resolution)
+            self._deny(step, resolution.name, required_grant=resolution.required_grant)
             return "", "missing_grant", f"Error: Missing grant {resolution.required_grant}", True
+        if isinstance(resolution, NotAllowed):
+            self._deny(step, resolution.name, required_grant="")
+            message = f"Error: Tool '{resolution.name}' is not allowed in this task"
+            return "", "not_allowed", message, True
         arguments, problem = self._parse_arguments(resolution, call)
         if problem is not None:
             return resolution.server, "invalid_arguments", problem, True
@@ -131,23 +141,30 @@ class ToolDispatcher:
             (result.is_error),
         )
 
-    def _deny(self, step: int, denial: MissingGrant) -> None:
+    def _deny(self, step: int, tool: str, *, required_grant: str) -> None:
+        """A call outside the agent's grants ("" grant: outside the task's allowed_tools)."""
+        reason = "missing_grant" if required_grant else "not_allowed"
         self._events.emit(
-            GrantDenied(step=step, tool=denial.name, required_grant=denial.required_grant)
+            GrantDenied(step=step, tool=tool, required_grant=required_grant, reason=reason)
         )
         log_event(
             "grant_denied",
             "warning",
             task=self._task_id,
             agent=self._agent_id,
-            tool=denial.name,
-            required_grant=denial.required_grant,
+            tool=tool,
+            required_grant=required_grant or None,
+            reason=reason,
             strict=self._strict,
         )
         if self._strict:
+            without = (
+                f"without grant {required_grant!r}"
+                if required_grant
+                else "outside the task's allowed_tools"
+            )
             raise AutonomyViolation(
-                f"agent {self._agent_id!r} called {denial.name!r} without grant "
-                f"{denial.required_grant!r} (strict grants)"
+                f"agent {self._agent_id!r} called {tool!r} {without} (strict grants)"
             )
 
     def _parse_arguments(
@@ -211,10 +228,26 @@ class ToolDispatcher:
     async def _refusal(self, name: str, arguments: dict[str, Any]) -> str | None:
         if self._can_execute is None:
             return None
-        verdict = self._can_execute(name, arguments)
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
-        return verdict
+        try:
+            verdict = self._can_execute(name, arguments)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except Exception as exc:
+            # An operator's check that breaks refuses the call: it must never wave one through.
+            log_event(
+                "can_execute_tool_failed",
+                "error",
+                task=self._task_id,
+                agent=self._agent_id,
+                tool=name,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return f"tool '{name}' was not run: the operator's tool check failed"
+        if verdict is None or verdict is True:
+            return None
+        if isinstance(verdict, str) and verdict:
+            return verdict
+        return f"tool '{name}' was not run: the operator's tool check refused it"
 
 
 class ToolLoopGuard:

@@ -32,15 +32,23 @@ class ToolCalled:
     step: int
     tool: str
     server: str
-    outcome: str  # ok | error | unknown_tool | missing_grant | invalid_arguments | refused
+    # ok | error | timeout | unknown_tool | missing_grant | not_allowed | invalid_arguments
+    # | refused
+    outcome: str
     duration_s: float
+    # False when the name is no tool the configuration knows (the model made it up):
+    # metrics then count it under one label instead of one series per invented name.
+    known: bool = True
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
 class GrantDenied:
+    """A call refused before it ran: the agent lacks the grant, or the task does not allow it."""
+
     step: int
     tool: str
-    required_grant: str
+    required_grant: str  # "" when the task's allowed_tools left the tool out
+    reason: str = "missing_grant"  # or "not_allowed"
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

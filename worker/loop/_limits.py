@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from worker.exceptions import LimitReached
+from worker.models._types import Usage
 
 N = TypeVar("N", int, float)
 
@@ -27,30 +28,51 @@ class RunLimits:
             )
 
     def check_tokens(self, total_tokens: int, next_call_tokens: int = 0) -> None:
-        """Reached when the next call, estimated by the last one, would cross the limit."""
+        """Reached when the next call, at most ``next_call_tokens``, would cross the limit."""
         if total_tokens + next_call_tokens > self.max_tokens or total_tokens >= self.max_tokens:
             raise LimitReached(
                 f"max_tokens reached: {total_tokens} of {self.max_tokens} tokens used, "
-                f"the next call needs about {next_call_tokens}",
+                f"the next call needs at least {next_call_tokens}",
                 limit="max_tokens",
             )
 
     def check_cost(self, cost_usd: float | None, next_call_cost_usd: float = 0.0) -> None:
-        """Reached when the next call, estimated by the last one, would cross the budget."""
+        """Reached when the next call, at least ``next_call_cost_usd``, would cross the budget."""
         if self.max_cost_usd is None or cost_usd is None:
             return  # an unknown price cannot be held against a budget
         if cost_usd + next_call_cost_usd > self.max_cost_usd or cost_usd >= self.max_cost_usd:
             raise LimitReached(
                 f"max_cost_usd reached: ${cost_usd:.4f} of ${self.max_cost_usd:.4f} spent, "
-                f"the next call costs about ${next_call_cost_usd:.4f}",
+                f"the next call costs at least ${next_call_cost_usd:.4f}",
+                limit="budget",
+            )
+
+    def check_spent(self, usage: Usage) -> None:
+        """After a call: reached when what was spent already passed a limit.
+
+        Pre-call budgeting keeps steady calls inside the limits; only a provider that
+        ignores ``max_output_tokens`` or misreports usage gets here.
+        """
+        if usage.total_tokens > self.max_tokens:
+            raise LimitReached(
+                f"max_tokens exceeded: {usage.total_tokens} of {self.max_tokens} tokens used "
+                "(the provider answered past the call's budget)",
+                limit="max_tokens",
+            )
+        cost = usage.cost_usd
+        if self.max_cost_usd is not None and cost is not None and cost > self.max_cost_usd:
+            raise LimitReached(
+                f"max_cost_usd exceeded: ${cost:.4f} of ${self.max_cost_usd:.4f} spent "
+                "(the provider answered past the call's budget)",
                 limit="budget",
             )
 
     def check_deadline(self, remaining_s: float) -> None:
         if remaining_s <= self.reserve_s:
+            # Re-runs share the first run's deadline: what is left is what counts.
             raise LimitReached(
-                f"max_duration_s reached: {self.max_duration_s - remaining_s:.1f} s of "
-                f"{self.max_duration_s:.1f} s used",
+                f"max_duration_s reached: {max(remaining_s, 0.0):.1f} s left before the "
+                f"task's deadline (max_duration_s {self.max_duration_s:g} s)",
                 limit="deadline",
             )
 

@@ -20,6 +20,16 @@ _POINTER = re.compile(
 )
 
 
+# Sentences that announce work still to do: the text of a step that goes on to call tools.
+_ANNOUNCING = re.compile(
+    r"(?:^|[.!?]\s+)(?:ok(?:ay)?[,.]?\s+|sure[,.]?\s+|first[,.]?\s+|now[,.]?\s+)?"
+    r"(?:let me|let's|i'll|i will|i'm going to|i am going to|i need to|i should|going to|"
+    r"checking|looking|searching|fetching|reading)\b",
+    re.IGNORECASE,
+)
+_SHORT_TEXT = 200
+
+
 def truncate(text: str, max_chars: int) -> str:
     """Cut ``text`` to ``max_chars`` with a marker saying how much was left out."""
     if len(text) <= max_chars:
@@ -31,17 +41,36 @@ def truncate(text: str, max_chars: int) -> str:
 def is_pointer(text: str) -> bool:
     """A closing turn that only points back ("see above") instead of carrying the answer."""
     stripped = text.strip()
-    return not stripped or (len(stripped) <= 80 and _POINTER.match(stripped) is not None)
+    return bool(stripped) and len(stripped) <= 80 and _POINTER.match(stripped) is not None
+
+
+def is_preamble(step: StepRecord) -> bool:
+    """Text that announces the step's tool calls ("Let me look that up first.")."""
+    if not step.requested_calls:
+        return False
+    text = step.text.strip()
+    if text.endswith((":", "...", "…")) or _ANNOUNCING.match(text) is not None:
+        return True
+    # A short text announcing anything is a preamble; a long one that opens with an
+    # answer is a front-loaded answer, even if it ends by announcing the tool call.
+    return len(text) < _SHORT_TEXT and _ANNOUNCING.search(text) is not None
 
 
 def recover_output(steps: Sequence[StepRecord], closing_text: str) -> str:
-    """The report's output: the closing text, or the last earlier answer it points back to."""
+    """The report's output: the closing text, or the answer it points back to.
+
+    Only a closing turn that is a pointer ("See my answer above.") is replaced, by
+    the last earlier text that is an answer: never a pointer, never the preamble of
+    a tool call. No closing text (a limit left no room for one, the run was
+    cancelled) recovers nothing: an announcement is not an answer worth posting.
+    """
     if not is_pointer(closing_text):
         return closing_text
     for step in reversed(steps):
-        if step.text.strip() and not is_pointer(step.text):
+        text = step.text.strip()
+        if text and not is_pointer(text) and not is_preamble(step):
             return step.text
-    return closing_text
+    return ""
 
 
 class Compactor:

@@ -1,8 +1,13 @@
 """The reason → tool → observe loop.
 
 run():   restore from the journal → until a next step says stop:
-         take control messages → check limits → ask the model → decide → run tools
+         take control messages → check limits → budget the call → ask the model →
+         check what it spent → decide → run tools
 Limits reached: one last tool-less call for a final answer within what is left.
+
+Time is one absolute deadline (epoch seconds) that re-runs of the task share;
+tokens and cost are budgeted before each call (``_budget``), and a call that
+spent past a limit anyway ends the run with that limit's outcome.
 """
 
 from __future__ import annotations
@@ -10,8 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 import anyio
 
@@ -23,9 +27,18 @@ from worker.exceptions import (
     WorkerError,
 )
 from worker.logs import log_event
+from worker.loop._budget import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    MIN_CLOSING_OUTPUT_TOKENS,
+    MIN_STEP_OUTPUT_TOKENS,
+    CallPlan,
+    InputEstimator,
+    plan_call,
+)
+from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
+from worker.loop._contract import ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher, ToolLoopGuard
 from worker.loop._events import EventBus, LlmCalled, LoopObserver, StepFinished, StepStarted
-from worker.loop._limits import RunLimits
 from worker.loop._output import FALLBACK_ANSWER, Compactor, recover_output
 from worker.loop._state import (
     Journal,
@@ -34,7 +47,7 @@ from worker.loop._state import (
     MemoryJournal,
     ResponseEntry,
     SteerEntry,
-    StepRecord,
+    ToolCallRecord,
     ToolEntry,
 )
 from worker.models._types import (
@@ -57,63 +70,15 @@ DONE_TOOL_REMINDER = (
     "When you are finished, call the task_complete tool with your final answer. "
     "If you are not finished, continue with your tools."
 )
-# A closing answer under a cost budget is kept short: its output is what it may still buy.
-CLOSING_ANSWER_TOKENS = 1024
+DEADLINE_SKIPPED_TOOL = "Error: not run: the task's deadline was reached before this call"
+# How far past its timeout a call may run before the loop's own backstop cuts it.
+_CALL_BACKSTOP_S = 0.5
 _LIMIT_OUTCOMES = {
     "max_iterations": Outcome.MAX_ITERATIONS,
     "max_tokens": Outcome.MAX_TOKENS,
     "deadline": Outcome.DEADLINE,
     "budget": Outcome.BUDGET,
 }
-
-
-@dataclass(slots=True, kw_only=True)
-class Control:
-    cancelled: bool = False
-    steering: list[str] = field(default_factory=list)
-
-
-class ControlSource(Protocol):
-    """Cancel and steer requests for a running task, drained before each step."""
-
-    async def poll(self) -> Control: ...
-
-
-@dataclass(slots=True, kw_only=True)
-class LoopSettings:
-    limits: RunLimits = field(default_factory=RunLimits)
-    max_same_call_repeats: int = 3
-    max_consecutive_error_steps: int = 3
-    require_done_tool: bool = False
-    strict_grants: bool = False
-    tool_output_max_chars: int = 20_000
-    context_budget_chars: int = 200_000
-    llm_timeout_cap_s: float = 120.0
-    tool_timeout_cap_s: float = 60.0
-    max_output_tokens: int | None = None
-    temperature: float | None = None
-
-
-@dataclass(slots=True, kw_only=True)
-class RunResult:
-    """Everything a run produced, also when it stopped early or failed."""
-
-    outcome: Outcome
-    output: str
-    state: LoopState
-    duration_s: float
-    detail: str = ""
-    error: BaseException | None = None
-    # True when ``output`` is the fixed fallback text, not something the model wrote.
-    fallback: bool = False
-
-    @property
-    def messages(self) -> list[Message]:
-        return self.state.messages
-
-    @property
-    def steps(self) -> list[StepRecord]:
-        return self.state.steps
 
 
 # The typed "what next" each step returns; run() only dispatches on it.
@@ -157,7 +122,7 @@ class AgentLoop:
         control: ControlSource | None = None,
         can_execute_tool: CanExecuteTool | None = None,
         journal: Journal | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._model = model
         self._toolbox = toolbox
@@ -170,9 +135,12 @@ class AgentLoop:
         self._control = control
         self._journal: Journal = journal if journal is not None else MemoryJournal()
         self._clock = clock
-        self._deadline = 0.0
+        self._run_clock = RunClock(
+            deadline_epoch=0.0, reserve_s=self._limits.reserve_s, clock=clock
+        )
+        self._estimator = InputEstimator()
         self._dispatcher = ToolDispatcher(
-            toolbox,
+            DeadlineToolbox(toolbox, lambda: self._run_clock.deadline_epoch),
             task_id=task_id,
             agent_id=agent_id,
             events=self.events,
@@ -193,7 +161,10 @@ class AgentLoop:
     ) -> RunResult:
         """Run to an outcome. ``resume`` replays a checkpoint's entries before going on."""
         started = self._clock()
-        self._deadline = started + self._limits.max_duration_s
+        deadline = self._settings.deadline_epoch
+        self._run_clock.deadline_epoch = (
+            deadline if deadline is not None else started + self._limits.max_duration_s
+        )
         state = LoopState(messages=list(messages))
         for entry in resume:
             self._apply(state, entry)
@@ -201,7 +172,7 @@ class AgentLoop:
         error: BaseException | None = None
         try:
             # Backstop only: every call already has the remaining time as its timeout.
-            with anyio.fail_after(self._limits.max_duration_s + 5):
+            with anyio.fail_after(max(0.0, self._remaining()) + 5):
                 stop = await self._run_steps(state)
         except TimeoutError:
             stop = Stop(Outcome.DEADLINE, "the task's wall-clock budget ran out mid-call")
@@ -239,14 +210,19 @@ class AgentLoop:
             stop = await self._take_control(state)
             if stop is not None:
                 return stop
+            step = len(state.steps) + 1
+            tools = self._offered_tools()
             try:
                 self._check_limits(state)
+                plan = self._plan(state, tools, closing=False)
+                self.events.emit(StepStarted(step=step))
+                response = await self._ask(state, tools, step=step, plan=plan)
             except LimitReached as limit:
                 return await self._wind_down(state, limit)
-            step = len(state.steps) + 1
-            self.events.emit(StepStarted(step=step))
-            response = await self._ask(state, self._offered_tools(), step=step)
             self._commit(state, ResponseEntry(step=step, response=response))
+            overspent = self._overspent(state, response)
+            if overspent is not None:
+                return overspent
             next_step = self._decide(response)
             if isinstance(next_step, FinalAnswer):
                 return self._finish(state, next_step.text)
@@ -277,10 +253,41 @@ class AgentLoop:
 
     def _check_limits(self, state: LoopState) -> None:
         self._limits.check_iterations(state.iterations)
-        last = state.steps[-1].usage if state.steps else Usage()
-        self._limits.check_tokens(state.usage.total_tokens, last.total_tokens)
-        self._limits.check_cost(state.usage.cost_usd, last.cost_usd or 0.0)
         self._limits.check_deadline(self._remaining())
+        self._limits.check_spent(state.usage)  # a resumed run may already be past one
+
+    def _plan(
+        self, state: LoopState, tools: Sequence[ToolSpec], *, closing: bool, extra: str = ""
+    ) -> CallPlan:
+        """What the next call may spend; LimitReached when not even a minimal call fits."""
+        chars = self._estimator.request_chars(self._system, state.messages, tools) + len(extra)
+        messages = len(state.messages) + (1 if extra else 0)
+        return plan_call(
+            self._limits,
+            state.usage,
+            input_tokens=self._estimator.estimate(chars, messages),
+            input_chars=chars,
+            wanted_output_tokens=self._settings.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,
+            minimum_output_tokens=MIN_CLOSING_OUTPUT_TOKENS if closing else MIN_STEP_OUTPUT_TOKENS,
+            price=self._settings.price,
+            # A closing call is the last: only a known price can refuse it.
+            last_call=state.steps[-1].usage if state.steps and not closing else None,
+        )
+
+    def _overspent(self, state: LoopState, response: ModelResponse) -> Stop | None:
+        """A call that spent past a limit (the provider ignored its budget) ends the run."""
+        try:
+            self._limits.check_spent(state.usage)
+        except LimitReached as limit:
+            answer = "" if response.tool_calls else response.text
+            fallback = FALLBACK_ANSWER.format(limit=limit.limit)
+            return self._closing(
+                _LIMIT_OUTCOMES[limit.limit],
+                limit.message,
+                recover_output(state.steps, answer),
+                fallback,
+            )
+        return None
 
     def _offered_tools(self) -> list[ToolSpec]:
         tools = list(self._toolbox.offered())
@@ -294,37 +301,55 @@ class AgentLoop:
         tools: Sequence[ToolSpec],
         *,
         step: int,
-        max_output_tokens: int | None = None,
+        plan: CallPlan,
         final: bool = False,
     ) -> ModelResponse:
-        timeout_s = max(0.001, min(self._remaining(), self._settings.llm_timeout_cap_s))
+        """One model call within its budget; LimitReached when the deadline cut it."""
+        cap_s = self._settings.llm_timeout_cap_s
+        clock = self._run_clock
+        timeout_s = clock.closing_timeout(cap_s) if final else clock.step_timeout(cap_s)
         request = ModelRequest(
             system=self._system,
             messages=state.messages,
             tools=tools,
-            max_output_tokens=max_output_tokens or self._settings.max_output_tokens,
+            max_output_tokens=plan.max_output_tokens,
             temperature=self._settings.temperature,
-            timeout_s=timeout_s,
+            timeout_s=max(0.001, timeout_s),
         )
         started = time.perf_counter()
         status = "ok"
         response: ModelResponse | None = None
         try:
-            with anyio.fail_after(timeout_s + 1):
+            with anyio.fail_after(timeout_s + _CALL_BACKSTOP_S):
                 response = await self._model.complete(request)
-            return response
         except TimeoutError:
             status = "timeout"
+            self._raise_if_deadline(timeout_s, cap_s)
             raise ModelUnavailable(
                 f"model {self._model.name!r} did not answer within {timeout_s:.1f} s",
                 provider=self._model.provider,
                 model=self._model.name,
             ) from None
+        except ModelUnavailable as exc:
+            status = exc.code
+            self._raise_if_deadline(timeout_s, cap_s)
+            raise
         except WorkerError as exc:
             status = exc.code
             raise
         finally:
             self._observe_llm_call(step, response, status, time.perf_counter() - started, final)
+        self._estimator.observe(plan.input_chars, response.usage.input_tokens)
+        return response
+
+    def _raise_if_deadline(self, timeout_s: float, cap_s: float) -> None:
+        """A call cut by the task's deadline ends the run as `deadline`, never a requeue."""
+        if self._run_clock.reached_by(timeout_s, cap_s):
+            raise LimitReached(
+                f"max_duration_s reached: the model call was cut by the task's deadline "
+                f"after {timeout_s:.1f} s",
+                limit="deadline",
+            )
 
     def _observe_llm_call(
         self,
@@ -384,8 +409,13 @@ class AgentLoop:
                     f"tool {call.name!r} called with the same arguments more than "
                     f"{self._settings.max_same_call_repeats} times",
                 )
-            timeout_s = max(0.001, min(self._remaining(), self._settings.tool_timeout_cap_s))
+            timeout_s = self._run_clock.step_timeout(self._settings.tool_timeout_cap_s)
             index = len(state.steps[-1].tool_calls) + 1
+            if timeout_s <= 0:
+                # Out of time: the calls left get an error result (every call the model made
+                # needs one) and the next limit check winds the run down.
+                self._skip_calls(state, step, tuple(state.steps[-1].pending_calls))
+                return None
             record = await self._dispatcher.run(step, index, call, timeout_s)
             self._commit(state, ToolEntry(step=step, record=record))
             records.append(record)
@@ -399,20 +429,36 @@ class AgentLoop:
             )
         return None
 
+    def _skip_calls(self, state: LoopState, step: int, calls: tuple[ToolCall, ...]) -> None:
+        for call in calls:
+            record = ToolCallRecord(
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                server="",
+                outcome="deadline",
+                is_error=True,
+                content=DEADLINE_SKIPPED_TOOL,
+            )
+            self._commit(state, ToolEntry(step=step, record=record))
+
     async def _wind_down(self, state: LoopState, limit: LimitReached) -> Stop:
         """Stop calling tools; ask once, without tools, for an answer within what is left."""
         outcome = _LIMIT_OUTCOMES[limit.limit]
         fallback = FALLBACK_ANSWER.format(limit=limit.limit)
-        max_output_tokens = self._room_for_final_answer(state, limit.limit)
-        if max_output_tokens == 0:
+        prompt = WIND_DOWN_PROMPT.format(detail=limit.message)
+        try:
+            if self._run_clock.remaining() < MIN_CLOSING_CALL_S:
+                raise LimitReached("no time left for a closing answer", limit="deadline")
+            plan = self._plan(state, (), closing=True, extra=prompt)
+        except LimitReached as no_room:
+            log_event("final_answer_skipped", task=self._task_id, reason=no_room.message)
             return self._closing(outcome, limit.message, recover_output(state.steps, ""), fallback)
-        self._commit(state, SteerEntry(text=WIND_DOWN_PROMPT.format(detail=limit.message)))
+        self._commit(state, SteerEntry(text=prompt))
         step = len(state.steps) + 1
         try:
-            response = await self._ask(
-                state, (), step=step, max_output_tokens=max_output_tokens, final=True
-            )
-        except (ModelError, TimeoutError) as exc:
+            response = await self._ask(state, (), step=step, plan=plan, final=True)
+        except (ModelError, TimeoutError, LimitReached) as exc:
             log_event("final_answer_failed", "warning", task=self._task_id, error=str(exc))
             return self._closing(outcome, limit.message, recover_output(state.steps, ""), fallback)
         answer = ModelResponse(
@@ -423,6 +469,9 @@ class AgentLoop:
             model=response.model,
         )  # any tool calls in the closing answer are dropped: no tools run after a limit
         self._commit(state, ResponseEntry(step=step, response=answer, final=True))
+        overspent = self._overspent(state, answer)
+        if overspent is not None:
+            return overspent
         closing = recover_output(state.steps, answer.text)
         return self._closing(outcome, limit.message, closing, fallback)
 
@@ -431,22 +480,6 @@ class AgentLoop:
         if answer.strip():
             return Stop(outcome, detail, answer)
         return Stop(outcome, detail, fallback, fallback=True)
-
-    def _room_for_final_answer(self, state: LoopState, limit: str) -> int | None:
-        """Output tokens the closing call may use: None for the default, 0 for no call at all.
-
-        The closing call reads the conversation so far; what it may still spend is its answer.
-        """
-        if limit == "deadline":
-            return 0 if self._remaining() < 0.5 else None
-        if limit == "max_tokens":
-            left = self._limits.max_tokens - state.usage.total_tokens
-            return min(left, self._settings.max_output_tokens or left) if left >= 32 else 0
-        if limit == "budget":
-            spent = state.usage.cost_usd or 0.0
-            left_usd = (self._limits.max_cost_usd or 0.0) - spent
-            return CLOSING_ANSWER_TOKENS if left_usd > 0 else 0
-        return None
 
     def _finish(self, state: LoopState, text: str) -> Stop:
         return Stop(Outcome.COMPLETED, "", recover_output(state.steps, text))
@@ -464,7 +497,7 @@ class AgentLoop:
             self._compactor.compact(state.messages)
 
     def _remaining(self) -> float:
-        return self._deadline - self._clock()
+        return self._run_clock.remaining()
 
 
 def _done_answer(call: ToolCall) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from worker.models._boundary import ModelBoundary
 from worker.models._scripted import ScriptedModel, Turn
 from worker.models._types import (
     Message,
@@ -62,6 +63,7 @@ __all__ = [
     "FallbackModel",
     "Message",
     "Model",
+    "ModelBoundary",
     "ModelPrice",
     "ModelRequest",
     "ModelResponse",

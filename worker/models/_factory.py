@@ -12,6 +12,7 @@ import httpx2
 import openai
 from pydantic import SecretStr
 
+from worker._endpoints import operator_endpoint, same_endpoint
 from worker._tls import client_ssl_context
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models._anthropic import AnthropicModel
@@ -65,7 +66,9 @@ def create_model(
     """The model an agent asked for, wrapped in a FallbackModel when it names fallbacks.
 
     Keys and base URLs come from the environment (``settings``) unless given;
-    an explicit key and base URL also serve fallbacks on the same provider.
+    an explicit key and base URL also serve fallbacks on the same provider. The worker's
+    own key is used only with the operator's endpoint: a ``base_url`` elsewhere needs
+    its own ``api_key``.
     """
     chain: list[Model] = []
     for provider_name, model_name in [(provider, model), *fallbacks]:
@@ -141,12 +144,7 @@ def _provider_model(
             f"(known: {', '.join(sorted(_PROVIDERS))}; OpenAI-compatible servers use 'openai' "
             "with OPENAI_BASE_URL)"
         )
-    key = api_key or _secret_value(spec.api_key(settings))
-    if not key:
-        raise ConfigurationError(
-            f"{spec.key_variable} is not set; {provider_name} model {model!r} needs it"
-        )
-    endpoint = base_url or spec.base_url(settings)
+    key, endpoint = _key_for_endpoint(spec, provider_name, model, api_key, base_url, settings)
     return spec.model_class(
         model,
         api_key=key,
@@ -158,6 +156,61 @@ def _provider_model(
         prices=prices,
         http_client=shared_http_client(provider_name, endpoint),
     )
+
+
+def provider_credentials(
+    provider: str,
+    model: str,
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    settings: Settings,
+) -> tuple[str, str | None]:
+    """The key and endpoint a model is called with (the CLI executors need them too):
+    ``api_key``/``base_url`` from the definition, else the operator's; the worker's own
+    key only ever with the operator's endpoint. Raises AgentConfigError otherwise."""
+    spec = _PROVIDERS.get(provider.strip().lower())
+    if spec is None:
+        raise AgentConfigError(f"unknown model provider {provider!r} for model {model!r}")
+    return _key_for_endpoint(spec, provider.strip().lower(), model, api_key, base_url, settings)
+
+
+def _key_for_endpoint(
+    spec: _Provider,
+    provider: str,
+    model: str,
+    api_key: str | None,
+    base_url: str | None,
+    settings: Settings,
+) -> tuple[str, str | None]:
+    """The key and endpoint for one model. The worker's own key is looked up by endpoint:
+    it exists only for the operator's endpoint of its provider (``*_BASE_URL``, else the
+    SDK's default), so no base URL from anywhere else can ever receive it."""
+    own_endpoint = spec.base_url(settings)
+    is_own_endpoint = base_url is None or same_endpoint(
+        base_url, operator_endpoint(provider, own_endpoint)
+    )
+    worker_key = _secret_value(spec.api_key(settings)) if is_own_endpoint else None
+    key = api_key or worker_key
+    if not key:
+        if is_own_endpoint:
+            raise ConfigurationError(
+                f"{spec.key_variable} is not set; {provider} model {model!r} needs it"
+            )
+        raise AgentConfigError(
+            f"{provider} model {model!r} at {base_url!r} has no key of its own: the worker's "
+            f"{spec.key_variable} is sent only to {spec.base_url_variable}"
+        )
+    if api_key is not None and api_key != worker_key and api_key in _worker_secrets(settings):
+        # An agent key variable that holds a copy of one of the worker's secrets.
+        raise AgentConfigError(
+            f"the key given for {provider} model {model!r} is one of the worker's own secrets"
+        )
+    return key, (own_endpoint if is_own_endpoint else base_url)
+
+
+def _worker_secrets(settings: Settings) -> set[str]:
+    return {*settings.secret_values(), settings.redis_url}
 
 
 def _secret_value(secret: SecretStr | None) -> str | None:

@@ -220,6 +220,9 @@ class AttemptGate(Protocol):
     def on_retry_after(self, seconds: float) -> None:
         """The provider asked for a pause: hold every sender, not just this one."""
 
+    def after_attempt(self, request: ModelRequest, usage: Usage) -> None:
+        """The request was answered: settle what ``before_attempt`` charged with its usage."""
+
 
 class RetryingModel(ABC):
     """A provider model: ``complete`` runs one ``_request_once`` under the retry layer.
@@ -262,11 +265,13 @@ class RetryingModel(ABC):
             await gate.before_attempt(request, timeout_s)
             timeout_s = max(_MIN_ATTEMPT_TIMEOUT_S, timeout_s - (time.monotonic() - waited_from))
             try:
-                return await self._request_once(request, timeout_s)
+                answered = await self._request_once(request, timeout_s)
             except AttemptFailed as failure:
                 if failure.retry_after_s:
                     gate.on_retry_after(failure.retry_after_s)
                 raise
+            gate.after_attempt(request, answered.usage)
+            return answered
 
         response, attempts = await call_with_retries(
             attempt,

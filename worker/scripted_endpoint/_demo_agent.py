@@ -34,6 +34,8 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z0-9-]{3,}")
 _AUTHOR = re.compile(r"\bby ([\w.@-]+)(?: \(([^)]+)\))?")
 _LISTED_POST = re.compile(r"^\[([A-Za-z0-9_-]+)\]", re.MULTILINE)
 _COUNT_LINE = re.compile(r"^\d+ posts?:$")
+# The worker hands tool results over inside its untrusted-content delimiters.
+_UNTRUSTED_BLOCK = re.compile(r"^<untrusted-content[^>]*>\n(.*)\n</untrusted-content[^>]*>$", re.S)
 _STOPWORDS = frozenset(
     {
         *("your", "with", "that", "this", "from", "have", "what", "when", "where", "which"),
@@ -200,7 +202,8 @@ class _Gist:
 
     @classmethod
     def of(cls, result: str) -> _Gist:
-        text = result.strip()
+        block = _UNTRUSTED_BLOCK.match(result.strip())
+        text = (block.group(1) if block else result).strip()
         if text.lower().startswith("error"):
             return cls(excerpt=_clip(text), is_error=True)
         parsed = _json_object(text)

@@ -8,7 +8,21 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from worker.tools._base import CallContext, Granted, MissingGrant, Resolution, Toolbox, ToolResult
+from worker.tools._base import (
+    CallContext,
+    Granted,
+    MissingGrant,
+    NotAllowed,
+    Resolution,
+    Toolbox,
+    ToolResult,
+)
+from worker.tools._capability import (
+    Capability,
+    CapabilityRefused,
+    mint_capability,
+    verify_capability,
+)
 from worker.tools._config import McpConfig, McpServerConfig, load_mcp_config
 from worker.tools._grants import (
     EffectiveGrants,
@@ -31,6 +45,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CallContext",
+    "Capability",
+    "CapabilityRefused",
     "EffectiveGrants",
     "GrantPolicy",
     "Granted",
@@ -40,6 +56,7 @@ __all__ = [
     "McpServerConfig",
     "McpToolbox",
     "MissingGrant",
+    "NotAllowed",
     "Resolution",
     "ToolResult",
     "Toolbox",
@@ -47,4 +64,6 @@ __all__ = [
     "grant_covers",
     "load_grant_policy",
     "load_mcp_config",
+    "mint_capability",
+    "verify_capability",
 ]

@@ -26,6 +26,9 @@ class CallContext:
     step: int
     index: int
     timeout_s: float
+    # The task's absolute deadline (epoch seconds), fixed at its first start and kept across
+    # re-runs; None outside a task. A server may stop work that would outlive it.
+    deadline_epoch: float | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -54,7 +57,14 @@ class MissingGrant:
     required_grant: str
 
 
-Resolution = Granted | MissingGrant | None
+@dataclass(slots=True, kw_only=True, frozen=True)
+class NotAllowed:
+    """The tool exists, but the task's ``constraints.allowed_tools`` leaves it out."""
+
+    name: str
+
+
+Resolution = Granted | MissingGrant | NotAllowed | None
 
 
 class Toolbox(Protocol):

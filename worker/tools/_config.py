@@ -3,21 +3,31 @@
 ::
 
     servers:
-      hub:  {url: http://127.0.0.1:8101/mcp,
-             headers: {X-Tenant: "${HUB_TENANT}"},
-             tools: {search_posts: hub:read, create_post: hub:write}}
-      time: {command: mcp-server-time, args: [], env: {TZ: UTC},
-             tools: {"*": time:read}}
+      hub:    {url: http://127.0.0.1:8101/mcp, first_party: true,
+               tools: {search_posts: hub:read, create_post: hub:write}}
+      github: {url: https://mcp.example.com/mcp, token: "${GITHUB_MCP_TOKEN}",
+               headers: {X-Tenant: "${TENANT}"}, tools: {"*": github:read}}
+      time:   {command: mcp-server-time, args: [], env: {TZ: UTC},
+               tools: {"*": time:read}}
 
-Each server has exactly one of ``url`` (streamable HTTP, optional ``headers``)
-or ``command`` (stdio, optional ``args``, ``env``, ``cwd``). ``tools`` maps a
-tool name, or ``"*"`` for every other tool of the server, to the grant it
-requires; a tool that maps to nothing is never offered. Server names match
-``^[a-z0-9_-]+$`` without ``__``, because the model sees ``<server>__<tool>``.
+Each server has exactly one of ``url`` (streamable HTTP, optional ``headers``
+and ``token``) or ``command`` (stdio, optional ``args``, ``env``, ``cwd``).
+``tools`` maps a tool name, or ``"*"`` for every other tool of the server, to
+the grant it requires; a tool that maps to nothing is never offered. Server
+names match ``^[a-z0-9_-]+$`` and neither start nor end with ``_`` nor hold
+``__``, because the model sees ``<server>__<tool>`` and the worker splits it
+at the first ``__``.
 
-``${VAR}`` in ``url``, ``headers`` and ``env`` values is replaced from the
-worker's environment when the file is loaded, so credentials for a tool server
-live in the environment, not in the file. Header and env values are kept as
+Credentials are per server. ``token`` is sent as ``Authorization: Bearer``
+to that server only. ``first_party: true`` marks our own servers
+(``mcp_servers``): only they get the worker's ``MCP_AUTH_TOKEN`` (when they set
+no ``token`` or ``Authorization`` header of their own) and the task's signed
+capability in each call's ``_meta``. A third-party server gets exactly what its
+entry names, nothing else.
+
+``${VAR}`` in ``url``, ``token``, ``headers`` and ``env`` values is replaced
+from the worker's environment when the file is loaded, so credentials for a
+tool server live in the environment, not in the file. Those values are kept as
 ``SecretStr`` so they never show in a repr or a log line. A stdio server gets
 only those ``env`` values plus a minimal safe environment (PATH, HOME, ...),
 never the worker's own keys.
@@ -52,8 +62,13 @@ ALL_TOOLS = "*"
 
 
 def _check_server_name(name: str) -> str:
-    if not _SERVER_NAME.match(name) or "__" in name:
-        raise ValueError(f"server name must match ^[a-z0-9_-]+$ without '__', got {name!r}")
+    # ``<server>__<tool>`` is split at the first ``__``: a server name ending in ``_``
+    # (``a_`` + ``__x``) or holding ``__`` would split in the wrong place.
+    if not _SERVER_NAME.match(name) or "__" in name or name.startswith("_") or name.endswith("_"):
+        raise ValueError(
+            f"server name {name!r} must match ^[a-z0-9_-]+$, not start or end with '_' "
+            "and not contain '__' (tools are named <server>__<tool>)"
+        )
     return name
 
 
@@ -68,6 +83,10 @@ class McpServerConfig(BaseModel):
 
     url: str | None = None
     headers: Mapping[str, SecretStr] = Field(default_factory=dict)
+    # Sent as ``Authorization: Bearer <token>`` to this server only.
+    token: SecretStr | None = None
+    # One of our own servers: gets MCP_AUTH_TOKEN and the task's capability.
+    first_party: bool = False
     command: str | None = None
     args: tuple[str, ...] = ()
     env: Mapping[str, SecretStr] = Field(default_factory=dict)
@@ -94,8 +113,10 @@ class McpServerConfig(BaseModel):
             raise ValueError("give exactly one of url (HTTP server) or command (stdio server)")
         if self.url is not None and (self.args or self.env or self.cwd is not None):
             raise ValueError("args, env and cwd belong to stdio servers (command), not to url")
-        if self.command is not None and self.headers:
-            raise ValueError("headers belong to HTTP servers (url), not to command")
+        if self.command is not None and (self.headers or self.token is not None):
+            raise ValueError("headers and token belong to HTTP servers (url), not to command")
+        if self.token is not None and any(key.lower() == "authorization" for key in self.headers):
+            raise ValueError("give token or an Authorization header, not both")
         if self.command == "":
             raise ValueError("command must not be empty")
         return self
@@ -103,6 +124,17 @@ class McpServerConfig(BaseModel):
     @property
     def is_http(self) -> bool:
         return self.url is not None
+
+    def http_headers(self, worker_token: str | None) -> dict[str, str]:
+        """The headers this server gets: its own, its ``token``, and ``worker_token``
+        (``MCP_AUTH_TOKEN``) only for a first-party server without credentials of its own."""
+        headers = {key: value.get_secret_value() for key, value in self.headers.items()}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token.get_secret_value()}"
+        has_own = any(key.lower() == "authorization" for key in headers)
+        if self.first_party and worker_token and not has_own:
+            headers["Authorization"] = f"Bearer {worker_token}"
+        return headers
 
     def required_grant(self, tool: str) -> str | None:
         """The grant ``tool`` requires, the ``"*"`` entry otherwise; None if it is not offered."""
@@ -144,9 +176,10 @@ def load_mcp_config(path: Path) -> McpConfig:
 
 
 def _expand_environment(server: dict[str, Any], *, where: str) -> None:
-    """Replace ``${VAR}`` in the server's url, header and env values, in place."""
-    if isinstance(server.get("url"), str):
-        server["url"] = _expand(server["url"], where=f"{where}.url")
+    """Replace ``${VAR}`` in the server's url, token, header and env values, in place."""
+    for field in ("url", "token"):
+        if isinstance(server.get(field), str):
+            server[field] = _expand(server[field], where=f"{where}.{field}")
     for field in ("headers", "env"):
         values = server.get(field)
         if isinstance(values, dict):

@@ -1,0 +1,69 @@
+"""docs/first-agent.md works as written: its shell blocks, run in order as one script."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from worker.devstack import free_port
+
+pytestmark = pytest.mark.integration
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "first-agent.md"
+SHELL_BLOCK = re.compile(r"^```sh\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+
+
+def guide_script() -> str:
+    blocks = SHELL_BLOCK.findall(GUIDE.read_text(encoding="utf-8"))
+    assert len(blocks) >= 8, "the guide lost its shell blocks"
+    return "set -euo pipefail\n" + "\n".join(blocks)
+
+
+def test_the_first_agent_guide_runs_as_written(tmp_path: Path) -> None:
+    script = tmp_path / "guide.sh"
+    script.write_text(guide_script(), encoding="utf-8")
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("REDIS_", "RQ_", "HUB_", "OPENAI_", "ANTHROPIC_", "MCP_"))
+        and key not in {"AGENTS_DIR", "METRICS_PORT", "GRANT_POLICY", "PRICES_FILE"}
+    }
+    # The guide's own overridable ports, set to free ones (never 6379 or fixed ports).
+    env.update(
+        PATH=f"{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}",
+        REDIS_PORT=str(free_port()),
+        HUB_PORT=str(free_port()),
+        LLM_PORT=str(free_port()),
+    )
+    process = subprocess.Popen(
+        ["bash", str(script)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=180)
+    finally:
+        # The guide stops its background processes itself; this only catches a failed run.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    worker_log = (tmp_path / "worker.log").read_text() if (tmp_path / "worker.log").exists() else ""
+    assert process.returncode == 0, f"{stdout[-3000:]}\n{stderr[-3000:]}\n{worker_log[-3000:]}"
+    assert "check: 0 errors, 0 warnings" in stdout
+    assert "1 of 1 agent definitions load; 1 skills parse" in stdout
+    assert "enqueued first-1" in stdout
+    assert "task first-1 (notification, agent hello-agent): completed" in stdout
+    # The scripted answer reached the Hub as a comment on the seeded post.
+    assert stdout.count("Welcome aboard! m/general is the place to start.") >= 2
+    assert '"author"' in stdout and "hello-agent" in stdout

@@ -1,0 +1,113 @@
+"""Model endpoint URLs in one comparable form, so an allow-list is an exact match.
+
+Two spellings of one endpoint (``HTTPS://Api.Example:443/v1/``, ``https://api.example/v1``)
+must compare equal, or an operator's allow-list would be easy to miss and a worker
+key could be paired with the wrong endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import get_args
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import SecretStr
+from pydantic.fields import FieldInfo
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def normalise_base_url(url: str) -> str:
+    """``scheme://host[:port]/path`` lower-cased where case does not matter, without a
+    default port, a trailing slash or a fragment. Raises ValueError for anything that is
+    not an absolute http(s) URL, or that carries credentials."""
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:  # a port that is not a number, a broken IPv6 literal
+        raise ValueError(f"{url!r} is not a valid URL ({exc})") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        raise ValueError(f"{url!r} is not an absolute http(s) URL")
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    if port is not None and port != _DEFAULT_PORTS[scheme]:
+        host = f"{host}:{port}"
+    if parts.username is not None or parts.password is not None:
+        # Credentials belong in a key variable, never in a URL that is logged and compared.
+        raise ValueError(f"{scheme}://{host}{parts.path}: must not carry user:password@")
+    return urlunsplit((scheme, host, parts.path.rstrip("/"), parts.query, ""))
+
+
+def same_endpoint(first: str | None, second: str | None) -> bool:
+    """Whether two base URLs name one endpoint (None: the SDK's default endpoint)."""
+    if first is None or second is None:
+        return first is None and second is None
+    try:
+        return normalise_base_url(first) == normalise_base_url(second)
+    except ValueError:
+        return False
+
+
+def split_list_setting(value: object, variable: str) -> object:
+    """A list setting from the environment: a JSON list, or comma-separated values."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{variable} is not a valid JSON list ({exc.msg})") from None
+        if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+            raise ValueError(f"{variable} must be a JSON list of strings")
+        return [item.strip() for item in items if item.strip()]
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def base_url_allow_list(urls: list[object]) -> list[str]:
+    """PROVIDER_BASE_URLS, normalised for exact matching."""
+    return [normalise_base_url(str(url)) for url in urls]
+
+
+def worker_secret_variables(fields: Mapping[str, FieldInfo]) -> frozenset[str]:
+    """The variables that hold the worker's own secrets: every SecretStr setting, and the
+    Redis URLs (they may carry a password). Derived from Settings, so a secret added there
+    is covered without a list to keep up to date."""
+    secret_fields = {
+        name.upper()
+        for name, info in fields.items()
+        if info.annotation is SecretStr or SecretStr in get_args(info.annotation)
+    }
+    return frozenset(secret_fields | {"REDIS_URL", "RQ_REDIS_URL"})
+
+
+def agent_key_allow_list(names: list[object], worker_secrets: frozenset[str]) -> list[str]:
+    """AGENT_KEY_ENVS: variable names, none of them one of the worker's own secrets."""
+    allowed = []
+    for item in names:
+        name = str(item)
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+        if name.upper() in worker_secrets:
+            raise ValueError(f"{name} holds the worker's own secret; it cannot be an agent key")
+        allowed.append(name)
+    return allowed
+
+
+# Where each provider's SDK sends requests when no base URL is configured.
+SDK_DEFAULT_BASE_URLS = {
+    "anthropic": "https://api.anthropic.com",
+    "openai": "https://api.openai.com/v1",
+}
+
+
+def operator_endpoint(provider: str, configured: str | None) -> str | None:
+    """The endpoint the operator's key for ``provider`` goes to: its *_BASE_URL, else the
+    SDK's default (None for a provider this module does not know)."""
+    return configured or SDK_DEFAULT_BASE_URLS.get(provider)

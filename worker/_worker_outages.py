@@ -1,0 +1,120 @@
+"""rq's Worker riding out Redis outages and refused writes (trap 3).
+
+rq's own loop survives a lost connection only while idle: a Redis restart, a full
+Redis (``OOM`` under ``noeviction``), a primary turned replica (``READONLY``) or a
+server still loading (``LOADING``) anywhere else ends the worker ("unhandled
+exception, quitting"). Here every Redis call of the worker parent outside a job is
+either retried until Redis answers (what must happen: starting the scheduler, the
+suspension check, preparing an execution) or skipped until the next round (what
+repeats anyway: heartbeats, state, maintenance). Each wait logs
+``redis_unavailable`` with its ``kind`` and counts ``agent_redis_unavailable_total``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisError
+from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
+from rq.executions import Execution
+from rq.job import Job
+from rq.worker import Worker
+
+from worker.logs import log_event
+from worker.metrics import worker_metrics
+from worker.redis_faults import is_redis_outage, outage_kind, until_redis_answers
+
+T = TypeVar("T")
+
+
+class OutageTolerantWorker(Worker):
+    """A Worker whose parent process never quits because Redis is gone or refuses writes."""
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        try:
+            super().heartbeat(timeout, pipeline)
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
+            # A missed heartbeat costs nothing: the worker key lives for minutes.
+            self._note_outage("heartbeat", exc)
+
+    def maintain_heartbeats(self, job: Job, execution: Execution) -> None:
+        try:
+            super().maintain_heartbeats(job, execution)
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
+            self._note_outage("maintain_heartbeats", exc)
+
+    def set_state(self, state: str, pipeline: Any = None) -> None:
+        try:
+            super().set_state(state, pipeline)
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
+            self._note_outage("set_state", exc)
+
+    def _start_scheduler(
+        self,
+        burst: bool = False,
+        logging_level: str | None = "INFO",
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+    ) -> None:
+        # rq calls this once, outside its loop: an outage here would end the worker.
+        parent_start = super()._start_scheduler
+        self._until_redis_answers(
+            "start_scheduler",
+            lambda: parent_start(burst, logging_level, date_format, log_format),
+        )
+
+    def check_for_suspension(self, burst: bool) -> None:
+        parent_check = super().check_for_suspension
+        self._until_redis_answers("check_for_suspension", lambda: parent_check(burst))
+
+    def prepare_execution(self, job: Job) -> Execution:
+        parent_prepare = super().prepare_execution
+
+        def prepare() -> Execution:
+            known = set(self.executions)
+            try:
+                execution: Execution = parent_prepare(job)
+            except RedisError:
+                # Forget the half-made execution before the next attempt makes another.
+                for execution_id in set(self.executions) - known:
+                    self.executions.pop(execution_id, None)
+                raise
+            return execution
+
+        return self._until_redis_answers("prepare_execution", prepare)
+
+    def run_maintenance_tasks(self) -> None:
+        try:
+            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
+            self.maintain_own_data()
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
+            self._note_outage("maintenance", exc)
+
+    def _until_redis_answers(self, during: str, action: Callable[[], T]) -> T:
+        """Run ``action``, waiting out a Redis outage (or refusal) with exponential backoff."""
+        return until_redis_answers(
+            during,
+            action,
+            max_wait_s=self.max_connection_wait_time,
+            on_outage=lambda _, exc: worker_metrics().redis_unavailable(outage_kind(exc)),
+        )
+
+    def _note_outage(self, during: str, exc: BaseException, **fields: Any) -> None:
+        """A wait for Redis the worker rides out: one log event and one count."""
+        kind = outage_kind(exc)
+        worker_metrics().redis_unavailable(kind)
+        log_event(
+            "redis_unavailable", level="warning", during=during, kind=kind, error=str(exc), **fields
+        )
+
+    def maintain_own_data(self) -> None:
+        """Redis housekeeping of a subclass, run with rq's maintenance (outages ridden out)."""

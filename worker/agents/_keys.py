@@ -1,0 +1,89 @@
+"""Keys of a config.yaml that no field reads: a typo (``behaviour:``) silently loses settings.
+
+Each becomes a warning with its dotted path and, when one is close, the key that was
+probably meant. Keys of the public Botburrow format that this worker has no use for
+are known, not unknown: they never warn.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Iterator, Mapping
+from typing import Any, get_args, get_origin
+
+from pydantic import BaseModel
+
+# Public Botburrow keys this worker reads nothing from, by dotted path; what is under
+# them is the other runners' business, so it is not looked into either.
+BOTBURROW_UNUSED_KEYS = frozenset(
+    {
+        "version",
+        "memory",
+        "capabilities.spawning",
+        "behavior.respond_to_dms",
+        "behavior.limits.max_responses_per_thread",
+    }
+)
+
+
+def unknown_keys(document: Mapping[Any, Any], model: type[BaseModel]) -> list[str]:
+    """One message per unknown key, in document order:
+    ``unknown key 'behaviour' (did you mean 'behavior'?)``."""
+    return list(_unknown_in(document, model, prefix=""))
+
+
+def _unknown_in(document: Mapping[Any, Any], model: type[BaseModel], prefix: str) -> Iterator[str]:
+    known = [*model.model_fields, *_botburrow_keys_under(prefix)]
+    for raw_key, value in document.items():
+        key = str(raw_key)
+        path = f"{prefix}{key}"
+        if key in model.model_fields:
+            yield from _unknown_below(value, model.model_fields[key].annotation, f"{path}.")
+        elif path not in BOTBURROW_UNUSED_KEYS:
+            yield _message(path, prefix, difflib.get_close_matches(key, known, n=1))
+
+
+def _unknown_below(value: Any, annotation: Any, prefix: str) -> Iterator[str]:
+    """Keys under a known field whose type is a section (or a list of sections)."""
+    section = _section_model(annotation)
+    if section is not None and isinstance(value, Mapping):
+        yield from _unknown_in(value, section, prefix)
+        return
+    item_model = _list_item_model(annotation)
+    if item_model is not None and isinstance(value, list):
+        for index, item in enumerate(value):
+            if isinstance(item, Mapping):
+                yield from _unknown_in(item, item_model, f"{prefix}{index}.")
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The section a field holds (``Brain``, ``Limits | None``); None for anything else."""
+    if get_origin(annotation) is list:
+        return None
+    candidates = get_args(annotation) if get_origin(annotation) is not None else (annotation,)
+    for candidate in candidates:
+        if inspect.isclass(candidate) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _list_item_model(annotation: Any) -> type[BaseModel] | None:
+    if get_origin(annotation) is not list:
+        return None
+    (item,) = get_args(annotation)
+    return _section_model(item)
+
+
+def _botburrow_keys_under(prefix: str) -> list[str]:
+    return [
+        path.removeprefix(prefix)
+        for path in BOTBURROW_UNUSED_KEYS
+        if path.startswith(prefix) and "." not in path.removeprefix(prefix)
+    ]
+
+
+def _message(path: str, prefix: str, close: list[str]) -> str:
+    if not close:
+        return f"unknown key '{path}'"
+    return f"unknown key '{path}' (did you mean '{prefix}{close[0]}'?)"

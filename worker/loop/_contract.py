@@ -1,0 +1,89 @@
+"""What a run is given (LoopSettings, a ControlSource) and what it gives back (RunResult)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from worker.loop._limits import RunLimits
+from worker.loop._output import FALLBACK_ANSWER, recover_output
+from worker.loop._state import JournalEntry, LoopState, StepRecord
+from worker.models._prices import ModelPrice
+from worker.models._types import Message
+from worker.task import Outcome
+
+
+@dataclass(slots=True, kw_only=True)
+class Control:
+    cancelled: bool = False
+    steering: list[str] = field(default_factory=list)
+
+
+class ControlSource(Protocol):
+    """Cancel and steer requests for a running task, drained before each step."""
+
+    async def poll(self) -> Control: ...
+
+
+@dataclass(slots=True, kw_only=True)
+class LoopSettings:
+    limits: RunLimits = field(default_factory=RunLimits)
+    max_same_call_repeats: int = 3
+    max_consecutive_error_steps: int = 3
+    require_done_tool: bool = False
+    strict_grants: bool = False
+    tool_output_max_chars: int = 20_000
+    context_budget_chars: int = 200_000
+    llm_timeout_cap_s: float = 120.0
+    tool_timeout_cap_s: float = 60.0
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    # The task's absolute deadline (epoch seconds), shared by every run of the task;
+    # None: ``limits.max_duration_s`` from the start of this run.
+    deadline_epoch: float | None = None
+    # The price cost budgets are planned with (a fallback chain: its dearest member);
+    # None: unknown, and a cost budget assumes the next call costs what the last one did.
+    price: ModelPrice | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class RunResult:
+    """Everything a run produced, also when it stopped early or failed."""
+
+    outcome: Outcome
+    output: str
+    state: LoopState
+    duration_s: float
+    detail: str = ""
+    error: BaseException | None = None
+    # True when ``output`` is the fixed fallback text, not something the model wrote.
+    fallback: bool = False
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.state.messages
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        return self.state.steps
+
+
+def expired_result(resume: Sequence[JournalEntry], *, detail: str) -> RunResult:
+    """The result of a task whose deadline passed before this run could start.
+
+    What earlier runs did (replayed from the checkpoint) is kept, so the report still
+    counts their calls and tokens; nothing is called.
+    """
+    state = LoopState(messages=[])
+    for entry in resume:
+        state.apply(entry)
+    output = recover_output(state.steps, "")
+    return RunResult(
+        outcome=Outcome.DEADLINE,
+        output=output or FALLBACK_ANSWER.format(limit="deadline"),
+        fallback=not output,
+        state=state,
+        duration_s=0.0,
+        detail=detail,
+    )

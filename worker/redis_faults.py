@@ -1,0 +1,147 @@
+"""Redis outages, as every part of the worker rides them out.
+
+A Redis that is gone (restart, network) and a Redis that answers but refuses
+writes are the same outage to us: a refused write had no effect, and the same
+command works once Redis accepts writes again. The refusals are
+
+- ``OOM`` (``OutOfMemoryError``): ``maxmemory`` reached under ``noeviction``;
+- ``READONLY`` (``ReadOnlyError``): the server became a replica after a failover;
+- ``LOADING`` (``BusyLoadingError``): a restarted server is still loading its data;
+- ``MASTERDOWN`` (``MasterDownError``): a replica lost its primary;
+- ``MISCONF`` (a ``ResponseError``): the server cannot persist and stopped writes;
+- ``UNBLOCKED`` (a ``ResponseError``): a blocking command cut off by a role change.
+
+Use ``REDIS_UNAVAILABLE`` in ``except`` clauses (with ``is_redis_outage`` for the
+``MISCONF`` case), ``patient_redis_retry`` on every connection, and
+``until_redis_answers`` around a call that must not give up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import (
+    BusyLoadingError,
+    MasterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from worker.logs import log_event
+
+__all__ = [
+    "REDIS_UNAVAILABLE",
+    "RedisOutage",
+    "is_redis_outage",
+    "outage_kind",
+    "patient_redis_retry",
+    "until_redis_answers",
+]
+
+# Errors after which the same command succeeds once Redis is back or accepts writes.
+REDIS_UNAVAILABLE: tuple[type[RedisError], ...] = (
+    RedisConnectionError,  # BusyLoadingError is one
+    RedisTimeoutError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    MasterDownError,
+)
+# redis-py has no class for these: MISCONF (persistence failing) and UNBLOCKED (a blocked
+# command, rq's BLMOVE, cut off when the server turned replica) are plain ResponseErrors.
+_REFUSAL_PREFIXES = ("MISCONF", "UNBLOCKED")
+
+# ~33 s: the sum of the backoff below (0.1 s doubling, capped at 2 s, 19 retries).
+PATIENT_RETRIES = 19
+
+T = TypeVar("T")
+
+
+class RedisOutage(RedisError):
+    """Raised by ``until_redis_answers`` once ``give_up_after_s`` has passed."""
+
+
+def is_redis_outage(error: BaseException) -> bool:
+    """True for a lost connection and for a refusal that ends when Redis recovers."""
+    if isinstance(error, REDIS_UNAVAILABLE):
+        return True
+    return isinstance(error, ResponseError) and str(error).startswith(_REFUSAL_PREFIXES)
+
+
+def outage_kind(error: BaseException) -> str:
+    """A short label for logs and metrics: ``connection``, ``oom``, ``readonly``, ..."""
+    if isinstance(error, BusyLoadingError):
+        return "loading"
+    if isinstance(error, OutOfMemoryError):
+        return "oom"
+    if isinstance(error, ReadOnlyError):
+        return "readonly"
+    if isinstance(error, MasterDownError):
+        return "masterdown"
+    if isinstance(error, RedisTimeoutError):
+        return "timeout"
+    if isinstance(error, ResponseError):
+        return str(error).split(" ", 1)[0].lower() or "refused"
+    return "connection"
+
+
+def patient_redis_retry() -> Retry:
+    """How long every process of a worker waits for Redis before a command fails: ~33 s.
+
+    A restarting Redis (loading its append-only file, a failover) is gone for
+    seconds, longer than redis-py's default retry (~3 s). A job process that met
+    it mid-task would end its task with an error; waiting, it resumes where it was.
+    Refused writes (OOM, READONLY, LOADING) are retried the same way.
+    """
+    return Retry(
+        ExponentialBackoff(cap=2.0, base=0.1),
+        retries=PATIENT_RETRIES,
+        supported_errors=REDIS_UNAVAILABLE,
+    )
+
+
+def until_redis_answers(
+    during: str,
+    action: Callable[[], T],
+    *,
+    first_wait_s: float = 1.0,
+    max_wait_s: float = 30.0,
+    give_up_after_s: float | None = None,
+    on_outage: Callable[[str, BaseException], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run ``action``, waiting out a Redis outage (or refusal) with exponential backoff.
+
+    Each wait logs ``redis_unavailable`` with ``during`` and the outage ``kind``.
+    Without ``give_up_after_s`` it waits as long as it takes (the worker parent);
+    with it, it raises ``RedisOutage`` from the last error after that long.
+    """
+    wait_s = first_wait_s
+    started = time.monotonic()
+    while True:
+        try:
+            return action()
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
+            if on_outage is not None:
+                on_outage(during, exc)
+            if give_up_after_s is not None and time.monotonic() - started >= give_up_after_s:
+                raise RedisOutage(f"Redis unavailable during {during}: {exc}") from exc
+            log_event(
+                "redis_unavailable",
+                level="warning",
+                during=during,
+                kind=outage_kind(exc),
+                error=str(exc),
+                retry_in_s=wait_s,
+            )
+            sleep(wait_s)
+            wait_s = min(wait_s * 2, max_wait_s)

@@ -1,0 +1,119 @@
+"""``agent-worker report TASK_ID [--json]``: the AgentReport of a task that ran.
+
+The report is what the task left in ``job.meta["report"]``: readable text by
+default, the report object itself with ``--json``. Exit 0 with a report, 2 when
+the id is malformed, unknown (never enqueued, or expired after ``RESULT_TTL_S``)
+or the task has no report yet (still queued or running), 1 when Redis cannot be
+reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq.exceptions import DeserializationError, NoSuchJobError
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from worker.redaction import process_redactor
+from worker.settings import settings_or_exit
+from worker.task import TASK_ID_PATTERN
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredReport:
+    """A task's AgentReport and where its rq job stands."""
+
+    report: dict[str, Any]
+    job_status: str
+    ended_at: str | None
+
+
+def find_report(redis: Redis, task_id: str) -> StoredReport | str:
+    """The task's report, or one line saying why there is none."""
+    if not re.fullmatch(TASK_ID_PATTERN, task_id):
+        return f"{task_id!r}: not a task id (1-128 characters of A-Z, a-z, 0-9, '_' and '-')"
+    try:
+        job = Job.fetch(task_id, connection=redis, serializer=JSONSerializer)
+    except NoSuchJobError:
+        return f"{task_id}: unknown task (no job with this id; it may have expired)"
+    except (ValueError, DeserializationError):
+        return f"{task_id}: its job data cannot be read"
+    status = job.get_status(refresh=False)
+    shown_status = status.value if status is not None else "unknown"
+    report = job.meta.get("report")
+    if not isinstance(report, dict):
+        return f"{task_id}: no report yet (status {shown_status})"
+    ended_at = job.ended_at.isoformat(timespec="seconds") if job.ended_at else None
+    return StoredReport(report=report, job_status=shown_status, ended_at=ended_at)
+
+
+def render_report(stored: StoredReport) -> str:
+    """The readable view: what ran, how it ended, what it cost, what it said."""
+    report = stored.report
+    ended = f", ended {stored.ended_at}" if stored.ended_at else ""
+    cost = report.get("cost_usd")
+    lines = [
+        f"task {report.get('task_id')} ({report.get('type')}, agent {report.get('agent_id')}): "
+        f"{report.get('outcome')}",
+        f"  rq job: {stored.job_status}{ended}",
+        f"  iterations {report.get('iterations')}, llm calls {report.get('llm_calls')}, "
+        f"tool calls {report.get('tool_calls')}",
+        f"  tokens {report.get('tokens_input')} in / {report.get('tokens_output')} out, "
+        f"cost {'unknown' if cost is None else f'${cost:.4f}'}, "
+        f"{report.get('duration_s')} s",
+        f"  posted: {', '.join(map(str, report.get('posted') or [])) or 'nothing'}",
+    ]
+    error = report.get("error")
+    if isinstance(error, dict):
+        lines.append(f"  error: {error.get('class')}: {error.get('message')}")
+    output = str(report.get("output") or "").strip()
+    lines.append("output:" if output else "output: (none)")
+    if output:
+        lines.append(textwrap.indent(output, "  "))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """``agent-worker report TASK_ID [--json]``."""
+    parser = argparse.ArgumentParser(
+        prog="agent-worker report", description="Show the AgentReport of a task that ran."
+    )
+    parser.add_argument("task_id", metavar="TASK_ID")
+    parser.add_argument("--json", action="store_true", help="print the report object")
+    parser.add_argument("--redis-url", help="use this Redis instead of REDIS_URL")
+    args = parser.parse_args(argv)
+    from worker.cli import use_redis_url
+    from worker.redis_connection import connect
+
+    use_redis_url(args.redis_url)
+    settings = settings_or_exit()
+    redact = process_redactor(settings.secret_values())
+    redis = connect(settings)
+    try:
+        found = find_report(redis, args.task_id)
+    except RedisError as exc:
+        print(f"agent-worker report: cannot reach Redis: {redact(str(exc))}", file=sys.stderr)
+        return 1
+    finally:
+        redis.close()
+    if isinstance(found, str):
+        print(f"agent-worker report: {found}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(found.report, indent=2))
+    else:
+        print(render_report(found))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,298 @@
+"""Write caps: how much an agent may write on the Hub, enforced across the whole fleet.
+
+Botburrow's ``behavior.limits`` (``max_daily_posts``, ``max_daily_comments``,
+``min_interval_seconds``) are counted per agent per UTC day in Redis, so every
+worker sees the same numbers; the counters expire after the day ends. Within one
+task, ``MAX_WRITES_PER_POST`` bounds the comments on any one post (a model that
+"answers" the same post six times with different words stops at the first).
+
+Counted: our hub MCP server's ``create_post``/``create_comment`` (the server named
+by ``HUB_TOOL_SERVER`` in ``MCP_CONFIG``) and the worker's own reply or
+exploration post. Not counted: error posts to m/agent-errors. A tool write over a
+cap is not executed; the model reads ``Error: daily comment limit (N) reached``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import RedisError
+
+from worker import redis_keys
+from worker.agents import AgentDefinition
+from worker.logs import log_event
+from worker.metrics import JobMetrics
+from worker.models import ToolSpec
+from worker.tools import CallContext, Resolution, Toolbox, ToolResult
+
+# Counters live this long past the end of their day, so a late writer still finds them.
+_DAY_KEY_GRACE = timedelta(hours=1)
+_TASK_KEY_TTL_S = 86_400
+# The tool names of mcp_servers.hub that write, and what they write.
+_WRITE_TOOLS = {"create_post": "post", "create_comment": "comment"}
+
+# One atomic check-and-count: per-post guard, minimum interval, daily cap, in that order.
+# KEYS: daily counter, the task's per-post hash, the agent's interval marker.
+# ARGV: daily cap (-1: none), daily expiry (epoch s), post id ('' : none),
+#       per-post cap (0: none), interval ms (0: none), task key TTL (s).
+_RESERVE = """
+local post_id, per_post = ARGV[3], tonumber(ARGV[4])
+if post_id ~= '' and per_post > 0 then
+  local done = tonumber(redis.call('HGET', KEYS[2], post_id) or '0')
+  if done >= per_post then return {'per_post', done} end
+end
+local interval_ms = tonumber(ARGV[5])
+if interval_ms > 0 then
+  local wait = redis.call('PTTL', KEYS[3])
+  if wait > 0 then return {'interval', wait} end
+end
+local today = tonumber(redis.call('GET', KEYS[1]) or '0')
+local cap = tonumber(ARGV[1])
+if cap >= 0 and today >= cap then return {'daily', today} end
+redis.call('INCR', KEYS[1])
+redis.call('EXPIREAT', KEYS[1], ARGV[2])
+if post_id ~= '' then
+  redis.call('HINCRBY', KEYS[2], post_id, 1)
+  redis.call('EXPIRE', KEYS[2], ARGV[6])
+end
+if interval_ms > 0 then redis.call('SET', KEYS[3], '1', 'PX', interval_ms) end
+return {'ok', today + 1}
+"""
+
+_REFUND = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
+if ARGV[1] ~= '' and tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') > 0 then
+  redis.call('HINCRBY', KEYS[2], ARGV[1], -1)
+end
+return 1
+"""
+
+
+class WriteKind(StrEnum):
+    POST = "post"
+    COMMENT = "comment"
+
+
+class RefusalReason(StrEnum):
+    DAILY_LIMIT = "daily_limit"
+    PER_POST = "per_post"
+    INTERVAL = "min_interval"
+    UNAVAILABLE = "caps_unavailable"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteRefused:
+    """Why a write was not made; ``message`` is what the model (or the report) reads."""
+
+    kind: WriteKind
+    reason: RefusalReason
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteCaps:
+    """An agent's caps; None (or 0 for ``max_writes_per_post``) means no cap."""
+
+    max_daily_posts: int | None = None
+    max_daily_comments: int | None = None
+    min_interval_s: float | None = None
+    max_writes_per_post: int = 0
+
+    @classmethod
+    def of(cls, agent: AgentDefinition, *, max_writes_per_post: int) -> WriteCaps:
+        limits = agent.config.behavior.limits
+        return cls(
+            max_daily_posts=limits.max_daily_posts,
+            max_daily_comments=limits.max_daily_comments,
+            min_interval_s=limits.min_interval_seconds,
+            max_writes_per_post=max_writes_per_post,
+        )
+
+    def daily(self, kind: WriteKind) -> int | None:
+        return self.max_daily_posts if kind is WriteKind.POST else self.max_daily_comments
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reservation:
+    kind: WriteKind
+    day: str
+    post_id: str
+
+
+class WriteLedger:
+    """Counts one task's Hub writes against its agent's caps, in the fleet's Redis."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        agent_id: str,
+        task_id: str,
+        caps: WriteCaps,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._redis = redis
+        self._agent_id = agent_id
+        self._task_id = task_id
+        self.caps = caps
+        self._clock = clock
+
+    def reserve(
+        self, kind: WriteKind, *, post_id: str | None = None, wait_interval: bool = True
+    ) -> Reservation | WriteRefused:
+        """Count a write about to be made, or say why it must not be."""
+        now = self._clock().astimezone(UTC)
+        day = now.strftime("%Y-%m-%d")
+        day_end = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+        cap = self.caps.daily(kind)
+        interval_ms = int((self.caps.min_interval_s or 0) * 1000) if wait_interval else 0
+        on_post = post_id if kind is WriteKind.COMMENT and post_id else ""
+        try:
+            verdict, value = self._redis.register_script(_RESERVE)(
+                keys=self._keys(kind, day),
+                args=[
+                    -1 if cap is None else cap,
+                    int((day_end + _DAY_KEY_GRACE).timestamp()),
+                    on_post,
+                    self.caps.max_writes_per_post,
+                    interval_ms,
+                    _TASK_KEY_TTL_S,
+                ],
+            )
+        except RedisError as exc:
+            log_event("write_caps_unavailable", "warning", task=self._task_id, error=str(exc))
+            message = f"cannot check the {kind} limits right now; try again later"
+            return WriteRefused(kind=kind, reason=RefusalReason.UNAVAILABLE, message=message)
+        verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
+        if verdict == "ok":
+            return Reservation(kind=kind, day=day, post_id=on_post)
+        return self._refusal(kind, verdict, int(value), cap, on_post)
+
+    def refund(self, reservation: Reservation) -> None:
+        """Give back a write that did not happen (the Hub refused it)."""
+        try:
+            self._redis.register_script(_REFUND)(
+                keys=self._keys(reservation.kind, reservation.day)[:2],
+                args=[reservation.post_id],
+            )
+        except RedisError as exc:
+            log_event("write_caps_unavailable", "warning", task=self._task_id, error=str(exc))
+
+    def _keys(self, kind: WriteKind, day: str) -> list[str]:
+        return [
+            redis_keys.daily_writes(self._agent_id, kind.value, day),
+            redis_keys.task_post_writes(self._task_id),
+            redis_keys.last_write(self._agent_id),
+        ]
+
+    def _refusal(
+        self, kind: WriteKind, verdict: str, value: int, cap: int | None, post_id: str
+    ) -> WriteRefused:
+        if verdict == "per_post":
+            limit = self.caps.max_writes_per_post
+            message = (
+                f"you already commented on post {post_id} in this task "
+                f"(limit {limit} per post); do not comment on it again"
+            )
+            return WriteRefused(kind=kind, reason=RefusalReason.PER_POST, message=message)
+        if verdict == "interval":
+            message = (
+                f"wait {value / 1000:.0f} s before the next write "
+                f"(min_interval_seconds {self.caps.min_interval_s:g})"
+            )
+            return WriteRefused(kind=kind, reason=RefusalReason.INTERVAL, message=message)
+        message = f"daily {kind} limit ({cap}) reached"
+        return WriteRefused(kind=kind, reason=RefusalReason.DAILY_LIMIT, message=message)
+
+
+def note_refusal(
+    refusal: WriteRefused, *, agent_id: str, task_id: str, metrics: JobMetrics, via: str
+) -> None:
+    """Log and count a refused write (``via``: the tool name, or "reply")."""
+    metrics.write_refused(agent=agent_id, kind=refusal.kind.value, reason=refusal.reason.value)
+    log_event(
+        "hub_write_refused",
+        "warning",
+        task=task_id,
+        agent=agent_id,
+        kind=refusal.kind.value,
+        reason=refusal.reason.value,
+        via=via,
+        message=refusal.message,
+    )
+
+
+class CappedToolbox:
+    """A Toolbox whose Hub write tools count against the agent's write caps.
+
+    Every other tool passes straight through. A write over a cap is not executed;
+    it returns an error result the model reads. A write the Hub refused gives its
+    count back; one that timed out keeps it (it may have been made).
+    """
+
+    def __init__(
+        self,
+        inner: Toolbox,
+        ledger: WriteLedger,
+        *,
+        hub_server: str,
+        agent_id: str,
+        task_id: str,
+        metrics: JobMetrics,
+    ) -> None:
+        self._inner = inner
+        self._ledger = ledger
+        self._hub_server = hub_server
+        self._agent_id = agent_id
+        self._task_id = task_id
+        self._metrics = metrics
+
+    def offered(self) -> Sequence[ToolSpec]:
+        return self._inner.offered()
+
+    def resolve(self, name: str) -> Resolution:
+        return self._inner.resolve(name)
+
+    async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        kind = self.write_kind(name)
+        if kind is None:
+            return await self._inner.call(name, arguments, ctx)
+        post_id = arguments.get("post_id")
+        outcome = self._ledger.reserve(kind, post_id=post_id if isinstance(post_id, str) else None)
+        if isinstance(outcome, WriteRefused):
+            note_refusal(
+                outcome,
+                agent_id=self._agent_id,
+                task_id=self._task_id,
+                metrics=self._metrics,
+                via=name,
+            )
+            return ToolResult(content=f"Error: {outcome.message}", is_error=True)
+        result = await self._inner.call(name, arguments, ctx)
+        if result.is_error:
+            self._ledger.refund(outcome)
+        return result
+
+    def write_kind(self, name: str) -> WriteKind | None:
+        """The write a tool makes: only our hub server's write tools count."""
+        server, separator, tool = name.partition("__")
+        if not separator or server != self._hub_server or tool not in _WRITE_TOOLS:
+            return None
+        return WriteKind(_WRITE_TOOLS[tool])
+
+
+__all__ = [
+    "CappedToolbox",
+    "RefusalReason",
+    "Reservation",
+    "WriteCaps",
+    "WriteKind",
+    "WriteLedger",
+    "WriteRefused",
+    "note_refusal",
+]
