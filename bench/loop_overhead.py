@@ -33,7 +33,14 @@ from worker import logs
 from worker.jobs import metrics_observer
 from worker.loop import AgentLoop, LoopSettings, RunLimits
 from worker.metrics import JobMetrics
-from worker.models import Message, ModelRequest, ModelResponse, ScriptedModel, Turn
+from worker.models import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ModelWrapper,
+    ScriptedModel,
+    Turn,
+)
 from worker.redaction import process_redactor
 from worker.task import Outcome
 from worker.tools import LocalTool, LocalToolbox
@@ -109,27 +116,19 @@ class _Clock:
         )
 
 
-class _TimedModel:
+class _TimedModel(ModelWrapper):
     """Delegates to a model and adds up the CPU time spent inside ``complete``."""
 
     def __init__(self, model: ScriptedModel, clock: _Clock) -> None:
-        self._model = model
+        super().__init__(model)
         self._clock = clock
-
-    @property
-    def provider(self) -> str:
-        return self._model.provider
-
-    @property
-    def name(self) -> str:
-        return self._model.name
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         started = time.thread_time()
         clock = self._clock
         clock.call_starts.append((started, clock.model_s + clock.tool_s))
         try:
-            return await self._model.complete(request)
+            return await self._inner.complete(request)
         finally:
             clock.model_s += time.thread_time() - started
 

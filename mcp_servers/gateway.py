@@ -18,6 +18,13 @@ and the rest is forwarded with the worker's ``_meta`` identity (``agent_id``,
 one tool with the same arguments: a CLI re-runs a task from the start, so a key must
 name the write, not its position; see ``worker.idempotency``).
 Each call is also written to the call log the executor reads after the run.
+
+The agent's write caps hold here as in the native loop: with ``GATEWAY_WRITE_CAPS`` in
+the secrets file (the fleet's Redis and the caps), the hub server's ``create_post`` and
+``create_comment`` go through the same ``CappedToolbox`` and Redis counters. A write
+over a cap is not made; the CLI's model reads the native loop's text (``Error: daily
+comment limit (N) reached``) and the call log tells the worker, which logs
+``hub_write_refused`` and counts ``agent_hub_writes_refused_total``.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import mcp_types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from redis import Redis
 
 from mcp_servers._serving import STDIO_EXIT_GRACE_S, _exit_after
 from worker.context import UntrustedBlocks
@@ -48,6 +56,7 @@ from worker.executors._gateway_link import (
     MCP_AUTH_TOKEN,
     CallLogWriter,
     GatewaySpec,
+    GatewayWriteCaps,
     read_secrets_file,
 )
 from worker.hooks import load_can_execute_tool
@@ -63,10 +72,12 @@ from worker.loop import (
 )
 from worker.models import ToolCall
 from worker.redaction import process_redactor
+from worker.tools import Toolbox
 from worker.tools._capability import Capability, CapabilityRefused, read_capability
 from worker.tools._config import McpConfig, load_mcp_config
 from worker.tools._grants import EffectiveGrants
 from worker.tools._mcp import McpToolbox
+from worker.write_caps import CappedToolbox, WriteLedger
 
 SERVER_NAME = "gateway"
 CAPABILITY_EXPIRED = "Error: the task's capability has expired; no tool runs past its deadline"
@@ -130,11 +141,13 @@ def build_server(
     capability: str | None = None,
     *,
     redact: Callable[[str], str] = str,
+    write_caps: GatewayWriteCaps | None = None,
 ) -> Server[Gateway]:
     """The gateway as a low-level MCP server: its tool list is only known once connected.
 
     With ``capability`` (the task's, from the secrets file), identity and grants come from
     it, it goes to first-party servers with every call, and no call runs once it expired.
+    With ``write_caps``, Hub writes count against the agent's caps in the fleet's Redis.
     """
     claims = read_capability(capability) if capability is not None else None
     grants = (
@@ -148,6 +161,7 @@ def build_server(
         call_log = CallLogWriter(spec.call_log)
         call_log.started(os.getpid())
         events = EventBus([lambda event: _log_denial(call_log, event)])
+        redis = write_caps.connect() if write_caps is not None else None
         try:
             async with McpToolbox.open(
                 config,
@@ -158,11 +172,14 @@ def build_server(
                 capability=capability,
                 on_spawn=call_log.spawned,
             ) as toolbox:
+                tools: Toolbox = toolbox
+                if write_caps is not None and redis is not None:
+                    tools = with_write_caps(toolbox, spec, write_caps, redis, call_log)
                 yield Gateway(
                     spec=spec,
                     toolbox=toolbox,
                     dispatcher=ToolDispatcher(
-                        ContentKeyedToolbox(ArgumentRedactingToolbox(toolbox, redact)),
+                        ContentKeyedToolbox(ArgumentRedactingToolbox(tools, redact)),
                         task_id=spec.task_id,
                         agent_id=spec.agent_id,
                         events=events,
@@ -178,6 +195,8 @@ def build_server(
                 )
         finally:
             call_log.close()
+            if redis is not None:
+                redis.close()
 
     async def list_tools(
         ctx: ServerRequestContext[Gateway], params: mcp_types.PaginatedRequestParams | None
@@ -196,6 +215,21 @@ def build_server(
         lifespan=open_gateway,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+    )
+
+
+def with_write_caps(
+    toolbox: Toolbox,
+    spec: GatewaySpec,
+    write_caps: GatewayWriteCaps,
+    redis: Redis,
+    call_log: CallLogWriter,
+) -> CappedToolbox:
+    """The toolbox with the agent's write caps, as the worker wraps the native loop's;
+    a refusal goes to the call log, for the worker to log and count."""
+    ledger = WriteLedger(redis, agent_id=spec.agent_id, task_id=spec.task_id, caps=write_caps.caps)
+    return CappedToolbox(
+        toolbox, ledger, hub_server=write_caps.hub_server, on_refused=call_log.write_refused
     )
 
 
@@ -244,10 +278,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stdio", action="store_true", required=True, help="serve over stdio")
     parser.parse_args(argv)
     secrets: dict[str, str] = {}
+    write_caps: GatewayWriteCaps | None = None
     try:
         spec = GatewaySpec.from_environment(os.environ)
         if spec.secrets_file is not None:
             secrets = read_secrets_file(spec.secrets_file)
+            # The Redis URL is for the caps only: never in the environment servers inherit.
+            write_caps = GatewayWriteCaps.pop_from(secrets)
             os.environ.update(secrets)
         if spec.workdir is not None:
             os.chdir(spec.workdir)
@@ -260,10 +297,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"mcp_servers.gateway: {exc}", file=sys.stderr)
         return 2
-    redactor = process_redactor(secrets.values())
+    redactor = process_redactor(
+        [*secrets.values(), *(write_caps.secret_values() if write_caps else [])]
+    )
     set_redactor(redactor)
     log_event("server_started", server=SERVER_NAME, transport="stdio", task=spec.task_id)
-    anyio.run(serve_stdio, build_server(spec, config, capability, redact=redactor))
+    server = build_server(spec, config, capability, redact=redactor, write_caps=write_caps)
+    anyio.run(serve_stdio, server)
     log_event("server_stopped", server=SERVER_NAME, task=spec.task_id)
     return 0
 

@@ -9,12 +9,12 @@ quote a URL with a token in it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 from redis import Redis
 from redis.exceptions import RedisError
 
+from worker._endpoints import shown_url
 from worker._tls import client_ssl_context
 
 # An MCP ``initialize`` request, as the worker's MCP client sends it when a task opens a server.
@@ -29,17 +29,6 @@ _INITIALIZE = {
     },
 }
 _MCP_ACCEPT = "application/json, text/event-stream"
-
-
-def shown_url(url: str) -> str:
-    """``url`` without user info, query or fragment: safe to print."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def probe_redis(url: str, *, timeout_s: float, client: Redis | None = None) -> str | None:

@@ -2,7 +2,8 @@
 
 Two spellings of one endpoint (``HTTPS://Api.Example:443/v1/``, ``https://api.example/v1``)
 must compare equal, or an operator's allow-list would be easy to miss and a worker
-key could be paired with the wrong endpoint.
+key could be paired with the wrong endpoint. ``shown_url`` is any URL in the form
+that may be printed: without the credentials it may carry.
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ def normalise_base_url(url: str) -> str:
         # Credentials belong in a key variable, never in a URL that is logged and compared.
         raise ValueError(f"{scheme}://{host}{parts.path}: must not carry user:password@")
     return urlunsplit((scheme, host, parts.path.rstrip("/"), parts.query, ""))
+
+
+def shown_url(url: str) -> str:
+    """``url`` without user info, query or fragment: safe to print."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def same_endpoint(first: str | None, second: str | None) -> bool:

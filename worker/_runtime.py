@@ -17,6 +17,7 @@ from worker._tls import client_ssl_context
 from worker._worker_children import register_child_process
 from worker._worker_vetting import job_attempt
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
+from worker.deadlines import read_task_deadline
 from worker.exceptions import ConfigurationError
 from worker.hooks import load_can_execute_tool
 from worker.idempotency import journal_tool_intents
@@ -125,11 +126,14 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
 
 
 def toolbox_opener(
-    config: Settings, on_spawn: Any = None, deadline_cap_s: float | None = None
+    config: Settings,
+    on_spawn: Any = None,
+    deadline_cap_s: float | None = None,
+    redis: Redis | None = None,
 ) -> Any:
     """Opens the task's McpToolbox: its effective grants, MCP_AUTH_TOKEN for first-party
     servers and, with CAPABILITY_KEY, a capability signed for this agent and task that
-    expires at the task's deadline."""
+    expires at the task's deadline (the one kept in ``redis`` across re-runs, when given)."""
 
     @asynccontextmanager
     async def open_toolbox(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
@@ -145,7 +149,7 @@ def toolbox_opener(
             allowed_tools=task.constraints.allowed_tools,
             servers=agent.config.capabilities.mcp_servers or None,
             auth_token=token,
-            capability=_capability(config, agent, task, grants, deadline_cap_s),
+            capability=_capability(config, agent, task, grants, deadline_cap_s, redis),
             max_result_bytes=config.mcp_result_max_bytes,
             on_spawn=on_spawn,
         ) as toolbox:
@@ -160,6 +164,7 @@ def _capability(
     task: Task,
     grants: EffectiveGrants,
     deadline_cap_s: float | None,
+    redis: Redis | None,
 ) -> str | None:
     if config.capability_key is None:
         return None
@@ -168,13 +173,16 @@ def _capability(
         task.constraints.max_duration_s,
         deadline_cap_s,
     )
+    # The toolbox opens as the loop starts: at the latest, now plus the task's time.
+    expires_at = time.time() + min(d for d in durations if d is not None)
+    # A re-run continues against the deadline its first run fixed: never a fresh duration.
+    kept = read_task_deadline(redis, task.task_id) if redis is not None else None
     return mint_capability(
         config.capability_key.get_secret_value(),
         agent_id=agent.config.name,
         task_id=task.task_id,
         grants=grants,
-        # The toolbox opens as the loop starts: its deadline is now plus the task's time.
-        expires_at=time.time() + min(d for d in durations if d is not None),
+        expires_at=expires_at if kept is None else min(kept, expires_at),
     )
 
 
@@ -194,7 +202,7 @@ def build_runtime(
         metrics=JobMetrics(),
         redactor=_redactor(),
         make_model=lambda agent: make_model(agent, config, redis),
-        open_toolbox=toolbox_opener(config, on_spawn, deadline_cap_s),
+        open_toolbox=toolbox_opener(config, on_spawn, deadline_cap_s, redis),
         attempt=attempt,
         on_spawn=on_spawn,
         job_id=job_id,

@@ -179,7 +179,9 @@ class AgentWorker(OutageTolerantWorker):
         self._result_ttl_s = settings.result_ttl_s
         CappedJob.max_data_bytes = settings.job_data_max_bytes
         self._import_job_modules()
-        check_at_start(settings)  # the checks of `agent-worker check`; an error stops here
+        # The checks of `agent-worker check`; an error stops here. The definitions they read
+        # are cached in Redis for the first tasks, so each is read (and warns) once.
+        check_at_start(settings, agent_cache=self.connection)
         self._preload_configuration()
         super().bootstrap(logging_level, date_format, log_format)
         self._metrics_port = start_metrics_server(

@@ -19,6 +19,7 @@ definition is logged and fails only that agent's tasks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,8 +30,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from redis import Redis
+from redis.exceptions import RedisError
+
 from worker._checks_network import probe_hub, probe_mcp_server, probe_redis
 from worker.agents import AgentDefinition, AgentStore
+from worker.cli import redis_url_parser
 from worker.exceptions import ConfigurationError, WorkerError
 from worker.settings import Settings, load_settings
 
@@ -95,12 +100,17 @@ def run_checks(
     redis: bool = True,
     network: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    agent_cache: Redis | None = None,
 ) -> CheckReport:
-    """Every check on already loaded settings; ``network=False`` skips the Hub and MCP probes."""
+    """Every check on already loaded settings; ``network=False`` skips the Hub and MCP probes.
+
+    ``agent_cache``: the worker's Redis, where the definitions the check reads are cached
+    for the tasks that follow (the files are still read, never an older cache entry).
+    """
     report = CheckReport()
     if redis:
         _check_redis(report, config, timeout_s)
-    agents = _check_agents(report, config)
+    agents = _check_agents(report, config, agent_cache)
     _check_skills(report, config)
     _check_mcp_config(report, config, agents, network=network, timeout_s=timeout_s)
     _check_grant_policy(report, config, agents)
@@ -149,7 +159,9 @@ def _agents_root(report: CheckReport, source: str) -> Path | None:
     return root
 
 
-def _check_agents(report: CheckReport, config: Settings) -> dict[str, AgentDefinition]:
+def _check_agents(
+    report: CheckReport, config: Settings, cache: Redis | None = None
+) -> dict[str, AgentDefinition]:
     """Load every definition as a task would; returns those that loaded, by agent id."""
     if config.agents_dir.lower().startswith(("http://", "https://")):
         report.checked.append("AGENTS_DIR is a URL: definitions are read when a task names them")
@@ -157,7 +169,8 @@ def _check_agents(report: CheckReport, config: Settings) -> dict[str, AgentDefin
     root = _agents_root(report, config.agents_dir)
     if root is None:
         return {}
-    store = AgentStore(str(root), redis=None, ttl_s=0)
+    ttl_s = config.agent_cache_ttl_s if cache is not None else 0
+    store = AgentStore(str(root), redis=cache, ttl_s=ttl_s)
     names = store.list_agents()
     if not names:
         report.warning("AGENTS_DIR", f"no agents/<name>/config.yaml under {root}")
@@ -175,6 +188,10 @@ def _check_agents(report: CheckReport, config: Settings) -> dict[str, AgentDefin
 
 def _check_definition(report: CheckReport, store: AgentStore, name: str) -> AgentDefinition | None:
     config_file = f"agents/{name}/config.yaml"
+    # The files are checked, not what an earlier read cached. Without Redis the cache
+    # cannot be read either, and load reads the files.
+    with contextlib.suppress(RedisError):
+        store.invalidate(name)
     try:
         definition = store.load(name)
     except WorkerError as exc:
@@ -327,9 +344,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-worker check",
         description="Check settings, Redis, agent definitions, MCP servers, grants and the Hub.",
+        parents=[redis_url_parser()],
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--redis-url", help="check this Redis instead of REDIS_URL")
     parser.add_argument(
         "--offline",
         action="store_true",
@@ -375,13 +392,21 @@ def _print(report: CheckReport, *, as_json: bool) -> None:
     print("check: " + "; ".join(summary))
 
 
-def check_at_start(config: Settings, *, timeout_s: float = 2.0) -> None:
+def check_at_start(
+    config: Settings, *, timeout_s: float = 2.0, agent_cache: Redis | None = None
+) -> None:
     """What ``AgentWorker`` runs before taking work: log warnings and agent errors, and stop
-    with one ``agent-worker: error: ...`` line per fleet-wide error (exit status 2)."""
+    with one ``agent-worker: error: ...`` line per fleet-wide error (exit status 2).
+
+    With ``agent_cache`` (the worker's Redis) the definitions it reads are cached for the
+    first tasks: each is read, and its warnings logged, once at start.
+    """
     from worker.logs import log_event
 
     # No Redis probe: rq's CLI has already asked the worker's Redis whether it is suspended.
-    report = run_checks(config, redis=False, network=True, timeout_s=timeout_s)
+    report = run_checks(
+        config, redis=False, network=True, timeout_s=timeout_s, agent_cache=agent_cache
+    )
     fatal = [p for p in report.errors if p.agent is None]
     for problem in report.problems:
         if problem not in fatal:

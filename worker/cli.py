@@ -33,6 +33,19 @@ def use_redis_url(url: str | None) -> None:
     settings.cache_clear()
 
 
+def redis_url_parser() -> argparse.ArgumentParser:
+    """The ``--redis-url`` option, for ``parents=[...]`` of every subcommand's parser that
+    uses Redis: one definition, so every ``--help`` shows it."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        REDIS_URL_OPTION,
+        dest="redis_url",
+        metavar="URL",
+        help="use this Redis instead of REDIS_URL",
+    )
+    return parent
+
+
 def _take_redis_url(arguments: list[str]) -> list[str]:
     """Apply and remove ``--redis-url URL`` / ``--redis-url=URL``, so each subcommand's own
     parser never needs to know it."""
@@ -80,12 +93,13 @@ def _unknown_task(redis: Redis, command: str, task_id: str) -> bool:
     """Say so (one line) when ``task_id`` names no job: a typo must not look like success."""
     from rq.job import Job
 
+    from worker._job_lookup import NOT_A_TASK_ID, UNKNOWN_TASK
     from worker.task import TASK_ID_PATTERN
 
     if not re.fullmatch(TASK_ID_PATTERN, task_id):
-        reason = "not a task id (1-128 characters of A-Z, a-z, 0-9, '_' and '-')"
+        reason = NOT_A_TASK_ID
     elif not redis.exists(Job.key_for(task_id)):
-        reason = "unknown task (no job with this id; it may have expired)"
+        reason = UNKNOWN_TASK
     else:
         return False
     print(f"agent-worker {command}: {task_id!r}: {reason}", file=sys.stderr)
@@ -125,11 +139,19 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     handlers: dict[str, Handler] = {}
 
-    def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    def command(
+        name: str, handler: Handler, help_text: str, *, uses_redis: bool = True
+    ) -> argparse.ArgumentParser:
         handlers[name] = handler
-        return commands.add_parser(name, help=help_text, description=help_text)
+        parents = [redis_url_parser()] if uses_redis else []
+        return commands.add_parser(name, help=help_text, description=help_text, parents=parents)
 
-    command("devhub", _devhub, "run the local in-memory Hub (takes --host, --port, --api-key)")
+    command(
+        "devhub",
+        _devhub,
+        "run the local in-memory Hub (takes --host, --port, --api-key)",
+        uses_redis=False,
+    )
     enqueue = command("enqueue", _enqueue, "validate and enqueue tasks (JSON, array or lines)")
     enqueue.add_argument("source", help="a file of tasks, or - for standard input")
     cancel = command("cancel", _cancel, "stop a task at its next step (or drop it if queued)")
@@ -137,8 +159,6 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     steer = command("steer", _steer, "add a message for a running task before its next step")
     steer.add_argument("task_id")
     steer.add_argument("text")
-    for sub in (enqueue, cancel, steer):
-        sub.add_argument(REDIS_URL_OPTION, help="use this Redis instead of REDIS_URL")
     for name, module, function, help_text in _EXTENSIONS:
         handlers[name] = _extension(module, function)
         sub = commands.add_parser(name, help=help_text, description=help_text, add_help=False)

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from hub_client import HubClient, HubRejected
 from worker import redis_keys
+from worker.cli import redis_url_parser, use_redis_url
 from worker.logs import log_event
 from worker.outbox import OutboxItem, park, send
 
@@ -165,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-worker dead-letters",
         description="List, replay or drop Hub writes the Hub refused or that ran out of attempts.",
+        parents=[redis_url_parser()],
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="newest first")
@@ -181,6 +183,7 @@ def main(argv: list[str]) -> int:
     """``agent-worker dead-letters list|replay|drop``."""
     parser = _parser()
     args = parser.parse_args(argv)
+    use_redis_url(args.redis_url)
     from worker.redaction import process_redactor
     from worker.redis_connection import connect
     from worker.settings import settings_or_exit

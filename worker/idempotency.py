@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -28,8 +28,7 @@ from redis import Redis
 
 from worker.checkpoints import RedisJournal, ToolIntent, arguments_digest
 from worker.logs import log_event
-from worker.models._types import ToolSpec
-from worker.tools._base import CallContext, Resolution, Toolbox, ToolResult
+from worker.tools._base import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
 __all__ = [
     "ContentKeyedToolbox",
@@ -66,18 +65,7 @@ def content_key(task_id: str, tool: str, arguments: dict[str, Any], occurrence: 
     return f"{task_id}:tool:{digest}:{occurrence}"
 
 
-class _Delegating:
-    def __init__(self, toolbox: Toolbox) -> None:
-        self._toolbox = toolbox
-
-    def offered(self) -> Sequence[ToolSpec]:
-        return self._toolbox.offered()
-
-    def resolve(self, name: str) -> Resolution:
-        return self._toolbox.resolve(name)
-
-
-class IntentJournalingToolbox(_Delegating):
+class IntentJournalingToolbox(ToolboxWrapper):
     """Records each call's intent in the task's journal before the call runs."""
 
     def __init__(self, toolbox: Toolbox, journal: RedisJournal) -> None:
@@ -109,10 +97,10 @@ class IntentJournalingToolbox(_Delegating):
                     idempotency_key=ctx.idempotency_key,
                 )
             )
-        return await self._toolbox.call(name, arguments, ctx)
+        return await self._inner.call(name, arguments, ctx)
 
 
-class ContentKeyedToolbox(_Delegating):
+class ContentKeyedToolbox(ToolboxWrapper):
     """Keys each call by what it does (tool, arguments, how often so far), not by position."""
 
     def __init__(self, toolbox: Toolbox) -> None:
@@ -123,7 +111,7 @@ class ContentKeyedToolbox(_Delegating):
         digest = arguments_digest(name, arguments)
         self._seen[digest] += 1
         key = content_key(ctx.task_id, name, arguments, self._seen[digest])
-        return await self._toolbox.call(name, arguments, KeyedCallContext.of(ctx, key))
+        return await self._inner.call(name, arguments, KeyedCallContext.of(ctx, key))
 
 
 ToolboxOpener = Callable[[Any, Any], AbstractAsyncContextManager[Toolbox]]

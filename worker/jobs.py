@@ -70,10 +70,12 @@ from worker.task import (
 from worker.tools import Toolbox
 from worker.write_caps import (
     CappedToolbox,
+    RefusalHandler,
     WriteCaps,
     WriteKind,
     WriteLedger,
     WriteRefused,
+    counted_refusals,
     note_refusal,
 )
 
@@ -155,6 +157,8 @@ class _Progress:
     error: BaseException | None = None
     posted: list[str] = field(default_factory=list)
     requeue: dict[str, Any] | None = None
+    # The last requeue was used up: the task ends as a model error, reported to m/agent-errors.
+    given_up: bool = False
     # Fixed once the task holds its leases; every Hub, MCP and model call ends by it.
     deadline: TaskDeadline | None = None
 
@@ -326,6 +330,8 @@ class TaskRun:
             journal=journal,
             resume=journal.load(),
             on_spawn=self._rt.on_spawn,
+            # CLI executors: the writes their gateway held back, counted here as the loop's are.
+            on_write_refused=self._refusals(agent, task),
             can_execute_tool=self._rt.can_execute_tool,
             untrusted_nonce=blocks.nonce,
         )
@@ -399,6 +405,7 @@ class TaskRun:
                 reason=reason,
             )
             return Outcome.REQUEUED
+        self._p.given_up = True
         self._p.error = ModelError(
             f"gave up after {attempt} requeue(s): {reason}",
             provider=getattr(exc, "provider", ""),
@@ -506,10 +513,13 @@ class TaskRun:
                 toolbox,
                 self._ledger(task, agent),
                 hub_server=self._rt.settings.hub_tool_server,
-                agent_id=agent.config.name,
-                task_id=task.task_id,
-                metrics=self._rt.metrics,
+                on_refused=self._refusals(agent, task),
             )
+
+    def _refusals(self, agent: AgentDefinition, task: Task) -> RefusalHandler:
+        return counted_refusals(
+            agent_id=agent.config.name, task_id=task.task_id, metrics=self._rt.metrics
+        )
 
     # --- settling ----------------------------------------------------------------------------
 
@@ -574,10 +584,7 @@ class TaskRun:
 
     def _posts_error(self, report: AgentReport) -> bool:
         """Failed outcomes, tool loops, and a task given up after its last requeue."""
-        if report.outcome.posts_error:
-            return True
-        gave_up = "gave up" in (report.error.message if report.error else "")
-        return self._p.requeue is None and gave_up
+        return report.outcome.posts_error or self._p.given_up
 
     def _metric_labels(self) -> tuple[str, str]:
         """(agent, type) labels: only agents that loaded and types that parsed, so a flood

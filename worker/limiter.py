@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from worker import redis_keys
 from worker.exceptions import ModelUnavailable
 from worker.logs import log_event
-from worker.models import FallbackModel, Model, ModelRequest, ModelResponse, Usage
+from worker.models import FallbackModel, Model, ModelRequest, ModelResponse, ModelWrapper, Usage
 from worker.models._retry import RetryingModel
 
 # Token bucket: refill by elapsed time, take `cost` if there is enough, else say how long to
@@ -146,7 +146,7 @@ class FleetLimiter:
         self.settle(_estimate_tokens(request), usage.total_tokens)
 
 
-class RateLimitedModel:
+class RateLimitedModel(ModelWrapper):
     """A model behind the fleet limiter.
 
     A provider model (and each model of a fallback chain) gets the limiter as its
@@ -156,17 +156,9 @@ class RateLimitedModel:
     """
 
     def __init__(self, inner: Model, limiter: FleetLimiter) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._limiter = limiter
         self._gated = _gate_attempts(inner, limiter)
-
-    @property
-    def provider(self) -> str:
-        return self._inner.provider
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if self._gated:

@@ -21,14 +21,15 @@ from dataclasses import dataclass
 
 from redis import Redis
 from redis.exceptions import RedisError
-from rq.exceptions import DeserializationError, NoSuchJobError
-from rq.job import Job
+from rq.exceptions import DeserializationError
 from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
+from worker._job_lookup import fetch_task_job
+from worker._worker_vetting import CappedJob
 from worker.agents import AGENT_NAME_PATTERN, AgentStore
-from worker.cli import use_redis_url
+from worker.cli import redis_url_parser, use_redis_url
 from worker.enqueue import (
     DEFAULT_QUEUE,
     DEFAULT_RESULT_TTL_S,
@@ -40,7 +41,7 @@ from worker.exceptions import InvalidTask
 from worker.redaction import process_redactor
 from worker.redis_connection import connect
 from worker.settings import settings_or_exit
-from worker.task import TASK_ID_PATTERN, Task, parse_task
+from worker.task import Task, parse_task
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,14 +62,9 @@ class RequeueOutcome:
 
 def find_failed_task(redis: Redis, task_id: str) -> FailedTask | str:
     """The failed task ``task_id``, or the reason it cannot be requeued (one line)."""
-    if not re.fullmatch(TASK_ID_PATTERN, task_id):
-        return f"{task_id!r}: not a task id (1-128 characters of A-Z, a-z, 0-9, '_' and '-')"
-    try:
-        job = Job.fetch(task_id, connection=redis, serializer=JSONSerializer)
-    except NoSuchJobError:
-        return f"{task_id}: unknown task (no job with this id; it may have expired)"
-    except (ValueError, DeserializationError):
-        return f"{task_id}: its job data cannot be read"
+    job = fetch_task_job(redis, task_id, job_class=CappedJob)
+    if isinstance(job, str):
+        return job
     registry = FailedJobRegistry(job.origin, connection=redis, serializer=JSONSerializer)
     if task_id not in registry:
         status = job.get_status(refresh=False)
@@ -133,17 +129,18 @@ def requeue_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="agent-worker requeue",
         description="Put failed tasks back on their queue (attempt 0); all or none.",
+        parents=[redis_url_parser()],
     )
     parser.add_argument("task_ids", nargs="*", metavar="TASK_ID")
     parser.add_argument(
         "--all", action="store_true", help="every failed task (skipping those that cannot be)"
     )
-    parser.add_argument("--redis-url", help="use this Redis instead of REDIS_URL")
     args = parser.parse_args(argv)
     if bool(args.task_ids) == args.all:
         parser.error("give task ids or --all (not both)")
     use_redis_url(args.redis_url)
     settings = settings_or_exit()
+    CappedJob.max_data_bytes = settings.job_data_max_bytes  # the cap the workers apply
     redis = connect(settings)
     try:
         outcome = requeue_failed(
@@ -178,9 +175,9 @@ def reload_agents_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="agent-worker reload-agents",
         description="Drop cached agent definitions (all without ids); workers re-read the files.",
+        parents=[redis_url_parser()],
     )
     parser.add_argument("agent_ids", nargs="*", metavar="AGENT_ID")
-    parser.add_argument("--redis-url", help="use this Redis instead of REDIS_URL")
     args = parser.parse_args(argv)
     use_redis_url(args.redis_url)
     malformed = [name for name in args.agent_ids if not re.fullmatch(AGENT_NAME_PATTERN, name)]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -19,13 +18,12 @@ from typing import Any
 
 from redis import Redis
 from redis.exceptions import RedisError
-from rq.exceptions import DeserializationError, NoSuchJobError
-from rq.job import Job
-from rq.serializers import JSONSerializer
 
+from worker._job_lookup import fetch_task_job
+from worker._worker_vetting import CappedJob
+from worker.cli import redis_url_parser
 from worker.redaction import process_redactor
 from worker.settings import settings_or_exit
-from worker.task import TASK_ID_PATTERN
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,14 +37,9 @@ class StoredReport:
 
 def find_report(redis: Redis, task_id: str) -> StoredReport | str:
     """The task's report, or one line saying why there is none."""
-    if not re.fullmatch(TASK_ID_PATTERN, task_id):
-        return f"{task_id!r}: not a task id (1-128 characters of A-Z, a-z, 0-9, '_' and '-')"
-    try:
-        job = Job.fetch(task_id, connection=redis, serializer=JSONSerializer)
-    except NoSuchJobError:
-        return f"{task_id}: unknown task (no job with this id; it may have expired)"
-    except (ValueError, DeserializationError):
-        return f"{task_id}: its job data cannot be read"
+    job = fetch_task_job(redis, task_id, job_class=CappedJob)
+    if isinstance(job, str):
+        return job
     status = job.get_status(refresh=False)
     shown_status = status.value if status is not None else "unknown"
     report = job.meta.get("report")
@@ -85,17 +78,19 @@ def render_report(stored: StoredReport) -> str:
 def main(argv: list[str]) -> int:
     """``agent-worker report TASK_ID [--json]``."""
     parser = argparse.ArgumentParser(
-        prog="agent-worker report", description="Show the AgentReport of a task that ran."
+        prog="agent-worker report",
+        description="Show the AgentReport of a task that ran.",
+        parents=[redis_url_parser()],
     )
     parser.add_argument("task_id", metavar="TASK_ID")
     parser.add_argument("--json", action="store_true", help="print the report object")
-    parser.add_argument("--redis-url", help="use this Redis instead of REDIS_URL")
     args = parser.parse_args(argv)
     from worker.cli import use_redis_url
     from worker.redis_connection import connect
 
     use_redis_url(args.redis_url)
     settings = settings_or_exit()
+    CappedJob.max_data_bytes = settings.job_data_max_bytes  # the cap the workers apply
     redact = process_redactor(settings.secret_values())
     redis = connect(settings)
     try:

@@ -47,6 +47,7 @@ from rq.serializers import JSONSerializer
 from hub_client import AgentSummary, HubClient, HubError
 from worker import redis_keys
 from worker.agents import AgentStore
+from worker.cli import redis_url_parser, use_redis_url
 from worker.enqueue import (
     DEFAULT_QUEUE,
     DEFAULT_RESULT_TTL_S,
@@ -530,6 +531,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-worker schedule",
         description="Enqueue exploration tasks for stale agents (one leader at a time).",
+        parents=[redis_url_parser()],
     )
     parser.add_argument("--once", action="store_true", help="run one round and exit (cron)")
     parser.add_argument(
@@ -556,6 +558,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """``agent-worker schedule [--once] [--interval-s] [--min-staleness-s] [--max-per-round]``."""
     args = _parser().parse_args(argv)
+    use_redis_url(args.redis_url)
     settings = settings_or_exit()
     set_level(settings.log_level)
     set_redactor(process_redactor(settings.secret_values()))

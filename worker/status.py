@@ -77,6 +77,8 @@ from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
 from worker import redis_keys
+from worker._worker_vetting import CappedJob
+from worker.cli import redis_url_parser
 from worker.dead_letters import dead_letter_count, newest_dead_letter
 from worker.enqueue import DEFAULT_QUEUE
 from worker.loop import ResponseEntry, entry_from_json
@@ -342,8 +344,9 @@ def _last_line(text: str | None) -> str | None:
 
 
 def _fetch(redis: Redis, job_id: str) -> Job | None:
+    """The job, or None when it is gone or unreadable (a zlib bomb too: the capped class)."""
     try:
-        return Job.fetch(job_id, connection=redis, serializer=JSONSerializer)
+        return CappedJob.fetch(job_id, connection=redis, serializer=JSONSerializer)
     except (NoSuchJobError, ValueError, DeserializationError):
         return None
 
@@ -459,6 +462,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-worker status",
         description="Queues, workers, recent failures and the outbox, read from Redis.",
+        parents=[redis_url_parser()],
     )
     parser.add_argument("--json", action="store_true", help="print the documented JSON object")
     parser.add_argument(
@@ -468,7 +472,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="show the N newest failures (default %(default)s)",
     )
-    parser.add_argument("--redis-url", help="use this Redis instead of REDIS_URL")
     return parser
 
 
@@ -479,6 +482,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     use_redis_url(args.redis_url)
     settings = settings_or_exit()
+    CappedJob.max_data_bytes = settings.job_data_max_bytes  # the cap the workers apply
     redact = process_redactor(settings.secret_values())
     redis = connect(settings)
     try:

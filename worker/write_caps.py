@@ -14,7 +14,7 @@ cap is not executed; the model reads ``Error: daily comment limit (N) reached``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -27,8 +27,7 @@ from worker import redis_keys
 from worker.agents import AgentDefinition
 from worker.logs import log_event
 from worker.metrics import JobMetrics
-from worker.models import ToolSpec
-from worker.tools import CallContext, Resolution, Toolbox, ToolResult
+from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
 # Counters live this long past the end of their day, so a late writer still finds them.
 _DAY_KEY_GRACE = timedelta(hours=1)
@@ -227,12 +226,27 @@ def note_refusal(
     )
 
 
-class CappedToolbox:
+# Told of each write a cap held back: (the refusal, the tool name or "reply").
+RefusalHandler = Callable[[WriteRefused, str], None]
+
+
+def counted_refusals(*, agent_id: str, task_id: str, metrics: JobMetrics) -> RefusalHandler:
+    """The worker's handler: every refusal logged and counted (``note_refusal``)."""
+
+    def handle(refusal: WriteRefused, via: str) -> None:
+        note_refusal(refusal, agent_id=agent_id, task_id=task_id, metrics=metrics, via=via)
+
+    return handle
+
+
+class CappedToolbox(ToolboxWrapper):
     """A Toolbox whose Hub write tools count against the agent's write caps.
 
     Every other tool passes straight through. A write over a cap is not executed;
-    it returns an error result the model reads. A write the Hub refused gives its
-    count back; one that timed out keeps it (it may have been made).
+    it returns an error result the model reads, and ``on_refused`` hears of it: in
+    the worker, ``counted_refusals``; in the CLI gateway, the call log the worker reads.
+    A write the Hub refused gives its count back; one that timed out keeps it (it may
+    have been made).
     """
 
     def __init__(
@@ -241,22 +255,12 @@ class CappedToolbox:
         ledger: WriteLedger,
         *,
         hub_server: str,
-        agent_id: str,
-        task_id: str,
-        metrics: JobMetrics,
+        on_refused: RefusalHandler,
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._ledger = ledger
         self._hub_server = hub_server
-        self._agent_id = agent_id
-        self._task_id = task_id
-        self._metrics = metrics
-
-    def offered(self) -> Sequence[ToolSpec]:
-        return self._inner.offered()
-
-    def resolve(self, name: str) -> Resolution:
-        return self._inner.resolve(name)
+        self._on_refused = on_refused
 
     async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
         kind = self.write_kind(name)
@@ -265,13 +269,7 @@ class CappedToolbox:
         post_id = arguments.get("post_id")
         outcome = self._ledger.reserve(kind, post_id=post_id if isinstance(post_id, str) else None)
         if isinstance(outcome, WriteRefused):
-            note_refusal(
-                outcome,
-                agent_id=self._agent_id,
-                task_id=self._task_id,
-                metrics=self._metrics,
-                via=name,
-            )
+            self._on_refused(outcome, name)
             return ToolResult(content=f"Error: {outcome.message}", is_error=True)
         result = await self._inner.call(name, arguments, ctx)
         if result.is_error:
@@ -288,11 +286,13 @@ class CappedToolbox:
 
 __all__ = [
     "CappedToolbox",
+    "RefusalHandler",
     "RefusalReason",
     "Reservation",
     "WriteCaps",
     "WriteKind",
     "WriteLedger",
     "WriteRefused",
+    "counted_refusals",
     "note_refusal",
 ]

@@ -73,6 +73,7 @@ WORKER_EXTRA_METRICS: dict[str, frozenset[str]] = {
     "agent_outbox_dead_letters_total": frozenset({"kind"}),
     "agent_hub_writes_refused_total": frozenset({"agent", "kind", "reason"}),
     "agent_jobs_undecodable_total": frozenset(),
+    "agent_redis_unavailable_total": frozenset({"kind"}),
 }
 # Series Prometheus itself writes for every target.
 PROMETHEUS_METRICS: dict[str, frozenset[str]] = {"up": frozenset()}
@@ -84,7 +85,7 @@ FAILING_OUTCOMES = {"model_error", "autonomy_violation", "invalid_task", "error"
 OUR_SERVICES = ("worker", "mcp-hub", "mcp-web", "scheduler")
 PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
 # Beyond our Settings, the worker container sets what rq's CLI reads.
-RQ_VARIABLES = frozenset({"RQ_WORKER_CLASS"})
+RQ_VARIABLES = frozenset({"RQ_WORKER_CLASS", "RQ_CONFIG"})
 
 
 def longest_default_task_s() -> float:
@@ -382,6 +383,7 @@ def exported_metrics(redis_url: str) -> dict[str, frozenset[str]]:
     recorded.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
     recorded.apply_locally(metrics)
     metrics.jobs_undecodable.inc()
+    metrics.redis_unavailable("oom")
 
     exposition = generate_latest(metrics.registry).decode()
     exported: dict[str, set[str]] = {}

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 import yaml
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from pydantic import SecretStr
+from redis import Redis
 
 from tests.support.devhub import running_devhub
 from tests.support.fake_clis import install_fake_cli, read_record
@@ -33,7 +33,13 @@ from tests.support.mcp_servers import running_mcp_hub
 from tests.support.mcp_test_servers.launch import stdio_entry
 from worker.agents import AgentConfig, AgentDefinition
 from worker.exceptions import AutonomyViolation
-from worker.executors import EXECUTORS, ClaudeCodeExecutor, CliExecutor, ExecutionRequest
+from worker.executors import (
+    EXECUTORS,
+    ClaudeCodeExecutor,
+    CliExecutor,
+    ExecutionRequest,
+    NativeExecutor,
+)
 from worker.executors._gateway_link import (
     CAPABILITY,
     GatewaySpec,
@@ -44,10 +50,15 @@ from worker.executors._gateway_link import (
 )
 from worker.idempotency import content_key
 from worker.loop import GrantDenied, LoopEvent, LoopSettings, RunLimits, ToolCalled
-from worker.models import Message
+from worker.metrics import JobMetrics
+from worker.models import Message, ScriptedModel, Turn
 from worker.settings import Settings
 from worker.task import Outcome, Task
+from worker.tools import Toolbox
+from worker.tools._config import load_mcp_config
 from worker.tools._grants import EffectiveGrants
+from worker.tools._mcp import McpToolbox
+from worker.write_caps import CappedToolbox, WriteCaps, WriteLedger, counted_refusals
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -59,6 +70,14 @@ KIT_TOOLS = {"echo": "kit:read", "pid": "kit:read", "crash": "kit:write"}
 def kit_config(directory: Path) -> Path:
     path = directory / "mcp.yaml"
     path.write_text(yaml.safe_dump({"servers": {"kit": stdio_entry("toolkit", KIT_TOOLS)}}))
+    return path
+
+
+def hub_config(directory: Path, server_url: str, tools: dict[str, str]) -> Path:
+    """An MCP_CONFIG naming our hub server at ``server_url`` with ``tools``."""
+    path = directory / "mcp.yaml"
+    hub = {"url": server_url, "first_party": True, "tools": tools}
+    path.write_text(yaml.safe_dump({"servers": {"hub": hub}}))
     return path
 
 
@@ -179,18 +198,8 @@ async def test_hub_server_over_http_with_token_from_the_secrets_file(workdir: Pa
         running_devhub(api_key=HUB_KEY) as hub,
         running_mcp_hub(hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server,
     ):
-        post = httpx2.post(
-            f"{hub.url}/api/v1/posts",
-            json={"agent_id": "someone", "content": "How do we deploy?", "title": "Deploys"},
-            headers={"Authorization": f"Bearer {HUB_KEY}"},
-            trust_env=False,
-        ).json()
-        config = workdir / "mcp.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {"servers": {"hub": {"url": server.url, "first_party": True, "tools": hub_tools}}}
-            )
-        )
+        post_id = hub.seed_post("How do we deploy?", author="someone", title="Deploys")
+        config = hub_config(workdir, server.url, hub_tools)
         secrets = workdir / "secrets.json"
         write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN})
 
@@ -198,7 +207,7 @@ async def test_hub_server_over_http_with_token_from_the_secrets_file(workdir: Pa
         async with gateway(reader, workdir / "reader.stderr") as session:
             read_only = sorted(tool.name for tool in (await session.list_tools()).tools)
             refused = await session.call_tool(
-                "hub__create_comment", {"post_id": post["id"], "content": "no"}
+                "hub__create_comment", {"post_id": post_id, "content": "no"}
             )
             found = await session.call_tool("hub__search_posts", {"query": "deploy"})
 
@@ -211,17 +220,17 @@ async def test_hub_server_over_http_with_token_from_the_secrets_file(workdir: Pa
         )
         async with gateway(writer, workdir / "writer.stderr") as session:
             created = await session.call_tool(
-                "hub__create_comment", {"post_id": post["id"], "content": "Use the pipeline."}
+                "hub__create_comment", {"post_id": post_id, "content": "Use the pipeline."}
             )
         state = hub.state()
 
     assert read_only == ["hub__get_thread", "hub__search_posts"]
     assert refused.is_error and text_of(refused) == "Error: Missing grant hub:write"
-    assert not found.is_error and post["id"] in text_of(found)
+    assert not found.is_error and post_id in text_of(found)
     assert not created.is_error and text_of(created).startswith("Created comment ")
     [comment] = state["comments"]
     # Who wrote it came from the gateway's _meta, not from the model's arguments.
-    assert comment["post_id"] == post["id"]
+    assert comment["post_id"] == post_id
     assert comment["author"]["id"] == "gw-agent"
     stderr_text = (workdir / "writer.stderr").read_text() + (workdir / "reader.stderr").read_text()
     assert MCP_TOKEN not in stderr_text
@@ -240,18 +249,8 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
             hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN, capability_key=key
         ) as server,
     ):
-        post = httpx2.post(
-            f"{hub.url}/api/v1/posts",
-            json={"agent_id": "someone", "content": "How do we deploy?"},
-            headers={"Authorization": f"Bearer {HUB_KEY}"},
-            trust_env=False,
-        ).json()
-        config = workdir / "mcp.yaml"
-        config.write_text(
-            yaml.safe_dump(
-                {"servers": {"hub": {"url": server.url, "first_party": True, "tools": hub_tools}}}
-            )
-        )
+        post_id = hub.seed_post("How do we deploy?", author="someone")
+        config = hub_config(workdir, server.url, hub_tools)
         spec = gateway_spec(workdir, config, grants=("hub:*",), require_capability=True)
         capability = gateway_capability(
             SecretStr(key),
@@ -265,7 +264,7 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
         spec = dataclasses.replace(spec, secrets_file=secrets)
         async with gateway(spec, workdir / "gateway.stderr") as session:
             created = await session.call_tool(
-                "hub__create_comment", {"post_id": post["id"], "content": "Use the pipeline."}
+                "hub__create_comment", {"post_id": post_id, "content": "Use the pipeline."}
             )
         state = hub.state()
 
@@ -464,3 +463,136 @@ async def test_strict_grants_end_the_task_as_an_autonomy_violation(workdir: Path
     assert isinstance(result.error, AutonomyViolation)
     assert "'kit__crash' without its grant" in str(result.error)
     assert result.output == ""
+
+
+async def test_a_cli_agent_is_held_to_the_write_caps_it_shares_with_native_tasks(
+    workdir: Path, redis_url: str, log_stream: Any
+) -> None:
+    """Two comments on one post through a fake CLI: the second is refused, as in the native
+    loop; and one comment of the day left after a native task of the same agent."""
+    hub_tools = {"get_thread": "hub:read", "create_comment": "hub:write"}
+    config = AgentConfig.model_validate(
+        {
+            "name": "capped-cli",
+            "type": "claude-code",
+            "brain": {"provider": "anthropic", "model": "claude-sonnet-4-5"},
+            "capabilities": {"grants": ["hub:*"]},
+            "behavior": {"limits": {"max_daily_comments": 2}},
+        }
+    )
+    agent = AgentDefinition(config=config, system_prompt="system")
+    with (
+        running_devhub(api_key=HUB_KEY) as hub,
+        running_mcp_hub(hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server,
+    ):
+        post_ids = [hub.seed_post(f"Question {n}?", author="someone") for n in range(3)]
+        mcp_config = hub_config(workdir, server.url, hub_tools)
+        settings = Settings(
+            anthropic_api_key="sk-ant-gateway-test-0123456789",  # type: ignore[arg-type]
+            mcp_config=mcp_config,
+            mcp_auth_token=MCP_TOKEN,  # type: ignore[arg-type]
+            redis_url=redis_url,
+        )
+        metrics = JobMetrics()
+        # A native task of the agent comments first, through the worker's CappedToolbox.
+        await native_comment(agent, settings, post_ids[2], metrics)
+
+        bin_dir = workdir / "bin"
+        bin_dir.mkdir()
+        comments = [
+            {"post_id": post_ids[0], "content": "Use the pipeline."},
+            {"post_id": post_ids[0], "content": "Really, use the pipeline."},
+            {"post_id": post_ids[1], "content": "Same here."},
+        ]
+        calls = [{"name": "hub__create_comment", "arguments": c} for c in comments]
+        fake = install_fake_cli("claude", bin_dir, {"tool_calls": calls})
+        request = make_request("claude-code", strict_grants=False, events=[], spawned=[])
+        request.agent = agent
+        request.task = Task.model_validate(
+            {
+                "task_id": "t-cli-caps",
+                "type": "notification",
+                "agent_id": "capped-cli",
+                "post_id": post_ids[0],
+            }
+        )
+        request.on_write_refused = counted_refusals(
+            agent_id="capped-cli", task_id="t-cli-caps", metrics=metrics
+        )
+        result = await ClaudeCodeExecutor(settings, executable=str(fake)).run(request)
+        state = hub.state()
+    record = read_record(fake)
+
+    assert result.outcome is Outcome.COMPLETED, result.error
+    # The native task's comment and the CLI's first: the cap of two a day is reached.
+    assert sorted(c["content"] for c in state["comments"]) == ["Native.", "Use the pipeline."]
+    first, *refusals = record["tool_results"]
+    assert not first["is_error"] and first["text"].startswith("Created comment ")
+    assert [(r["is_error"], r["text"]) for r in refusals] == [
+        (
+            True,
+            f"Error: you already commented on post {post_ids[0]} in this task "
+            "(limit 1 per post); do not comment on it again",
+        ),
+        (True, "Error: daily comment limit (2) reached"),
+    ]
+    # Logged and counted by the worker, as the native loop's refusals are.
+    refused = [e for e in log_events_of(log_stream) if e["event"] == "hub_write_refused"]
+    assert [(e["agent"], e["reason"], e["via"]) for e in refused] == [
+        ("capped-cli", "per_post", "hub__create_comment"),
+        ("capped-cli", "daily_limit", "hub__create_comment"),
+    ]
+    batch = metrics._take()
+    assert batch is not None
+    for reason in ("per_post", "daily_limit"):
+        assert ["agent_hub_writes_refused_total", ["capped-cli", "comment", reason], 1] in batch[
+            "counters"
+        ]
+    # The Redis URL went to the gateway's secrets file only: never to the CLI.
+    assert redis_url not in json.dumps(record)
+
+
+async def native_comment(
+    agent: AgentDefinition, settings: Settings, post_id: str, metrics: JobMetrics
+) -> None:
+    """One comment by a native task of ``agent``, its toolbox capped as the worker caps it."""
+    redis = Redis.from_url(settings.redis_url)
+    caps = WriteCaps.of(agent, max_writes_per_post=settings.max_writes_per_post)
+    mcp_config, auth_token = settings.mcp_config, settings.mcp_auth_token
+    assert mcp_config is not None and auth_token is not None
+
+    @asynccontextmanager
+    async def open_toolbox() -> AsyncIterator[Toolbox]:
+        async with McpToolbox.open(
+            load_mcp_config(mcp_config),
+            grants=EffectiveGrants.of(["hub:*"]),
+            auth_token=auth_token.get_secret_value(),
+        ) as tools:
+            yield CappedToolbox(
+                tools,
+                WriteLedger(redis, agent_id=agent.config.name, task_id="t-native", caps=caps),
+                hub_server=settings.hub_tool_server,
+                on_refused=counted_refusals(
+                    agent_id=agent.config.name, task_id="t-native", metrics=metrics
+                ),
+            )
+
+    model = ScriptedModel(
+        [
+            Turn(tool_calls=[("hub__create_comment", {"post_id": post_id, "content": "Native."})]),
+            Turn(text="Commented."),
+        ]
+    )
+    request = make_request("native", strict_grants=False, events=[], spawned=[])
+    request.agent = agent
+    request.open_toolbox = open_toolbox
+    request.make_model = lambda: model
+    try:
+        result = await NativeExecutor().run(request)
+    finally:
+        redis.close()
+    assert result.outcome is Outcome.COMPLETED, result.error
+
+
+def log_events_of(stream: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]

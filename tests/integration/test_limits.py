@@ -1,4 +1,3 @@
-# ruff: noqa: F811
 """Each limit at its boundary through a real `rq worker`: the deadline, tokens and cost.
 
 The chaos stack serves them (real Redis, devhub, MCP servers, and a scripted model
@@ -18,8 +17,6 @@ from typing import Any
 import pytest
 import yaml
 
-# The chaos suite's fixtures, reused: each test's `chaos` argument is that fixture.
-from tests.chaos.conftest import chaos, chaos_stack  # noqa: F401
 from tests.chaos.harness import (
     MODEL,
     ChaosStack,

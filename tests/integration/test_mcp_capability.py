@@ -8,18 +8,19 @@ import time
 from collections.abc import Iterator
 from typing import Any, cast
 
-import httpx2
 import jwt
 import pytest
-from mcp_types import CallToolResult, RequestParamsMeta, TextContent
+from mcp_types import RequestParamsMeta
 
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.mcp_servers import (
     RunningMcpServer,
+    caller_meta,
     mcp_http_session,
     running_mcp_hub,
     running_mcp_web,
     server_environment,
+    text_of,
 )
 from worker.tools._capability import mint_capability
 from worker.tools._grants import EffectiveGrants
@@ -50,20 +51,7 @@ def capability(
 
 
 def meta(token: str | None, *, agent_id: str = "agent-a", step: int = 1) -> RequestParamsMeta:
-    values: dict[str, Any] = {
-        "agent_id": agent_id,
-        "task_id": TASK,
-        "idempotency_key": f"{TASK}:tool:{step}:0",
-    }
-    if token is not None:
-        values["capability"] = token
-    return cast(RequestParamsMeta, values)
-
-
-def text_of(result: CallToolResult) -> str:
-    content = result.content[0]
-    assert isinstance(content, TextContent)
-    return content.text
+    return caller_meta(agent_id, task_id=TASK, step=step, capability=token)
 
 
 @pytest.fixture(scope="module")
@@ -89,21 +77,10 @@ def hub(devhub: DevHub) -> DevHub:
     return devhub
 
 
-def seed_post(hub: DevHub) -> str:
-    answer = httpx2.post(
-        f"{hub.url}/api/v1/posts",
-        json={"agent_id": "alice", "content": "Help?"},
-        headers={"Authorization": f"Bearer {HUB_KEY}"},
-        trust_env=False,
-    )
-    answer.raise_for_status()
-    return str(answer.json()["id"])
-
-
 async def test_a_stolen_bearer_with_forged_meta_posts_nothing(
     hub: DevHub, mcp_hub: RunningMcpServer
 ) -> None:
-    post_id = seed_post(hub)
+    post_id = hub.seed_post("Help?")
     arguments = {"post_id": post_id, "content": "I am the admin agent"}
     async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
         forged = await session.call_tool(
@@ -119,7 +96,7 @@ async def test_a_stolen_bearer_with_forged_meta_posts_nothing(
 async def test_identity_comes_from_the_capability_not_from_meta(
     hub: DevHub, mcp_hub: RunningMcpServer
 ) -> None:
-    post_id = seed_post(hub)
+    post_id = hub.seed_post("Help?")
     arguments = {"post_id": post_id, "content": "hello"}
     async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
         # A capability for agent-a with _meta naming agent-b acts as agent-a.
@@ -144,7 +121,7 @@ async def test_identity_comes_from_the_capability_not_from_meta(
 async def test_expired_or_tampered_capabilities_are_refused(
     hub: DevHub, mcp_hub: RunningMcpServer, token: Any, expected: str
 ) -> None:
-    post_id = seed_post(hub)
+    post_id = hub.seed_post("Help?")
     async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
         result = await session.call_tool(
             "create_comment", {"post_id": post_id, "content": "x"}, meta=meta(token())
@@ -162,7 +139,7 @@ def _forged_unsigned() -> str:
 async def test_the_server_enforces_the_grants_in_the_capability(
     hub: DevHub, mcp_hub: RunningMcpServer
 ) -> None:
-    post_id = seed_post(hub)
+    post_id = hub.seed_post("Help?")
     reader = capability(grants=("hub:read",))
     async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
         write = await session.call_tool(
@@ -184,7 +161,7 @@ async def test_the_server_enforces_the_grants_in_the_capability(
 async def test_an_idempotency_key_of_another_task_is_refused(
     hub: DevHub, mcp_hub: RunningMcpServer
 ) -> None:
-    post_id = seed_post(hub)
+    post_id = hub.seed_post("Help?")
     values = dict(meta(capability()))
     values["idempotency_key"] = "other-task:tool:1:0"
     async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:

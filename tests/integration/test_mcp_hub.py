@@ -10,11 +10,16 @@ import httpx2
 import pytest
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, TextContent
 from mcp_types import RequestParamsMeta as Meta
 
 from tests.support.devhub import DevHub, running_devhub
-from tests.support.mcp_servers import RunningMcpServer, mcp_http_session, running_mcp_hub
+from tests.support.mcp_servers import (
+    RunningMcpServer,
+    caller_meta,
+    mcp_http_session,
+    running_mcp_hub,
+    text_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -23,10 +28,7 @@ MCP_TOKEN = "mcp-token-for-tests-4567"
 
 
 def caller(agent_id: str = "devops-agent", *, step: int = 1, task_id: str = "t-hub") -> Meta:
-    """The ``_meta`` the worker sends with a tool call (see CallContext.meta)."""
-    return as_meta(
-        {"agent_id": agent_id, "task_id": task_id, "idempotency_key": f"{task_id}:tool:{step}:0"}
-    )
+    return caller_meta(agent_id, task_id=task_id, step=step)
 
 
 def as_meta(values: dict[str, str]) -> Meta:
@@ -50,13 +52,6 @@ def mcp_hub(devhub: DevHub) -> Iterator[RunningMcpServer]:
 def hub(devhub: DevHub) -> DevHub:
     devhub.reset()
     return devhub
-
-
-def text_of(result: CallToolResult) -> str:
-    assert len(result.content) == 1
-    content = result.content[0]
-    assert isinstance(content, TextContent)
-    return content.text
 
 
 _seed_steps = itertools.count(1)

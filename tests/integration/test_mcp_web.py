@@ -8,25 +8,20 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import cast
 
 import anyio
 import anyio.to_thread
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp_types import CallToolResult, RequestParamsMeta, TextContent
+from mcp_types import CallToolResult
 
-from tests.support.mcp_servers import mcp_http_session, running_mcp_web
+from tests.support.mcp_servers import caller_meta, mcp_http_session, running_mcp_web, text_of
 
 pytestmark = pytest.mark.integration
 
 LOOPBACK_ONLY = "127.0.0.1/32"
-# mypy cannot read RequestParamsMeta's open keys (PEP 728), hence the cast.
-CALLER_META = cast(
-    RequestParamsMeta,
-    {"agent_id": "web-agent", "task_id": "t-web", "idempotency_key": "t-web:tool:1:0"},
-)
+CALLER_META = caller_meta("web-agent", task_id="t-web")
 
 ARTICLE = b"""<!doctype html>
 <html><head><title>Release notes</title>
@@ -113,13 +108,6 @@ async def stdio_web_session(*, allow_networks: str | None) -> AsyncIterator[Clie
     ):
         await session.initialize()
         yield session
-
-
-def text_of(result: CallToolResult) -> str:
-    assert len(result.content) == 1
-    content = result.content[0]
-    assert isinstance(content, TextContent)
-    return content.text
 
 
 @pytest.mark.anyio

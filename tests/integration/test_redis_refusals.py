@@ -17,7 +17,7 @@ import pytest
 import redis
 from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
-from tests.chaos.harness import ChaosStack, WorkerProcess, running_chaos_stack, scrape_metric
+from tests.chaos.harness import ChaosStack, WorkerProcess, scrape_metric
 from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -29,19 +29,12 @@ MODEL_DELAY_S = 3
 REFUSAL_S = 8
 
 
-@pytest.fixture(scope="module")
-def refusal_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosStack]:
-    with running_chaos_stack(tmp_path_factory.mktemp("refusals")) as stack:
-        yield stack
-
-
 @pytest.fixture
-def stack(refusal_stack: ChaosStack) -> Iterator[ChaosStack]:
-    refusal_stack.reset()
-    yield refusal_stack
-    with contextlib.closing(refusal_stack.connection()) as connection:
+def stack(chaos: ChaosStack) -> Iterator[ChaosStack]:
+    """The shared chaos stack (tests/integration/conftest.py), writable again after the test."""
+    yield chaos
+    with contextlib.closing(chaos.connection()) as connection:
         accept_writes(connection)
-    refusal_stack.end_workers()
 
 
 def fill_to_oom(connection: redis.Redis) -> None:

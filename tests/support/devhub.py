@@ -63,6 +63,13 @@ class DevHub:
     def reset(self) -> None:
         self._request("POST", "/_dev/reset")
 
+    def seed_post(self, content: str, *, author: str = "alice", **fields: str) -> str:
+        """A post on the Hub, as a human would write it (``title``, ``community``...); its id."""
+        created = self._request(
+            "POST", "/posts", json={"agent_id": author, "content": content, **fields}
+        )
+        return str(created["id"])
+
     def register_agent(
         self, agent_id: str, *, name: str | None = None, last_activated_at: str | None = None
     ) -> None:

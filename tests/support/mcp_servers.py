@@ -2,7 +2,8 @@
 
 ``with running_mcp_hub(hub_url=hub.url) as server:`` starts the server, waits until it
 accepts connections and stops it when the block ends, also when the test fails.
-``mcp_http_session(server.url, auth_token=...)`` opens an initialized client session.
+``mcp_http_session(server.url, auth_token=...)`` opens an initialized client session;
+``caller_meta`` is the ``_meta`` of a call and ``text_of`` the text of its one result.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import httpx2
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, RequestParamsMeta, TextContent
 
 from tests.support.redis_server import free_port
 
@@ -166,3 +169,27 @@ async def mcp_http_session(
     ):
         await session.initialize()
         yield session
+
+
+def caller_meta(
+    agent_id: str, *, task_id: str, step: int = 1, capability: str | None = None
+) -> RequestParamsMeta:
+    """The ``_meta`` the worker sends with a tool call (see CallContext.meta), with the
+    task's signed capability when given."""
+    values = {
+        "agent_id": agent_id,
+        "task_id": task_id,
+        "idempotency_key": f"{task_id}:tool:{step}:0",
+    }
+    if capability is not None:
+        values["capability"] = capability
+    # mypy cannot read RequestParamsMeta's open keys (PEP 728), hence the cast.
+    return cast(RequestParamsMeta, values)
+
+
+def text_of(result: CallToolResult) -> str:
+    """The text of a tool result that holds exactly one text block."""
+    assert len(result.content) == 1
+    content = result.content[0]
+    assert isinstance(content, TextContent)
+    return content.text

@@ -6,21 +6,50 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
 from worker.devstack import free_port, redis_server_command
 
-__all__ = ["RedisServer", "free_port", "running_redis"]
+__all__ = ["RedisProcess", "RedisServer", "free_port", "running_redis", "spawn_redis"]
 
 
 @dataclass
-class RedisServer:
+class RedisProcess:
+    """A redis-server (or sentinel) process of a test, on its own port."""
+
     port: int
     process: subprocess.Popen[bytes]
+
+    def ask(self, command: Callable[[redis.Redis], Any]) -> Any:
+        """One command on a short-lived connection; None when the process does not answer."""
+        with redis.Redis(port=self.port, socket_timeout=2, socket_connect_timeout=2) as client:
+            try:
+                return command(client)
+            except redis.RedisError:
+                return None
+
+    def kill(self) -> None:
+        """SIGKILL: the process vanishes as a crashed host would, nothing flushed or handed over."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@dataclass
+class RedisServer(RedisProcess):
     workdir: str
     # Keep an append-only file in workdir, so data survives start_again() (restart scenarios).
     appendonly: bool = False
@@ -29,28 +58,18 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
     def start_again(self) -> None:
         """Restart on the same port (for Redis-restart scenarios)."""
         self.stop()
-        self.process = _spawn(self.port, self.workdir, appendonly=self.appendonly)
+        self.process = spawn_redis(
+            redis_server_command(self.port, self.workdir, appendonly=self.appendonly)
+        )
         _wait_ready(self.port)
 
 
-def _spawn(port: int, workdir: str, *, appendonly: bool = False) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        redis_server_command(port, workdir, appendonly=appendonly),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def spawn_redis(argv: list[str]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` (a ``redis_server_command``, or a sentinel's), its output discarded."""
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _wait_ready(port: int, timeout_s: float = 10.0) -> None:
@@ -73,7 +92,7 @@ def running_redis(*, appendonly: bool = False) -> Iterator[RedisServer]:
     port = free_port()
     server = RedisServer(
         port=port,
-        process=_spawn(port, workdir, appendonly=appendonly),
+        process=spawn_redis(redis_server_command(port, workdir, appendonly=appendonly)),
         workdir=workdir,
         appendonly=appendonly,
     )

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import redis
-
+from tests.support.redis_server import RedisProcess, spawn_redis
 from worker.devstack import free_port, redis_server_command
 
 __all__ = ["MASTER_NAME", "SentinelRedis", "running_sentinel_redis"]
@@ -33,38 +30,10 @@ READY_TIMEOUT_S = 30.0
 
 
 @dataclass
-class RedisNode:
-    port: int
-    process: subprocess.Popen[bytes]
-
-    def ask(self, command: Callable[[redis.Redis], Any]) -> Any:
-        """One command on a short-lived connection; None when the node does not answer."""
-        with redis.Redis(port=self.port, socket_timeout=2, socket_connect_timeout=2) as client:
-            try:
-                return command(client)
-            except redis.RedisError:
-                return None
-
-    def kill(self) -> None:
-        """SIGKILL: the node vanishes as a crashed host would, nothing flushed or handed over."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-@dataclass
 class SentinelRedis:
-    primary: RedisNode
-    replica: RedisNode
-    sentinels: list[RedisNode] = field(default_factory=list)
+    primary: RedisProcess
+    replica: RedisProcess
+    sentinels: list[RedisProcess] = field(default_factory=list)
     workdir: Path = field(default_factory=Path)
 
     @property
@@ -106,21 +75,17 @@ class SentinelRedis:
             node.stop()
 
 
-def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _start_data_node(workdir: Path, *, replica_of: int | None = None) -> RedisNode:
+def _start_data_node(workdir: Path, *, replica_of: int | None = None) -> RedisProcess:
     port = free_port()
     directory = workdir / f"redis-{port}"
     directory.mkdir()
     argv = redis_server_command(port, str(directory))
     if replica_of is not None:
         argv += ["--replicaof", "127.0.0.1", str(replica_of)]
-    return RedisNode(port, _spawn(argv))
+    return RedisProcess(port, spawn_redis(argv))
 
 
-def _start_sentinel(workdir: Path, primary_port: int) -> RedisNode:
+def _start_sentinel(workdir: Path, primary_port: int) -> RedisProcess:
     port = free_port()
     # A sentinel rewrites its own config file (what it learnt): it must be a writable file.
     config = workdir / f"sentinel-{port}.conf"
@@ -133,7 +98,7 @@ def _start_sentinel(workdir: Path, primary_port: int) -> RedisNode:
     )
     binary = shutil.which("redis-server")
     assert binary is not None, "redis-server is required"
-    return RedisNode(port, _spawn([binary, str(config), "--sentinel"]))
+    return RedisProcess(port, spawn_redis([binary, str(config), "--sentinel"]))
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:

@@ -30,7 +30,7 @@ from worker.models import Message, ScriptedModel, ToolSpec, Turn
 from worker.redaction import Redactor
 from worker.settings import Settings, load_settings
 from worker.task import Outcome, Task
-from worker.tools import LocalTool, LocalToolbox, NotAllowed, Resolution, Toolbox
+from worker.tools import LocalTool, LocalToolbox, NotAllowed, Resolution, Toolbox, ToolboxWrapper
 
 pytestmark = pytest.mark.anyio
 
@@ -38,11 +38,11 @@ DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
 NUMBER = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
 
-class AllowedToolsToolbox:
+class AllowedToolsToolbox(ToolboxWrapper):
     """A toolbox narrowed by a task's allowed_tools, as McpToolbox narrows it."""
 
     def __init__(self, inner: LocalToolbox, allowed: set[str]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._allowed = allowed
 
     def offered(self) -> Sequence[ToolSpec]:
@@ -53,9 +53,6 @@ class AllowedToolsToolbox:
         if resolution is not None and name not in self._allowed:
             return NotAllowed(name=name)
         return resolution
-
-    async def call(self, name: str, arguments: dict[str, Any], ctx: Any) -> Any:
-        return await self._inner.call(name, arguments, ctx)
 
 
 def tools() -> LocalToolbox:
@@ -254,7 +251,9 @@ def test_can_execute_tool_reaches_the_gateway_of_cli_executors(
 
 async def test_a_model_inventing_a_thousand_tool_names_adds_one_series() -> None:
     metrics = JobMetrics()
-    invented = [(f"made_up_{n}", {"n": n}) for n in range(1_000)]
+    invented: list[tuple[str, dict[str, Any] | str]] = [
+        (f"made_up_{n}", {"n": n}) for n in range(1_000)
+    ]
     result, model = await run(
         [Turn(tool_calls=invented), Turn(text="ok")], tools(), metrics=metrics
     )

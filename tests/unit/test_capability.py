@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import time
 
+import fakeredis
 import jwt
 import pytest
 
+from worker._runtime import _capability
+from worker.agents import AgentConfig, AgentDefinition
+from worker.deadlines import fix_task_deadline
 from worker.settings import Settings
+from worker.task import Task
 from worker.tools._capability import (
     CapabilityRefused,
     check_key,
@@ -106,3 +111,26 @@ def test_the_key_is_a_secret_the_worker_redacts(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("CAPABILITY_KEY", KEY)
     assert KEY in Settings().secret_values()
     assert KEY not in repr(Settings())
+
+
+def test_a_resumed_task_gets_a_capability_that_ends_at_its_kept_deadline() -> None:
+    redis = fakeredis.FakeRedis()
+    # The first run fixed a deadline 5 s out; this re-run's agent allows 600 s.
+    kept = fix_task_deadline(redis, "t-1", 5.0).epoch_s
+    config = AgentConfig.model_validate(
+        {
+            "name": "agent-a",
+            "brain": {"provider": "openai", "model": "gpt-4o-mini"},
+            "limits": {"max_duration_s": 600},
+        }
+    )
+    agent = AgentDefinition(config=config, system_prompt="")
+    task = Task.model_validate({"task_id": "t-1", "type": "exploration", "agent_id": "agent-a"})
+    settings = Settings(capability_key=KEY)  # type: ignore[arg-type]
+
+    token = _capability(settings, agent, task, GRANTS, None, redis)
+    without_redis = _capability(settings, agent, task, GRANTS, None, None)
+
+    assert token is not None and without_redis is not None
+    assert read_capability(token).expires_at == int(kept) + 1
+    assert read_capability(without_redis).expires_at > kept + 500  # no deadline known: fresh

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,10 +15,12 @@ from rq.serializers import JSONSerializer
 
 from worker import cli
 from worker._worker_logging import _one_line_task_failure
+from worker._worker_vetting import CappedJob
 from worker.enqueue import enqueue_task
 from worker.operations import failed_task_ids, requeue_failed
 from worker.reports import StoredReport, find_report, render_report
 from worker.settings import settings
+from worker.status import collect_status
 
 REPORT: dict[str, Any] = {
     "task_id": "t-1",
@@ -86,6 +89,19 @@ def test_redis_url_is_taken_from_any_position(arguments: list[str], kept: list[s
 def test_redis_url_without_a_value_is_one_line() -> None:
     with pytest.raises(SystemExit, match="--redis-url needs a URL"):
         cli._take_redis_url(["status", "--redis-url"])
+
+
+@pytest.mark.parametrize(
+    "command",
+    sorted({"enqueue", "cancel", "steer", *(name for name, *_ in cli._EXTENSIONS)} - cli._NO_REDIS),
+)
+def test_every_redis_subcommand_lists_redis_url_in_its_help(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0
+    assert "--redis-url URL" in capsys.readouterr().out
 
 
 def test_version_comes_from_the_package_metadata(capsys: pytest.CaptureFixture[str]) -> None:
@@ -167,6 +183,23 @@ def test_requeue_all_takes_every_failed_task_and_skips_the_unreadable(
     fail(redis, {**TASK, "task_id": "t-3"})
     outcome = requeue_failed(redis, ["t-3", "t-gone"])
     assert outcome.requeued == [] and len(outcome.refusals) == 1
+
+
+@pytest.mark.parametrize("field", ["data", "exc_info"])
+def test_a_zlib_bomb_in_a_job_hash_is_unreadable_to_status_requeue_and_report(
+    redis: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch, field: str
+) -> None:
+    monkeypatch.setattr(CappedJob, "max_data_bytes", 65_536)
+    fail(redis, TASK)
+    # A kilobyte in Redis that expands to sixteen times the cap once decompressed.
+    redis.hset(Job.key_for("t-1"), field, zlib.compress(b"\0" * 1_048_576))
+
+    assert find_report(redis, "t-1") == "t-1: its job data cannot be read"
+    refused = requeue_failed(redis, ["t-1"])
+    assert refused.requeued == []
+    assert refused.refusals == ["t-1: its job data cannot be read"]
+    [failure] = collect_status(redis).recent_failures
+    assert failure.task_id == "t-1" and failure.agent_id is None and failure.outcome is None
 
 
 def test_rq_log_of_a_failed_task_is_one_line() -> None:

@@ -7,8 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+import fakeredis
 import pytest
 
+from worker.agents import AgentStore
 from worker.checks import CheckReport, Severity, check_at_start, main, run_checks
 from worker.settings import Settings
 
@@ -184,6 +186,24 @@ def test_check_at_start_stops_on_fleet_errors_only(
     assert capsys.readouterr().err.splitlines() == [
         f"agent-worker: error: AGENTS_DIR: {tmp_path / 'gone'} does not exist"
     ]
+
+
+def test_a_definition_warning_is_logged_once_at_start_not_again_by_the_first_task(
+    tmp_path: Path, log_stream: io.StringIO
+) -> None:
+    write_agent(tmp_path, "typo-agent", good_config("typo-agent", "behaviour: {}\n"))
+    redis = fakeredis.FakeRedis()
+    config = Settings(agents_dir=str(tmp_path), hub_url="http://127.0.0.1:9")
+
+    check_at_start(config, timeout_s=0.5, agent_cache=redis)
+    # The worker's first task reads the definition as every task does.
+    first_task = AgentStore(str(tmp_path), redis=redis, ttl_s=config.agent_cache_ttl_s)
+    definition = first_task.load("typo-agent")
+
+    events = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    warned = [e for e in events if e["event"] == "agent_definition_warnings"]
+    assert [e["agent"] for e in warned] == ["typo-agent"]
+    assert definition.warnings == tuple(warned[0]["warnings"])
 
 
 def test_severity_values_are_the_line_prefixes() -> None:

@@ -163,6 +163,7 @@ def make_request(
     observers: list[Any] | None = None,
     control: Any = None,
     spawned: list[int] | None = None,
+    deadline_epoch: float | None = None,
 ) -> ExecutionRequest:
     def no_toolbox() -> Any:
         raise AssertionError("a CLI executor never opens the worker's toolbox")
@@ -185,6 +186,7 @@ def make_request(
         settings=LoopSettings(
             limits=RunLimits(max_iterations=max_iterations, max_duration_s=max_duration_s),
             strict_grants=strict_grants,
+            deadline_epoch=deadline_epoch,
         ),
         open_toolbox=no_toolbox,
         make_model=no_model,
@@ -397,6 +399,39 @@ async def test_claude_code_needs_an_anthropic_brain(bin_dir: Path) -> None:
     assert read_record(fake) == {}  # it never started
 
 
+@pytest.mark.parametrize(
+    ("copied_secret", "api_base"),
+    [
+        (HUB_KEY, None),  # at the operator's endpoint: a copy of another worker secret
+        (ANTHROPIC_KEY, "http://127.0.0.1:9/elsewhere"),  # the worker's key, elsewhere
+    ],
+)
+async def test_an_agent_key_holding_a_worker_secret_is_refused(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch, copied_secret: str, api_base: str | None
+) -> None:
+    monkeypatch.setenv("AGENT_OWN_KEY", copied_secret)
+    fake = install_fake_cli("claude", bin_dir)
+    brain = {"provider": "anthropic", "model": "claude-sonnet-4-5", "api_key_env": "AGENT_OWN_KEY"}
+    if api_base is not None:
+        brain["api_base"] = api_base
+    config = AgentConfig.model_validate(
+        {"name": "cli-agent", "type": "claude-code", "brain": brain}
+    )
+    settings = make_settings().model_copy(
+        update={
+            "agent_key_envs": ["AGENT_OWN_KEY"],
+            "provider_base_urls": ["http://127.0.0.1:9/elsewhere"],
+        }
+    )
+    agent = AgentDefinition(config=config, system_prompt=SYSTEM)
+    result = await executor("claude-code", fake, settings).run(make_request(agent))
+
+    assert result.outcome is Outcome.ERROR
+    assert isinstance(result.error, AgentConfigError)
+    assert "one of the worker's own secrets" in str(result.error)
+    assert read_record(fake) == {}  # it never started
+
+
 # --- failures every CLI shares ---------------------------------------------------------------
 
 
@@ -472,6 +507,22 @@ async def test_deadline_kills_the_cli_and_everything_it_started(bin_dir: Path) -
     assert time.monotonic() - started < 60  # it did not wait for the CLI's own 120 s
     assert_gone(record["pid"])
     assert_gone(record["grandchild_pid"])
+
+
+async def test_a_resumed_task_gives_its_cli_the_time_left_not_a_fresh_duration(
+    bin_dir: Path,
+) -> None:
+    # An earlier run fixed the deadline; 2 s of the task's 600 s are left. The CLI would
+    # answer after 60 s: it is stopped at the task's deadline instead.
+    fake = install_fake_cli("claude", bin_dir, {"sleep_s": 60})
+    request = make_request(
+        make_agent("claude-code"), max_duration_s=600.0, deadline_epoch=time.time() + 2.0
+    )
+    result = await executor("claude-code", fake).run(request)
+
+    assert result.outcome is Outcome.DEADLINE
+    assert "max_duration_s reached" in result.detail
+    assert_gone(read_record(fake)["pid"])
 
 
 async def test_a_cli_stopped_at_the_deadline_keeps_what_it_reported(bin_dir: Path) -> None:

@@ -193,6 +193,21 @@ async def test_provider_unavailable_requeues_with_a_delay_then_gives_up() -> Non
     assert len(errors) == 1
 
 
+async def test_only_a_task_given_up_posts_an_error_not_one_whose_message_says_so() -> None:
+    # The provider's own words say "gave up", but the task ends at its deadline (the
+    # requeue would start after it): a deadline is answered, not reported as a failure.
+    unavailable = ModelUnavailable(
+        "the upstream gave up: 503", provider="openai", model="m", retry_after_s=10**7
+    )
+    h = Harness([Turn(error=unavailable)])
+    post_id = await h.seed_post()
+    verdict = await h.run(notification(post_id))
+    assert verdict.report.outcome is Outcome.DEADLINE
+    assert verdict.requeue is None
+    errors = [p for p in (await h.state())["posts"] if p["community"] == "m/agent-errors"]
+    assert errors == []
+
+
 async def test_auth_error_fails_the_task_with_an_error_post() -> None:
     h = Harness([Turn(error=ModelAuthError("401 from openai", provider="openai", model="m"))])
     post_id = await h.seed_post()

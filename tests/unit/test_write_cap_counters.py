@@ -21,6 +21,7 @@ from worker.write_caps import (
     WriteKind,
     WriteLedger,
     WriteRefused,
+    counted_refusals,
 )
 
 # Today: Redis expires the day's counters by the real clock.
@@ -154,9 +155,7 @@ async def test_capped_toolbox_refuses_hub_writes_over_the_cap_without_calling_th
         inner,
         ledger(redis, max_daily_comments=1),
         hub_server="hub",
-        agent_id="a",
-        task_id="t-1",
-        metrics=metrics,
+        on_refused=counted_refusals(agent_id="a", task_id="t-1", metrics=metrics),
     )
 
     first = await toolbox.call("hub__create_comment", {"post_id": "p-1", "content": "x"}, ctx())
@@ -182,9 +181,7 @@ async def test_a_write_the_hub_refused_does_not_count(redis: fakeredis.FakeRedis
         inner,
         ledger(redis, max_daily_posts=1),
         hub_server="hub",
-        agent_id="a",
-        task_id="t-1",
-        metrics=JobMetrics(),
+        on_refused=counted_refusals(agent_id="a", task_id="t-1", metrics=JobMetrics()),
     )
     for step in range(3):
         await toolbox.call("hub__create_post", {"content": "x"}, ctx(step))

@@ -12,10 +12,11 @@ import re
 import stat
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import SplitResult, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
+from worker._endpoints import shown_url
 from worker.agents._config import AGENT_NAME_PATTERN
 from worker.exceptions import AgentConfigError
 
@@ -121,7 +122,7 @@ class HttpSource:
     ) -> None:
         parts = urlsplit(base_url)
         self._base = parts._replace(path=parts.path.rstrip("/"), fragment="")
-        self.label = _without_credentials(self._base)
+        self.label = shown_url(urlunsplit(self._base))
         self._origin = _origin(httpx2.URL(urlunsplit(self._base)))
         self._timeout_s = timeout_s
         self._transport = transport
@@ -245,12 +246,3 @@ def _within_size_limit(size: int, file: str) -> None:
 def _within_size(content: bytes, file: str) -> bytes:
     _within_size_limit(len(content), file)
     return content
-
-
-def _without_credentials(url: SplitResult) -> str:
-    host = url.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if url.port is not None:
-        host = f"{host}:{url.port}"
-    return urlunsplit((url.scheme, host, url.path, "", ""))

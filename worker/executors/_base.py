@@ -23,6 +23,7 @@ from worker.loop import (
 from worker.models import Message, Model
 from worker.task import Task
 from worker.tools import Toolbox
+from worker.write_caps import RefusalHandler
 
 
 @dataclass(slots=True, kw_only=True)
@@ -42,6 +43,9 @@ class ExecutionRequest:
     resume: Sequence[JournalEntry] = field(default_factory=list)
     # Called with the pid of every process the executor starts (killed after a hard crash).
     on_spawn: Callable[[int], None] | None = None
+    # Told of each Hub write a CLI's gateway held back for a write cap (the native loop's
+    # toolbox tells its own); None: nobody logs or counts them.
+    on_write_refused: RefusalHandler | None = None
     # The operator's CAN_EXECUTE_TOOL check (CLI executors: the gateway loads it itself).
     can_execute_tool: CanExecuteTool | None = None
     # The nonce of the untrusted-content blocks in ``system`` and ``messages`` (the CLI

@@ -39,6 +39,7 @@ from worker.executors._gateway_link import (
     MCP_AUTH_TOKEN,
     GatewayActivity,
     GatewaySpec,
+    GatewayWriteCaps,
     gateway_capability,
     gateway_command,
     gateway_python_path,
@@ -63,6 +64,7 @@ from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome
 from worker.tools._grants import load_grant_policy
+from worker.write_caps import WriteCaps
 
 CANCELLED = "cancelled"
 VIOLATION = "autonomy_violation"
@@ -173,7 +175,7 @@ class CliExecutor(Executor):
         )
         activity = GatewayActivity()
         try:
-            transcript = await self._run(request, started, activity)
+            transcript = await self._run(request, activity)
         except (ConfigurationError, TaskFailed) as exc:
             transcript = failed(exc)
         result = run_result(context, transcript, activity, duration_s=time.monotonic() - started)
@@ -194,9 +196,7 @@ class CliExecutor(Executor):
         )
         return result
 
-    async def _run(
-        self, request: ExecutionRequest, started: float, activity: GatewayActivity
-    ) -> CliTranscript:
+    async def _run(self, request: ExecutionRequest, activity: GatewayActivity) -> CliTranscript:
         limits = request.settings.limits
         self.check_agent(request.agent)
         executable = self._require_executable()
@@ -217,7 +217,8 @@ class CliExecutor(Executor):
                 prefix=f"agent-{self.name}-private-", ignore_cleanup_errors=True
             ) as private,
         ):
-            spec = self._gateway_spec(request, Path(private), time.time() + limits.max_duration_s)
+            deadline_epoch_s = task_deadline_epoch(request)
+            spec = self._gateway_spec(request, Path(private), deadline_epoch_s)
             job = CliJob(
                 request=request,
                 access=access,
@@ -238,7 +239,7 @@ class CliExecutor(Executor):
                     env=minimal_environment(workspace) | invocation.env,
                     cwd=Path(workspace),
                     stdin_data=invocation.stdin,
-                    timeout_s=max(0.0, started + limits.max_duration_s - time.monotonic()),
+                    timeout_s=max(0.0, deadline_epoch_s - time.time()),
                     on_spawn=request.on_spawn,
                     should_stop=watcher.check,
                 )
@@ -259,7 +260,8 @@ class CliExecutor(Executor):
             stopped = self._partial(job, outcome)
             stopped.outcome = Outcome.DEADLINE
             stopped.detail = (
-                f"max_duration_s reached: {self.name} was stopped after {limits.max_duration_s:g} s"
+                f"max_duration_s reached: {self.name} was stopped at the task's deadline "
+                f"({limits.max_duration_s:g} s from its first start)"
             )
             return stopped
         if outcome.stopped == CANCELLED:
@@ -332,6 +334,9 @@ class CliExecutor(Executor):
             grants=grants,
             deadline_epoch_s=deadline_epoch_s,
         )
+        # The agent's write caps and the fleet's Redis (a credential): the secrets file only.
+        caps = WriteCaps.of(request.agent, max_writes_per_post=settings.max_writes_per_post)
+        secrets |= GatewayWriteCaps.of(settings, caps).secrets()
         secrets_file = None
         if secrets:
             secrets_file = private / "gateway-secrets.json"
@@ -429,7 +434,20 @@ class _Watcher:
             # Registered at once: after a hard crash the worker parent kills them.
             for pid in [*more.gateway_pids, *more.server_pids]:
                 on_spawn(pid)
+        on_write_refused = self._request.on_write_refused
+        if on_write_refused is not None:
+            # Logged and counted as the native loop's are, while the CLI still runs.
+            for refusal, via in more.refusals:
+                on_write_refused(refusal, via)
         merge(self.activity, more)
+
+
+def task_deadline_epoch(request: ExecutionRequest) -> float:
+    """When the CLI must be over (epoch seconds): the task's deadline, fixed at its first
+    start and kept across re-runs, so a re-run gets what is left, not a fresh duration."""
+    fresh = time.time() + request.settings.limits.max_duration_s
+    kept = request.settings.deadline_epoch
+    return fresh if kept is None else min(kept, fresh)
 
 
 def failed(error: WorkerError) -> CliTranscript:

@@ -13,6 +13,11 @@ CLI can read: they go into a file only the worker's user can read
 (``GATEWAY_SECRETS_FILE``), loaded by the gateway into its own environment before
 it reads ``MCP_CONFIG``. The gateway gets the capability, never ``CAPABILITY_KEY``:
 with the key, whatever can read that file could sign for any agent.
+
+The agent's write caps ride in that file too (``GatewayWriteCaps``): the fleet's Redis
+(a credential) and the caps, so the gateway counts the CLI's Hub writes in the same
+Redis counters as the native loop. A write it holds back is a ``write_refused`` line
+of the call log, which the worker logs and counts as it does its own.
 """
 
 from __future__ import annotations
@@ -25,12 +30,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
+from redis import Redis
 
 from worker.loop import ToolCallRecord
+from worker.redis_connection import connect
+from worker.settings import Settings
 from worker.tools._capability import mint_capability
 from worker.tools._grants import EffectiveGrants
+from worker.write_caps import RefusalReason, WriteCaps, WriteKind, WriteRefused
 
 AGENT_ID = "GATEWAY_AGENT_ID"
 TASK_ID = "GATEWAY_TASK_ID"
@@ -53,6 +63,8 @@ MCP_AUTH_TOKEN = "MCP_AUTH_TOKEN"
 CAPABILITY = "GATEWAY_CAPABILITY"
 # "1" when the worker signs capabilities: the gateway then refuses to run without one.
 REQUIRE_CAPABILITY = "GATEWAY_REQUIRE_CAPABILITY"
+# In the secrets file: the fleet's Redis and the agent's write caps (``GatewayWriteCaps``).
+WRITE_CAPS = "GATEWAY_WRITE_CAPS"
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -204,6 +216,98 @@ def gateway_capability(
     return {CAPABILITY: token}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayWriteCaps:
+    """What the gateway needs to hold the agent's write caps: where the fleet counts them
+    (Redis, as the worker connects to it) and the caps. Only ever in the secrets file."""
+
+    caps: WriteCaps
+    hub_server: str
+    redis_url: str
+    redis_sentinels: str | None = None
+    redis_sentinel_master: str = "mymaster"
+    redis_sentinel_password: str | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, caps: WriteCaps) -> GatewayWriteCaps:
+        password = settings.redis_sentinel_password
+        return cls(
+            caps=caps,
+            hub_server=settings.hub_tool_server,
+            redis_url=settings.redis_url,
+            redis_sentinels=settings.redis_sentinels,
+            redis_sentinel_master=settings.redis_sentinel_master,
+            redis_sentinel_password=password.get_secret_value() if password else None,
+        )
+
+    def secrets(self) -> dict[str, str]:
+        """The secrets-file entry."""
+        caps = self.caps
+        fields = {
+            "max_daily_posts": caps.max_daily_posts,
+            "max_daily_comments": caps.max_daily_comments,
+            "min_interval_s": caps.min_interval_s,
+            "max_writes_per_post": caps.max_writes_per_post,
+            "hub_server": self.hub_server,
+            "redis_url": self.redis_url,
+            "redis_sentinels": self.redis_sentinels,
+            "redis_sentinel_master": self.redis_sentinel_master,
+            "redis_sentinel_password": self.redis_sentinel_password,
+        }
+        return {WRITE_CAPS: json.dumps(fields)}
+
+    @classmethod
+    def pop_from(cls, secrets: dict[str, str]) -> GatewayWriteCaps | None:
+        """Take the entry out of the secrets (it is no variable for the gateway's
+        environment); None without one. ValueError when it is malformed."""
+        raw = secrets.pop(WRITE_CAPS, None)
+        if raw is None:
+            return None
+        try:
+            fields: Any = json.loads(raw)
+            return cls(
+                caps=WriteCaps(
+                    max_daily_posts=_optional_int(fields["max_daily_posts"]),
+                    max_daily_comments=_optional_int(fields["max_daily_comments"]),
+                    min_interval_s=_optional_float(fields["min_interval_s"]),
+                    max_writes_per_post=int(fields["max_writes_per_post"]),
+                ),
+                hub_server=str(fields["hub_server"]),
+                redis_url=str(fields["redis_url"]),
+                redis_sentinels=fields.get("redis_sentinels") or None,
+                redis_sentinel_master=str(fields.get("redis_sentinel_master") or "mymaster"),
+                redis_sentinel_password=fields.get("redis_sentinel_password") or None,
+            )
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{WRITE_CAPS} in the secrets file is malformed") from None
+
+    def secret_values(self) -> list[str]:
+        """What the gateway must mask: the Redis URL, its password and the sentinels'."""
+        url_password = urlsplit(self.redis_url).password
+        values = (self.redis_url, url_password, self.redis_sentinel_password)
+        return [value for value in values if value]
+
+    def connect(self) -> Redis:
+        """A client to the fleet's Redis, built as the worker builds its own."""
+        password = self.redis_sentinel_password
+        # Only the connection fields: the gateway has none of the worker's other settings.
+        settings = Settings.model_construct(
+            redis_url=self.redis_url,
+            redis_sentinels=self.redis_sentinels,
+            redis_sentinel_master=self.redis_sentinel_master,
+            redis_sentinel_password=SecretStr(password) if password else None,
+        )
+        return connect(settings)
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(str(value))
+
+
+def _optional_float(value: object) -> float | None:
+    return None if value is None else float(str(value))
+
+
 def write_secrets_file(path: Path, secrets: Mapping[str, str]) -> None:
     """Write ``secrets`` as JSON that only this user can read."""
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -255,6 +359,17 @@ class CallLogWriter:
             {"event": "grant_denied", "step": step, "tool": tool, "required_grant": required_grant}
         )
 
+    def write_refused(self, refusal: WriteRefused, via: str) -> None:
+        self._write(
+            {
+                "event": "write_refused",
+                "via": via,
+                "kind": refusal.kind.value,
+                "reason": refusal.reason.value,
+                "message": refusal.message,
+            }
+        )
+
     def autonomy_violation(self, step: int, message: str) -> None:
         self._write({"event": "autonomy_violation", "step": step, "message": message})
 
@@ -282,6 +397,8 @@ class GatewayActivity:
     denials: list[Denial] = field(default_factory=list)
     gateway_pids: list[int] = field(default_factory=list)
     server_pids: list[int] = field(default_factory=list)
+    # Hub writes a write cap held back: (the refusal, the tool name).
+    refusals: list[tuple[WriteRefused, str]] = field(default_factory=list)
     violation: str | None = None
 
 
@@ -309,6 +426,7 @@ def merge(into: GatewayActivity, more: GatewayActivity) -> None:
     into.denials.extend(more.denials)
     into.gateway_pids.extend(more.gateway_pids)
     into.server_pids.extend(more.server_pids)
+    into.refusals.extend(more.refusals)
     into.violation = into.violation or more.violation
 
 
@@ -341,6 +459,13 @@ def _apply(activity: GatewayActivity, line: bytes) -> None:
             activity.gateway_pids.append(int(entry["pid"]))
         elif event == "server_spawned":
             activity.server_pids.append(int(entry["pid"]))
+        elif event == "write_refused":
+            refusal = WriteRefused(
+                kind=WriteKind(entry["kind"]),
+                reason=RefusalReason(entry["reason"]),
+                message=str(entry["message"]),
+            )
+            activity.refusals.append((refusal, str(entry["via"])))
         elif event == "autonomy_violation" and activity.violation is None:
             activity.violation = str(entry["message"])
     except (ValueError, KeyError, TypeError):

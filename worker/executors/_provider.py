@@ -1,9 +1,10 @@
 """The one LLM credential and endpoint a CLI gets, and the minimal environment around it.
 
-Same rules as the native models (``worker._runtime.make_model``): ``brain.api_key_env``
-names the agent's own key variable; a definition that picks its own ``api_base``
-must also name its key, so the worker's key never goes to an endpoint a definition
-chose; otherwise the worker's ``ANTHROPIC_*`` / ``OPENAI_*`` settings apply.
+Same rules as the native models (``worker._runtime.make_model``), by the same function
+(``worker.models.provider_credentials``): ``brain.api_key_env`` names the agent's own
+key variable; a definition that picks its own ``api_base`` must also name its key, so
+the worker's key never goes to an endpoint a definition chose; otherwise the worker's
+``ANTHROPIC_*`` / ``OPENAI_*`` settings apply.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from worker.agents import AgentDefinition
+from worker.agents import AgentDefinition, DefinitionPolicy
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.settings import Settings
 
@@ -41,9 +42,16 @@ class ProviderAccess:
 
 
 def provider_access(agent: AgentDefinition, settings: Settings) -> ProviderAccess:
+    """The key and endpoint the agent's CLI gets, chosen as for a native model
+    (``worker.models.provider_credentials``): an agent key holding a copy of a worker
+    secret is refused, and the worker's own key goes only to the operator's endpoint."""
+    from worker.models import provider_credentials  # the factory imports the provider SDKs
+
     brain = agent.config.brain
     where = f"agents/{agent.config.name}/config.yaml"
-    provider = brain.provider
+    # A cached definition may predate the operator's rules: checked again, as native models are.
+    DefinitionPolicy.from_settings(settings).check_brain(brain, where)
+    api_key: str | None = None
     if brain.api_key_env:
         api_key = os.environ.get(brain.api_key_env, "")
         if not api_key:
@@ -52,22 +60,15 @@ def provider_access(agent: AgentDefinition, settings: Settings) -> ProviderAcces
             )
     elif brain.api_base:
         raise AgentConfigError(f"{where}: brain.api_base needs brain.api_key_env")
-    else:
-        secret = settings.anthropic_api_key if provider == "anthropic" else settings.openai_api_key
-        api_key = secret.get_secret_value() if secret is not None else ""
-        if not api_key:
-            variable = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
-            raise ConfigurationError(
-                f"{variable} is not set; {provider} model {brain.model!r} needs it"
-            )
-    default_base = (
-        settings.anthropic_base_url if provider == "anthropic" else settings.openai_base_url
+    key, endpoint = provider_credentials(
+        brain.provider,
+        brain.model,
+        api_key=api_key,
+        base_url=brain.api_base,
+        settings=settings,
     )
     return ProviderAccess(
-        provider=provider,
-        model=brain.model,
-        api_key=api_key,
-        base_url=brain.api_base or default_base,
+        provider=brain.provider, model=brain.model, api_key=key, base_url=endpoint
     )
 
 

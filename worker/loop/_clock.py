@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from worker.models._types import ToolSpec
-from worker.tools._base import CallContext, Resolution, Toolbox, ToolResult
+from worker.tools._base import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
 # Below this a closing call could not get an answer back; the fallback text is used.
 MIN_CLOSING_CALL_S = 0.5
@@ -42,7 +41,7 @@ class RunClock:
         return timeout_s < cap_s and self.remaining() <= self.reserve_s + MIN_CLOSING_CALL_S
 
 
-class DeadlineToolbox:
+class DeadlineToolbox(ToolboxWrapper):
     """A toolbox whose every call carries the task's deadline in its CallContext.
 
     MCP servers receive it in the request's ``_meta`` and may stop work that would
@@ -50,14 +49,8 @@ class DeadlineToolbox:
     """
 
     def __init__(self, inner: Toolbox, deadline_epoch: Callable[[], float]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._deadline_epoch = deadline_epoch
-
-    def offered(self) -> Sequence[ToolSpec]:
-        return self._inner.offered()
-
-    def resolve(self, name: str) -> Resolution:
-        return self._inner.resolve(name)
 
     async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
         stamped = dataclasses.replace(ctx, deadline_epoch=self._deadline_epoch())

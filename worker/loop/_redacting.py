@@ -11,30 +11,23 @@ failure's message) as it comes back, spelled-out values included.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from worker.exceptions import ToolFailed
 from worker.logs import log_event
-from worker.models._types import ToolSpec
-from worker.tools._base import CallContext, Resolution, Toolbox, ToolResult
+from worker.tools._base import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
 Redact = Callable[[str], str]
 
 
-class ArgumentRedactingToolbox:
+class ArgumentRedactingToolbox(ToolboxWrapper):
     """A toolbox whose calls go out, and whose results come back, with known secrets masked."""
 
     def __init__(self, inner: Toolbox, redact: Redact) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._redact = redact
-
-    def offered(self) -> Sequence[ToolSpec]:
-        return self._inner.offered()
-
-    def resolve(self, name: str) -> Resolution:
-        return self._inner.resolve(name)
 
     async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
         masked = _masked(arguments, self._redact)

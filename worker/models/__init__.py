@@ -17,6 +17,7 @@ from worker.models._types import (
     Model,
     ModelRequest,
     ModelResponse,
+    ModelWrapper,
     StopReason,
     ToolCall,
     ToolSpec,
@@ -25,7 +26,12 @@ from worker.models._types import (
 
 if TYPE_CHECKING:
     from worker.models._anthropic import AnthropicModel
-    from worker.models._factory import aclose_shared_http_clients, create_model, load_price_table
+    from worker.models._factory import (
+        aclose_shared_http_clients,
+        create_model,
+        load_price_table,
+        provider_credentials,
+    )
     from worker.models._fallback import FallbackModel
     from worker.models._openai import OpenAIModel
     from worker.models._prices import ModelPrice, PriceTable
@@ -46,6 +52,7 @@ _LAZY = {
     "generate": "worker.models._structured",
     "load_price_table": "worker.models._factory",
     "parse_structured": "worker.models._structured",
+    "provider_credentials": "worker.models._factory",
     "strict_json_schema": "worker.models._structured",
 }
 
@@ -67,6 +74,7 @@ __all__ = [
     "ModelPrice",
     "ModelRequest",
     "ModelResponse",
+    "ModelWrapper",
     "OpenAIModel",
     "PriceTable",
     "RetryPolicy",
@@ -82,5 +90,6 @@ __all__ = [
     "generate",
     "load_price_table",
     "parse_structured",
+    "provider_credentials",
     "strict_json_schema",
 ]

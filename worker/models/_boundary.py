@@ -17,36 +17,32 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from worker.models._types import Message, Model, ModelRequest, ModelResponse, ToolCall, ToolSpec
+from worker.models._types import (
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelWrapper,
+    ToolCall,
+    ToolSpec,
+)
 
 Redact = Callable[[str], str]
 # (tool name, result text) -> the text the model reads.
 WrapToolResult = Callable[[str, str], str]
 
 
-class ModelBoundary:
+class ModelBoundary(ModelWrapper):
     """A Model that hands ``inner`` only redacted requests with delimited tool results."""
 
     def __init__(
         self, inner: Model, *, redact: Redact, wrap_tool_result: WrapToolResult | None = None
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._redact = redact
         self._wrap = wrap_tool_result
         self._done: dict[tuple[str, str], str] = {}
         self._kept: dict[tuple[str, str], str] = {}
-
-    @property
-    def provider(self) -> str:
-        return self._inner.provider
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def inner(self) -> Model:
-        return self._inner
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         return await self._inner.complete(self.prepare(request))

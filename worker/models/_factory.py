@@ -136,16 +136,11 @@ def _provider_model(
     settings: Settings,
     prices: PriceTable,
 ) -> RetryingModel:
+    key, endpoint = provider_credentials(
+        provider, model, api_key=api_key, base_url=base_url, settings=settings
+    )
     provider_name = provider.strip().lower()
-    spec = _PROVIDERS.get(provider_name)
-    if spec is None:
-        raise AgentConfigError(
-            f"unknown model provider {provider!r} for model {model!r} "
-            f"(known: {', '.join(sorted(_PROVIDERS))}; OpenAI-compatible servers use 'openai' "
-            "with OPENAI_BASE_URL)"
-        )
-    key, endpoint = _key_for_endpoint(spec, provider_name, model, api_key, base_url, settings)
-    return spec.model_class(
+    return _PROVIDERS[provider_name].model_class(
         model,
         api_key=key,
         base_url=endpoint,
@@ -167,44 +162,40 @@ def provider_credentials(
     settings: Settings,
 ) -> tuple[str, str | None]:
     """The key and endpoint a model is called with (the CLI executors need them too):
-    ``api_key``/``base_url`` from the definition, else the operator's; the worker's own
-    key only ever with the operator's endpoint. Raises AgentConfigError otherwise."""
-    spec = _PROVIDERS.get(provider.strip().lower())
+    ``api_key``/``base_url`` from the definition, else the operator's. Raises
+    AgentConfigError otherwise.
+
+    The worker's own key is looked up by endpoint: it exists only for the operator's
+    endpoint of its provider (``*_BASE_URL``, else the SDK's default), so no base URL
+    from anywhere else can ever receive it.
+    """
+    provider_name = provider.strip().lower()
+    spec = _PROVIDERS.get(provider_name)
     if spec is None:
-        raise AgentConfigError(f"unknown model provider {provider!r} for model {model!r}")
-    return _key_for_endpoint(spec, provider.strip().lower(), model, api_key, base_url, settings)
-
-
-def _key_for_endpoint(
-    spec: _Provider,
-    provider: str,
-    model: str,
-    api_key: str | None,
-    base_url: str | None,
-    settings: Settings,
-) -> tuple[str, str | None]:
-    """The key and endpoint for one model. The worker's own key is looked up by endpoint:
-    it exists only for the operator's endpoint of its provider (``*_BASE_URL``, else the
-    SDK's default), so no base URL from anywhere else can ever receive it."""
+        raise AgentConfigError(
+            f"unknown model provider {provider!r} for model {model!r} "
+            f"(known: {', '.join(sorted(_PROVIDERS))}; OpenAI-compatible servers use 'openai' "
+            "with OPENAI_BASE_URL)"
+        )
     own_endpoint = spec.base_url(settings)
     is_own_endpoint = base_url is None or same_endpoint(
-        base_url, operator_endpoint(provider, own_endpoint)
+        base_url, operator_endpoint(provider_name, own_endpoint)
     )
     worker_key = _secret_value(spec.api_key(settings)) if is_own_endpoint else None
     key = api_key or worker_key
     if not key:
         if is_own_endpoint:
             raise ConfigurationError(
-                f"{spec.key_variable} is not set; {provider} model {model!r} needs it"
+                f"{spec.key_variable} is not set; {provider_name} model {model!r} needs it"
             )
         raise AgentConfigError(
-            f"{provider} model {model!r} at {base_url!r} has no key of its own: the worker's "
-            f"{spec.key_variable} is sent only to {spec.base_url_variable}"
+            f"{provider_name} model {model!r} at {base_url!r} has no key of its own: the "
+            f"worker's {spec.key_variable} is sent only to {spec.base_url_variable}"
         )
     if api_key is not None and api_key != worker_key and api_key in _worker_secrets(settings):
         # An agent key variable that holds a copy of one of the worker's secrets.
         raise AgentConfigError(
-            f"the key given for {provider} model {model!r} is one of the worker's own secrets"
+            f"the key given for {provider_name} model {model!r} is one of the worker's own secrets"
         )
     return key, (own_endpoint if is_own_endpoint else base_url)
 

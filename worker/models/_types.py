@@ -105,3 +105,30 @@ class Model(Protocol):
     def name(self) -> str: ...
 
     async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+
+class ModelWrapper:
+    """A Model that hands everything to ``inner``: the base of each layer around a model.
+
+    Use it for one concern on the way to the model (the fleet's rate limit, the trust
+    boundary): a subclass overrides only ``complete`` and reaches the wrapped model as
+    ``self.inner``; the provider and name stay the inner one's.
+    """
+
+    def __init__(self, inner: Model) -> None:
+        self._inner = inner
+
+    @property
+    def inner(self) -> Model:
+        return self._inner
+
+    @property
+    def provider(self) -> str:
+        return self._inner.provider
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        return await self._inner.complete(request)

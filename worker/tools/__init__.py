@@ -15,6 +15,7 @@ from worker.tools._base import (
     NotAllowed,
     Resolution,
     Toolbox,
+    ToolboxWrapper,
     ToolResult,
 )
 from worker.tools._capability import (
@@ -60,6 +61,7 @@ __all__ = [
     "Resolution",
     "ToolResult",
     "Toolbox",
+    "ToolboxWrapper",
     "check_grant_pattern",
     "grant_covers",
     "load_grant_policy",

@@ -79,3 +79,24 @@ class Toolbox(Protocol):
     async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
         """Run a granted tool; raise ``ToolFailed`` subclasses for failures the model reads."""
         ...
+
+
+class ToolboxWrapper:
+    """A Toolbox that hands everything to ``inner``: the base of each layer around the tools.
+
+    Use it for one concern on the way to the tools (the deadline, the intent journal, write
+    caps, redaction): a subclass overrides only ``call`` and reaches the wrapped toolbox as
+    ``self._inner``; what the model is offered and how a name resolves stay the inner one's.
+    """
+
+    def __init__(self, inner: Toolbox) -> None:
+        self._inner = inner
+
+    def offered(self) -> Sequence[ToolSpec]:
+        return self._inner.offered()
+
+    def resolve(self, name: str) -> Resolution:
+        return self._inner.resolve(name)
+
+    async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        return await self._inner.call(name, arguments, ctx)

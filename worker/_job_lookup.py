@@ -1,0 +1,35 @@
+"""Finding a task's rq job by the id an operator typed, for the commands that take one.
+
+Every command says what went wrong in the same words: a malformed id, an unknown (or
+expired) task, a job hash that cannot be read.
+"""
+
+from __future__ import annotations
+
+import re
+
+from redis import Redis
+from rq.exceptions import DeserializationError, NoSuchJobError
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from worker.task import TASK_ID_PATTERN
+
+NOT_A_TASK_ID = "not a task id (1-128 characters of A-Z, a-z, 0-9, '_' and '-')"
+UNKNOWN_TASK = "unknown task (no job with this id; it may have expired)"
+
+
+def fetch_task_job(redis: Redis, task_id: str, *, job_class: type[Job] = Job) -> Job | str:
+    """The rq job of ``task_id``, or one line (starting with the id) saying why there is none.
+
+    ``job_class`` loads the hash (``CappedJob`` refuses data that expands beyond its cap:
+    that too is data that cannot be read).
+    """
+    if not re.fullmatch(TASK_ID_PATTERN, task_id):
+        return f"{task_id!r}: {NOT_A_TASK_ID}"
+    try:
+        return job_class.fetch(task_id, connection=redis, serializer=JSONSerializer)
+    except NoSuchJobError:
+        return f"{task_id}: {UNKNOWN_TASK}"
+    except (ValueError, DeserializationError):
+        return f"{task_id}: its job data cannot be read"
