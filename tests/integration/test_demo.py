@@ -67,3 +67,15 @@ def test_demo_on_a_borrowed_redis_uses_its_own_queue_and_cleans_up(
     assert f"Redis: {redis_url}, queue demo-" in completed.stdout
     fleet_is_untouched(redis_conn)
     assert redis_conn.smembers("rq:queues") == {b"rq:queue:agents"}
+
+
+def test_demo_without_redis_server_borrows_redis_url_under_its_own_queue(
+    redis_url: str, redis_conn: redis.Redis, tmp_path: Path
+) -> None:
+    enqueue_task(redis_conn, LIVE_TASK)
+    # Only the venv's scripts on PATH: no redis-server binary to start a throwaway one.
+    completed = run_demo(tmp_path, REDIS_URL=redis_url, PATH=str(Path(sys.executable).parent))
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert f"Redis: {redis_url}, queue demo-" in completed.stdout
+    fleet_is_untouched(redis_conn)
+    assert redis_conn.smembers("rq:queues") == {b"rq:queue:agents"}

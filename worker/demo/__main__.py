@@ -6,10 +6,10 @@ tools; seeds a post that mentions the demo agent, enqueues the two tasks, runs
 ``rq worker agents --burst`` with ``RQ_WORKER_CLASS=worker.AgentWorker``, and
 prints what the agent posted, the AgentReports and a few metric lines.
 
-It never touches a Redis it did not start: ``REDIS_URL`` may point at a live
-fleet, whose ``agents`` queue the demo's tasks must not join. Only when
-``DEMO_REDIS_URL`` names a Redis explicitly (a host without ``redis-server``)
-does it use that one, with a queue of its own (``demo-<random>``), and it
+It never touches a queue it did not create: ``REDIS_URL`` may point at a live
+fleet, whose ``agents`` queue the demo's tasks must not join. Only on a host
+without ``redis-server`` (or when ``DEMO_REDIS_URL`` names a Redis explicitly)
+does it borrow that Redis, with a queue of its own (``demo-<random>``), and it
 deletes afterwards every key of that queue, of its tasks and of ``demo-agent``.
 """
 
@@ -53,16 +53,22 @@ DEFAULT_QUEUE = "agents"
 
 
 def chosen_redis() -> tuple[str | None, str]:
-    """(Redis URL or None for a throwaway redis-server, queue name); exits when neither works."""
-    url = os.environ.get("DEMO_REDIS_URL")
-    if not url:
-        if shutil.which("redis-server") is None:
-            raise SystemExit(f"{REDIS_MISSING} (or set DEMO_REDIS_URL to a Redis to borrow)")
+    """(Redis URL or None for a throwaway redis-server, queue name); exits when neither works.
+
+    A throwaway redis-server whenever one can be started. Without the binary, the Redis at
+    DEMO_REDIS_URL, else at REDIS_URL, is borrowed under a queue of the demo's own.
+    """
+    explicit = os.environ.get("DEMO_REDIS_URL")
+    if not explicit and shutil.which("redis-server") is not None:
         return None, DEFAULT_QUEUE
+    variable = "DEMO_REDIS_URL" if explicit else "REDIS_URL"
+    url = explicit or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2).ping()
     except (redis.RedisError, OSError, ValueError) as exc:
-        raise SystemExit(f"DEMO_REDIS_URL: no Redis answers there ({type(exc).__name__})") from None
+        if not explicit:
+            raise SystemExit(f"{REDIS_MISSING} (no Redis answers at REDIS_URL either)") from None
+        raise SystemExit(f"{variable}: no Redis answers there ({type(exc).__name__})") from None
     return url, f"demo-{secrets.token_hex(4)}"
 
 
