@@ -18,7 +18,7 @@ redis-check:
 	@command -v redis-server >/dev/null 2>&1 || { echo "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)"; exit 1; }
 
 demo: $(STAMP)
-	$(BIN)/python -m worker.demo
+	$(BIN)/python -m worker.dev.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check worker hub_client mcp_servers tests bench

@@ -31,7 +31,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from hub_client import HubClient
-from worker.devstack import DevStack, running_stack
+from worker.dev.devstack import DevStack, running_stack
 from worker.enqueue import enqueue_task
 
 BENCH_AGENT = "bench-agent"

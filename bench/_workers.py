@@ -20,7 +20,7 @@ from typing import Any
 from rq.job import Job
 from rq.queue import Queue
 
-from worker._worker import AgentWorker
+from worker import AgentWorker
 from worker.logs import log_event
 
 
@@ -38,12 +38,11 @@ def log_phase(phase: str, started: float, **fields: Any) -> None:
 
 def _install_phase_timers() -> None:
     """Wrap the seams a job goes through in timers; job processes inherit them at fork."""
-    import worker._runtime
-    import worker.jobs
+    import worker.pipeline._run
+    import worker.pipeline._runtime
     from hub_client import HubClient
     from worker.agents import AgentDefinition, AgentStore
-    from worker.tools._config import McpConfig
-    from worker.tools._mcp import McpToolbox
+    from worker.tools import McpConfig, McpToolbox
 
     class TimedAgentStore(AgentStore):
         def load(self, agent_id: str) -> AgentDefinition:
@@ -75,9 +74,9 @@ def _install_phase_timers() -> None:
             log_phase("mcp_close", closing)
 
     seams = (
-        (worker._runtime, "AgentStore", TimedAgentStore),
-        (worker._runtime, "McpToolbox", TimedMcpToolbox),
-        (worker.jobs, "HubClient", TimedHubClient),
+        (worker.pipeline._runtime, "AgentStore", TimedAgentStore),
+        (worker.pipeline._runtime, "McpToolbox", TimedMcpToolbox),
+        (worker.pipeline._run, "HubClient", TimedHubClient),
     )
     for module, name, timed in seams:
         setattr(module, name, timed)

@@ -20,8 +20,7 @@ from worker.loop._budget import (
     InputEstimator,
     plan_call,
 )
-from worker.models import Message, ToolCall, ToolSpec, Usage
-from worker.models._prices import ModelPrice
+from worker.models import Message, ModelPrice, ToolCall, ToolSpec, Usage
 
 STEP_COUNTS = (5, 20, 80, 320)
 REPEATS = 2000

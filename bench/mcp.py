@@ -41,9 +41,7 @@ class SessionTimes:
 
 
 async def _session(config: Any, post_id: str) -> SessionTimes:
-    from worker.tools import CallContext
-    from worker.tools._grants import EffectiveGrants
-    from worker.tools._mcp import McpToolbox
+    from worker.tools import CallContext, EffectiveGrants, McpToolbox
 
     grants = EffectiveGrants.of(["hub:read"])
     started = time.perf_counter()
@@ -98,9 +96,9 @@ def _auth_token() -> str | None:
 
 def _probe(transport: str, post_id: str) -> list[SessionTimes]:
     """In a fresh process: preload as the worker parent does, then 1 + WARM_SESSIONS sessions."""
-    from worker._runtime import _mcp_config, preload
+    from worker.pipeline._runtime import _mcp_config, preload
     from worker.settings import settings
-    from worker.tools._config import McpConfig, McpServerConfig
+    from worker.tools import McpConfig, McpServerConfig
 
     preload()
     configured = _mcp_config(settings().mcp_config)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ import redis
 from prometheus_client import generate_latest
 
 from bench._report import Summary, Table
-from worker.devstack import free_port, start_redis
+from worker.dev.devstack import free_port, start_redis
 from worker.metrics import (
     JobMetrics,
     WorkerMetrics,

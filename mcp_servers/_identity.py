@@ -24,7 +24,7 @@ from typing import Any, TypeGuard
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from worker.tools._capability import CapabilityRefused, check_key, verify_capability
+from worker.tools import CapabilityRefused, check_key, verify_capability
 
 CAPABILITY_KEY_ENV = "CAPABILITY_KEY"
 CALLER_KEYS = ("agent_id", "task_id", "idempotency_key")

@@ -51,7 +51,7 @@ from redis import Redis
 from mcp_servers._serving import STDIO_EXIT_GRACE_S, _exit_after
 from worker.context import UntrustedBlocks
 from worker.exceptions import ConfigurationError
-from worker.executors._gateway_link import (
+from worker.executors import (
     CAPABILITY,
     MCP_AUTH_TOKEN,
     CallLogWriter,
@@ -72,11 +72,16 @@ from worker.loop import (
 )
 from worker.models import ToolCall
 from worker.redaction import process_redactor
-from worker.tools import Toolbox
-from worker.tools._capability import Capability, CapabilityRefused, read_capability
-from worker.tools._config import McpConfig, load_mcp_config
-from worker.tools._grants import EffectiveGrants
-from worker.tools._mcp import McpToolbox
+from worker.tools import (
+    Capability,
+    CapabilityRefused,
+    EffectiveGrants,
+    McpConfig,
+    McpToolbox,
+    Toolbox,
+    load_mcp_config,
+    read_capability,
+)
 from worker.write_caps import CappedToolbox, WriteLedger
 
 SERVER_NAME = "gateway"

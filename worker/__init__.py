@@ -2,11 +2,38 @@
 
 Operators start ``rq worker agents`` with ``RQ_WORKER_CLASS=worker.AgentWorker``;
 Python Hubs enqueue with ``enqueue_task`` (the same atomic script as the CLI).
+
+The names below load on first use, so that importing a light part of the worker
+(``worker.loop``, ``worker.tools``) does not pay for rq, Redis, prometheus and the
+Hub client.
 """
 
-from worker._worker import AgentWorker, register_child_process
-from worker.checks import CheckReport, run_checks
-from worker.enqueue import EnqueueResult, enqueue_task
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from worker._worker import AgentWorker, register_child_process
+    from worker.checks import CheckReport, run_checks
+    from worker.enqueue import EnqueueResult, enqueue_task
+
+_LAZY = {
+    "AgentWorker": "worker._worker",
+    "CheckReport": "worker.checks",
+    "EnqueueResult": "worker.enqueue",
+    "enqueue_task": "worker.enqueue",
+    "register_child_process": "worker._worker",
+    "run_checks": "worker.checks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worker' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "AgentWorker",

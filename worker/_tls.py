@@ -3,7 +3,7 @@
 httpx2 builds a new SSL context for each client it creates, and building one
 reads the whole CA bundle: 30-40 ms. A job process opens several clients (the
 Hub, the model provider, each MCP server over HTTP), so that was a large part of
-a short task's overhead. ``worker._runtime.preload`` builds the contexts once in
+a short task's overhead. ``worker.pipeline.preload`` builds the contexts once in
 the worker parent; every forked job process inherits them.
 """
 

@@ -217,7 +217,7 @@ class AgentWorker(OutageTolerantWorker):
 
     def _preload_configuration(self) -> None:
         """Parse MCP_CONFIG, GRANT_POLICY and PRICES_FILE once; a bad file stops start-up."""
-        from worker._runtime import preload
+        from worker.pipeline import preload
 
         try:
             preload()

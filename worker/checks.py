@@ -205,7 +205,7 @@ def _check_definition(report: CheckReport, store: AgentStore, name: str) -> Agen
 
 def _check_skills(report: CheckReport, config: Settings) -> None:
     """Every ``skills/<name>/`` has a readable SKILL.md, also those no agent lists yet."""
-    from worker.agents._parsing import parse_skill
+    from worker.agents import parse_skill
 
     root = Path(config.agents_dir).expanduser().absolute() / "skills"
     if config.agents_dir.lower().startswith(("http://", "https://")) or not root.is_dir():
@@ -236,7 +236,7 @@ def _check_mcp_config(
     network: bool,
     timeout_s: float,
 ) -> None:
-    from worker.tools._config import load_mcp_config
+    from worker.tools import load_mcp_config
 
     if config.mcp_config is None:
         report.checked.append("MCP_CONFIG unset: agents run without tools")
@@ -295,7 +295,7 @@ def _check_agent_servers(
 def _check_grant_policy(
     report: CheckReport, config: Settings, agents: Mapping[str, AgentDefinition]
 ) -> None:
-    from worker.tools._grants import load_grant_policy
+    from worker.tools import load_grant_policy
 
     if config.grant_policy is None:
         return
@@ -313,7 +313,7 @@ def _check_grant_policy(
 
 
 def _check_prices(report: CheckReport, config: Settings) -> None:
-    from worker.models._factory import load_price_table
+    from worker.models import load_price_table
 
     if config.prices_file is None:
         return

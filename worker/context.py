@@ -15,11 +15,15 @@ import secrets
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from hub_client import BudgetHealth, Comment, Post
-from worker.agents import AgentDefinition
 from worker.models import Message
 from worker.task import Task, TaskType
+
+if TYPE_CHECKING:
+    # Annotations only: mcp_servers.gateway uses UntrustedBlocks without the Hub client.
+    from hub_client import BudgetHealth, Comment, Post
+    from worker.agents import AgentDefinition
 
 UNTRUSTED_TAG = "untrusted-content"
 _NOTICE = (

@@ -28,7 +28,7 @@ from redis import Redis
 
 from worker.checkpoints import RedisJournal, ToolIntent, arguments_digest
 from worker.logs import log_event
-from worker.tools._base import CallContext, Toolbox, ToolboxWrapper, ToolResult
+from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
 __all__ = [
     "ContentKeyedToolbox",

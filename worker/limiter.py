@@ -23,8 +23,15 @@ from redis.exceptions import RedisError
 from worker import redis_keys
 from worker.exceptions import ModelUnavailable
 from worker.logs import log_event
-from worker.models import FallbackModel, Model, ModelRequest, ModelResponse, ModelWrapper, Usage
-from worker.models._retry import RetryingModel
+from worker.models import (
+    FallbackModel,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelWrapper,
+    RetryingModel,
+    Usage,
+)
 
 # Token bucket: refill by elapsed time, take `cost` if there is enough, else say how long to
 # wait. Returns the wait in milliseconds (0 = taken). Also honours a fleet-wide hold.

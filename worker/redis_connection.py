@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from redis import Redis
 from redis.connection import SSLConnection, parse_url
 from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
-from rq.cli.helpers import get_redis_from_config
 
 from worker.exceptions import ConfigurationError
 
@@ -150,6 +149,9 @@ def connect(settings: Settings | None = None) -> Redis:
         from worker.settings import settings_or_exit
 
         settings = settings_or_exit()
+    # rq's CLI helpers load all of rq; only the callers that connect pay for it.
+    from rq.cli.helpers import get_redis_from_config
+
     rq_settings = rq_connection_settings(settings)
     connection: Redis = get_redis_from_config(rq_settings)  # type: ignore[no-untyped-call]
     return connection

@@ -52,9 +52,23 @@ class Outcome(StrEnum):
         """Outcomes reported to m/agent-errors."""
         return self in _FAILING or self is Outcome.TOOL_LOOP
 
+    @property
+    def answers(self) -> bool:
+        """Outcomes whose final text is an answer worth posting (limits still produce one)."""
+        return self in _ANSWERING
+
 
 _FAILING = frozenset(
     {Outcome.MODEL_ERROR, Outcome.AUTONOMY_VIOLATION, Outcome.INVALID_TASK, Outcome.ERROR}
+)
+_ANSWERING = frozenset(
+    {
+        Outcome.COMPLETED,
+        Outcome.MAX_ITERATIONS,
+        Outcome.MAX_TOKENS,
+        Outcome.DEADLINE,
+        Outcome.BUDGET,
+    }
 )
 
 

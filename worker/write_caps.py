@@ -18,16 +18,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import Redis
 from redis.exceptions import RedisError
 
 from worker import redis_keys
-from worker.agents import AgentDefinition
 from worker.logs import log_event
-from worker.metrics import JobMetrics
 from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
+
+if TYPE_CHECKING:
+    from worker.agents import AgentDefinition
+    from worker.metrics import JobMetrics
 
 # Counters live this long past the end of their day, so a late writer still finds them.
 _DAY_KEY_GRACE = timedelta(hours=1)

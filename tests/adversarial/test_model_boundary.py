@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,12 +20,12 @@ import pytest
 
 from tests.chaos.harness import (
     AGENT,
-    RQ,
     ChaosStack,
     agent_config,
     unique,
     write_agent,
 )
+from tests.support.workers import run_burst
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 
@@ -228,13 +227,8 @@ def test_secrets_untrusted_content_autonomy_and_recovery_at_the_boundaries(
 def test_a_bad_can_execute_tool_stops_the_worker_at_start_naming_the_variable(
     chaos: ChaosStack,
 ) -> None:
-    started = subprocess.run(
-        [RQ, "worker", "agents", "--burst"],
-        env=chaos.worker_env(CAN_EXECUTE_TOOL="tests.support.tool_checks:missing"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    started = run_burst(
+        chaos.worker_env(CAN_EXECUTE_TOOL="tests.support.tool_checks:missing"), timeout_s=120
     )
     assert started.returncode != 0
     lines = [line for line in started.stderr.splitlines() if "CAN_EXECUTE_TOOL" in line]

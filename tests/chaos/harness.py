@@ -7,7 +7,7 @@ the production command, ``rq worker agents`` with ``RQ_WORKER_CLASS=worker.Agent
 each in its own session so a test can kill it like an operator or the OOM killer would.
 
 A task picks its scripted conversation by a ``[[scenario:NAME]]`` marker in the post
-it answers (see ``worker.scripted_endpoint``), so tests running one after another
+it answers (see ``worker.dev.scripted_endpoint``), so tests running one after another
 never share a script.
 """
 
@@ -39,14 +39,12 @@ from rq.serializers import JSONSerializer
 from tests.support.devhub import DevHub
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
-from tests.support.workers import parse_events
+from tests.support.workers import launch_worker, parse_events
 from worker import redis_keys
-from worker.devstack import ManagedProcess, python_module
+from worker.dev.devstack import ManagedProcess, python_module
 from worker.enqueue import enqueue_task
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-RQ = str(Path(sys.executable).parent / "rq")
-QUEUE = "agents"
 AGENT = "chaos-agent"
 READER = "reader-agent"
 KIT_AGENT = "kit-agent"
@@ -356,15 +354,7 @@ class ChaosStack:
     def _launch_worker(self, args: Sequence[str], env: Mapping[str, str]) -> WorkerProcess:
         log_path = self.workdir / f"worker-{len(self.workers) + 1}-{unique('log')}.log"
         with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [RQ, "worker", QUEUE, *args],
-                cwd=REPO_ROOT,
-                env=self.worker_env(**env),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                start_new_session=True,
-            )
+            process = launch_worker(self.worker_env(**env), *args, stderr=log)
         worker = WorkerProcess(process=process, log_path=log_path)
         self.workers.append(worker)
         return worker

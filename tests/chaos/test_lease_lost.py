@@ -10,7 +10,8 @@ import pytest
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from tests.chaos.harness import QUEUE, ChaosStack, wait_until
+from tests.chaos.harness import ChaosStack, wait_until
+from tests.support.workers import QUEUE
 from worker import redis_keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]

@@ -20,7 +20,7 @@ from worker.exceptions import AgentConfigError, InvalidTask
 
 pytestmark = pytest.mark.integration
 
-DEMO_AGENTS_DIR = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+DEMO_AGENTS_DIR = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 
 
 @dataclass

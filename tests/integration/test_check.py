@@ -16,13 +16,13 @@ import redis
 
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.mcp_servers import RunningMcpServer, running_mcp_hub
-from worker.devstack import free_port
+from worker.dev.devstack import free_port
 from worker.enqueue import enqueue_task
 
 pytestmark = pytest.mark.integration
 
 AGENT_WORKER = str(Path(sys.executable).parent / "agent-worker")
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 HUB_KEY = "hub-key-check-0123456789abcdef"
 MCP_TOKEN = "mcp-token-check-0123456789abcdef"
 SECRETS = (HUB_KEY, MCP_TOKEN, "wrong-hub-key-zzzz", "wrong-mcp-token-zzzz")

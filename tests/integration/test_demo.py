@@ -1,4 +1,4 @@
-"""``make demo`` (``python -m worker.demo``) never touches a queue it did not create.
+"""``make demo`` (``python -m worker.dev.demo``) never touches a queue it did not create.
 
 The Redis at REDIS_URL stands for a live fleet's: its ``agents`` queue holds a task the demo
 must neither run nor move. By default the demo starts a throwaway redis-server; with
@@ -31,7 +31,7 @@ def run_demo(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[st
     }
     env.update(PYTHONPATH=str(REPO_ROOT), **variables)
     return subprocess.run(
-        [sys.executable, "-m", "worker.demo"],
+        [sys.executable, "-m", "worker.dev.demo"],
         env=env,
         cwd=tmp_path,
         capture_output=True,

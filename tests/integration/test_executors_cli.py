@@ -26,6 +26,7 @@ from tests.support.mcp_servers import running_mcp_hub
 from tests.support.mcp_test_servers.launch import stdio_entry
 from worker import settings as worker_settings
 from worker.agents import AgentConfig, AgentDefinition, AgentStore
+from worker.dev.scripted_endpoint import ScriptedEndpoint
 from worker.executors import ExecutionRequest, OpenCodeExecutor
 from worker.idempotency import content_key
 from worker.jobs import TaskRuntime, execute_task
@@ -33,7 +34,6 @@ from worker.loop import LoopSettings, RunLimits
 from worker.metrics import JobMetrics
 from worker.models import Message
 from worker.redaction import Redactor
-from worker.scripted_endpoint import ScriptedEndpoint
 from worker.settings import Settings
 from worker.task import Outcome, Task
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.devstack import free_port
+from worker.dev.devstack import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.serializers import JSONSerializer
 
 from tests.support.devhub import DevHub, running_devhub
-from tests.support.workers import REPO_ROOT, RQ, parse_events, wait_until, worker_env
+from tests.support.workers import REPO_ROOT, parse_events, run_burst, wait_until, worker_env
 from worker import redis_keys
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.scheduler import (
@@ -187,16 +187,7 @@ def run_worker_burst(redis_url: str, hub: DevHub, agents_root: Path) -> str:
     env.update(AGENTS_DIR=str(agents_root), **hub.env)
     env.pop("FLAKY_PROVIDER_KEY", None)
     env["AGENT_KEY_ENVS"] = "FLAKY_PROVIDER_KEY"
-    completed = subprocess.run(
-        [RQ, "worker", "agents", "--burst"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    completed = run_burst(env, timeout_s=90)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed.stderr
 

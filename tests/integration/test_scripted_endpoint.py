@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
-from worker.scripted_endpoint import NO_TURN_LEFT_TEXT
+from worker.dev.scripted_endpoint import NO_TURN_LEFT_TEXT
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -17,7 +17,7 @@ from rq.serializers import JSONSerializer
 
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.scripted_llm import running_scripted_llm
-from tests.support.workers import REPO_ROOT, RQ, running_worker, wait_until, worker_env
+from tests.support.workers import REPO_ROOT, run_burst, running_worker, wait_until, worker_env
 from worker.agents import AgentStore
 from worker.enqueue import _enqueue_call, enqueue_task
 from worker.outbox import OutboxItem, park
@@ -84,16 +84,7 @@ def fail_for_real(redis_url: str, hub: DevHub, agents_root: Path) -> None:
     """Run the queue with a real ``rq worker agents --burst``: tasks of unknown agents fail."""
     env = command_env(redis_url, agents_root)
     env.update(hub.env)
-    completed = subprocess.run(
-        [RQ, "worker", "agents", "--burst"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    completed = run_burst(env, timeout_s=90)
     assert completed.returncode == 0, completed.stderr[-3000:]
 
 

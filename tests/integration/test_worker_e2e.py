@@ -27,7 +27,7 @@ from tests.support.e2e import E2E, task_events, user_messages
 from tests.support.promtool import PROMTOOL_MISSING, find_promtool
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.workers import wait_until
-from worker.devstack import DevStack, running_stack
+from worker.dev.devstack import DevStack, running_stack
 from worker.enqueue import JOB_FUNCTION
 
 pytestmark = pytest.mark.integration

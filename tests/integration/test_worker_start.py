@@ -10,34 +10,27 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.workers import RQ, parse_events, running_worker, wait_until
-from worker.devstack import free_port
+from tests.support.workers import parse_events, run_burst, running_worker, wait_until
+from worker.dev.devstack import free_port
 from worker.enqueue import enqueue_task
 
 pytestmark = pytest.mark.integration
 
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 LOOPBACK_HEX, ANY_HEX = "0100007F", "00000000"
 
 
 def start_worker(redis_url: str, cwd: Path, **variables: str) -> subprocess.CompletedProcess[str]:
     """``rq worker agents --burst`` with only these environment variables."""
-    return subprocess.run(
-        [RQ, "worker", "agents", "--burst"],
-        env={
-            "RQ_WORKER_CLASS": "worker.AgentWorker",
-            "REDIS_URL": redis_url,
-            "METRICS_PORT": "0",
-            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-            "HUB_URL": "http://127.0.0.1:9",  # nothing listens: a warning, not an error
-            **variables,
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=cwd,
-    )
+    env = {
+        "RQ_WORKER_CLASS": "worker.AgentWorker",
+        "REDIS_URL": redis_url,
+        "METRICS_PORT": "0",
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HUB_URL": "http://127.0.0.1:9",  # nothing listens: a warning, not an error
+        **variables,
+    }
+    return run_burst(env, timeout_s=120, cwd=cwd)
 
 
 def one_error_line(completed: subprocess.CompletedProcess[str]) -> str:

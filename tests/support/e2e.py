@@ -1,6 +1,6 @@
 """The whole worker end to end: a real stack, a real ``rq worker agents``, nothing faked.
 
-``worker.devstack.running_stack`` starts the devhub, our MCP servers and the
+``worker.dev.devstack.running_stack`` starts the devhub, our MCP servers and the
 scripted model endpoint once per test module; ``E2E`` drives one test on it:
 ``reset()`` empties Redis, the devhub and the endpoint, the test seeds the Hub
 and scripts the model, enqueues tasks, runs the worker (selected only by
@@ -31,17 +31,15 @@ from rq.serializers import JSONSerializer
 
 from tests.support.redis_server import free_port
 from tests.support.scripted_llm import ScriptedLlm
-from tests.support.workers import BurstRun, RunningWorker, parse_events
-from worker.devstack import DevStack, ManagedProcess
+from tests.support.workers import QUEUE, BurstRun, RunningWorker, launch_worker, parse_events
+from worker.dev.devstack import DevStack, ManagedProcess
 from worker.enqueue import enqueue_task
 from worker.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENTS_DIR = Path(__file__).resolve().parent / "agents"
 BIN = Path(sys.executable).parent
-RQ = str(BIN / "rq")
 AGENT_WORKER = str(BIN / "agent-worker")
-QUEUE = "agents"
 BURST_TIMEOUT_S = 120.0
 
 # Variables of the test runner's own environment that would change what the worker does.
@@ -195,20 +193,10 @@ class E2E:
     @contextlib.contextmanager
     def worker(self, *, burst: bool = False, **extra_env: str) -> Iterator[AgentWorkerProcess]:
         """``rq worker agents`` in the background; stopped (SIGTERM) when the block ends."""
-        argv = [RQ, "worker", QUEUE, *(["--burst"] if burst else [])]
         with tempfile.TemporaryDirectory(prefix="e2e-worker-") as workdir:
             stderr_path = Path(workdir) / "stderr.log"
             with stderr_path.open("wb") as stderr:
-                # Its own session, so that cleaning up also reaches a job process it forked.
-                process = subprocess.Popen(
-                    argv,
-                    cwd=REPO_ROOT,
-                    env=self.worker_env(**extra_env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                    start_new_session=True,
-                )
+                process = launch_worker(self.worker_env(**extra_env), stderr=stderr, burst=burst)
             worker = AgentWorkerProcess(process=process, stderr_path=stderr_path)
             try:
                 yield worker

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from worker.devstack import free_port, redis_server_command
+from worker.dev.devstack import free_port, redis_server_command
 
 __all__ = ["RedisProcess", "RedisServer", "free_port", "running_redis", "spawn_redis"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx2
 
-from worker.scripted_endpoint import ScriptedEndpoint
+from worker.dev.scripted_endpoint import ScriptedEndpoint
 
 _READY_TIMEOUT_S = 20.0
 _READY_EVENT = "scripted_endpoint_ready"
@@ -126,7 +126,7 @@ def running_scripted_llm(
     descriptor, log_name = tempfile.mkstemp(prefix="scripted-llm-", suffix=".log")
     os.close(descriptor)
     log_path = Path(log_name)
-    command = [sys.executable, "-m", "worker.scripted_endpoint", "--port", "0"]
+    command = [sys.executable, "-m", "worker.dev.scripted_endpoint", "--port", "0"]
     command += ["--latency-s", str(latency_s)]
     if scenario_file is not None:
         command += ["--scenario-file", str(scenario_file)]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.redis_server import RedisProcess, spawn_redis
-from worker.devstack import free_port, redis_server_command
+from worker.dev.devstack import free_port, redis_server_command
 
 __all__ = ["MASTER_NAME", "SentinelRedis", "running_sentinel_redis"]
 

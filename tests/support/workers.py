@@ -9,16 +9,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import IO, Any, ClassVar, TypeVar
 
 from worker._worker import AgentWorker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RQ = str(Path(sys.executable).parent / "rq")
+QUEUE = "agents"
 WORKER_CLASS = "tests.support.workers.TestAgentWorker"
 
 T = TypeVar("T")
@@ -36,6 +37,50 @@ class TestAgentWorker(AgentWorker):
         "tests.support.jobs.spawn_child",
         "tests.support.jobs.ask_requeue",
     }
+
+
+def rq_worker_command(*args: str, burst: bool = False) -> list[str]:
+    """The production command, ``rq worker agents [args]``, with ``--burst`` when asked."""
+    return [RQ, "worker", QUEUE, *args, *(["--burst"] if burst else [])]
+
+
+def launch_worker(
+    env: Mapping[str, str],
+    *args: str,
+    stderr: IO[bytes],
+    burst: bool = False,
+    cwd: Path = REPO_ROOT,
+) -> subprocess.Popen[bytes]:
+    """Start ``rq worker agents [args]`` with exactly ``env``; its JSON log goes to ``stderr``.
+
+    The process gets its own session, so that cleaning up can also reach a job process it
+    forked (``os.killpg``). Every test that needs a worker in the background starts it here.
+    """
+    return subprocess.Popen(
+        rq_worker_command(*args, burst=burst),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        start_new_session=True,
+    )
+
+
+def run_burst(
+    env: Mapping[str, str], *args: str, timeout_s: float, cwd: Path = REPO_ROOT
+) -> subprocess.CompletedProcess[str]:
+    """``rq worker agents --burst [args]`` with exactly ``env``, until the queue is empty."""
+    return subprocess.run(
+        rq_worker_command(*args, burst=True),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 def worker_env(redis_url: str, *, metrics_port: int = 0) -> dict[str, str]:
@@ -68,16 +113,7 @@ class BurstRun:
 
 def run_burst_worker(redis_url: str, *, timeout_s: float = 60) -> BurstRun:
     """``rq worker agents --burst`` until the queue is empty."""
-    completed = subprocess.run(
-        [RQ, "worker", "agents", "--burst"],
-        cwd=REPO_ROOT,
-        env=worker_env(redis_url),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    completed = run_burst(worker_env(redis_url), timeout_s=timeout_s)
     return BurstRun(returncode=completed.returncode, stderr=completed.stderr)
 
 
@@ -119,12 +155,8 @@ def running_worker(redis_url: str, *, metrics_port: int = 0) -> Iterator[Running
     with tempfile.TemporaryDirectory(prefix="test-worker-") as workdir:
         stderr_path = Path(workdir) / "stderr.log"
         with stderr_path.open("wb") as stderr_file:
-            process = subprocess.Popen(
-                [RQ, "worker", "agents"],
-                cwd=REPO_ROOT,
-                env=worker_env(redis_url, metrics_port=metrics_port),
-                stdout=subprocess.DEVNULL,
-                stderr=stderr_file,
+            process = launch_worker(
+                worker_env(redis_url, metrics_port=metrics_port), stderr=stderr_file
             )
         worker = RunningWorker(process=process, stderr_path=stderr_path)
         try:

@@ -15,7 +15,7 @@ import worker.agents._store as store_module
 from worker.agents import AgentConfig, AgentDefinition, AgentStore, Skill
 from worker.exceptions import AgentConfigError, InvalidTask
 
-DEMO_AGENTS_DIR = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+DEMO_AGENTS_DIR = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 
 MINIMAL_CONFIG = """\
 name: {name}

@@ -8,9 +8,9 @@ import fakeredis
 import jwt
 import pytest
 
-from worker._runtime import _capability
 from worker.agents import AgentConfig, AgentDefinition
 from worker.deadlines import fix_task_deadline
+from worker.pipeline._runtime import _capability
 from worker.settings import Settings
 from worker.task import Task
 from worker.tools._capability import (

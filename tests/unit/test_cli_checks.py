@@ -14,7 +14,7 @@ from worker.agents import AgentStore
 from worker.checks import CheckReport, Severity, check_at_start, main, run_checks
 from worker.settings import Settings
 
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 
 
 def write_agent(root: Path, name: str, config: str, *, prompt: bool = True) -> None:

@@ -16,11 +16,11 @@ import pytest
 
 import worker.models._factory as factory
 from hub_client import AgentSummary
-from worker._runtime import make_model
 from worker.agents import AgentConfig, AgentDefinition, AgentStore, DefinitionPolicy
 from worker.agents._sources import MAX_FILE_BYTES
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models import Message, ModelRequest
+from worker.pipeline import make_model
 from worker.scheduler import ScheduleConfig, Scheduler
 from worker.settings import Settings, load_settings
 

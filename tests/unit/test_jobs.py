@@ -30,7 +30,7 @@ from worker.tools import LocalTool, LocalToolbox, Toolbox
 
 pytestmark = pytest.mark.anyio
 
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 HUB_KEY = "hub-secret-key-0123456789"
 
 

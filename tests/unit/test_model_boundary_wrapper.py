@@ -43,7 +43,7 @@ from worker.tools import LocalTool, LocalToolbox, Toolbox
 pytestmark = pytest.mark.anyio
 
 CANARY = "canary-Hq7Zx2Lm9Pw4Rt8K"
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 
 
 def spelled_out_in(text: str, value: str) -> bool:

@@ -26,7 +26,7 @@ from worker.tools import LocalTool, LocalToolbox, Toolbox
 
 pytestmark = pytest.mark.anyio
 
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 PREAMBLE = "Let me look that up first."
 LOOKUP = ("lookup", {"q": "rq"})
 

@@ -15,7 +15,7 @@ from worker.agents import AgentDefinition, AgentStore
 from worker.context import UntrustedBlocks
 from worker.task import parse_task
 
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "demo" / "agents"
+DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 
 # What a thread author may write to end the block early and pose as the worker.
 FORGED_CLOSINGS = [

@@ -25,6 +25,7 @@ from worker.agents._config import (
     Shell,
 )
 from worker.agents._definition import AgentDefinition, Skill
+from worker.agents._parsing import parse_skill
 from worker.agents._policy import DefinitionPolicy
 from worker.agents._store import CACHE_KEY_PREFIX, AgentStore
 
@@ -44,4 +45,5 @@ __all__ = [
     "Limits",
     "Shell",
     "Skill",
+    "parse_skill",
 ]

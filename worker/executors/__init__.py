@@ -4,22 +4,68 @@ Every executor takes an ``ExecutionRequest`` and returns the same ``RunResult``,
 the job builds the same AgentReport whatever ran. The CLI executors run the whole
 task in the CLI's own loop, in a scratch workspace, with only the agent's granted
 tools (through ``mcp_servers.gateway``) and within the task's deadline.
+
+The gateway side of that contract (``GatewaySpec``, the call log, the secrets file)
+is here too. Every name loads on first use, so that ``mcp_servers.gateway``, which
+runs once per CLI task, does not load the executors, rq and prometheus.
 """
 
-from worker.executors._aider import AiderExecutor
-from worker.executors._base import ExecutionRequest, Executor, NativeExecutor
-from worker.executors._claude import ClaudeCodeExecutor
-from worker.executors._cli import CliExecutor
-from worker.executors._goose import GooseExecutor
-from worker.executors._opencode import OpenCodeExecutor
+from __future__ import annotations
 
-EXECUTORS: dict[str, type[Executor]] = {
-    "native": NativeExecutor,
-    "claude-code": ClaudeCodeExecutor,
-    "goose": GooseExecutor,
-    "aider": AiderExecutor,
-    "opencode": OpenCodeExecutor,
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from worker.executors._aider import AiderExecutor
+    from worker.executors._base import ExecutionRequest, Executor, NativeExecutor
+    from worker.executors._claude import ClaudeCodeExecutor
+    from worker.executors._cli import CliExecutor
+    from worker.executors._gateway_link import (
+        CAPABILITY,
+        MCP_AUTH_TOKEN,
+        CallLogWriter,
+        GatewaySpec,
+        GatewayWriteCaps,
+        read_secrets_file,
+    )
+    from worker.executors._goose import GooseExecutor
+    from worker.executors._opencode import OpenCodeExecutor
+
+    EXECUTORS: dict[str, type[Executor]]
+
+_LAZY = {
+    "AiderExecutor": "worker.executors._aider",
+    "ExecutionRequest": "worker.executors._base",
+    "Executor": "worker.executors._base",
+    "NativeExecutor": "worker.executors._base",
+    "ClaudeCodeExecutor": "worker.executors._claude",
+    "CliExecutor": "worker.executors._cli",
+    "GooseExecutor": "worker.executors._goose",
+    "OpenCodeExecutor": "worker.executors._opencode",
+    "CAPABILITY": "worker.executors._gateway_link",
+    "MCP_AUTH_TOKEN": "worker.executors._gateway_link",
+    "CallLogWriter": "worker.executors._gateway_link",
+    "GatewaySpec": "worker.executors._gateway_link",
+    "GatewayWriteCaps": "worker.executors._gateway_link",
+    "read_secrets_file": "worker.executors._gateway_link",
 }
+
+# Agent ``type`` -> the executor class, imported with the first lookup.
+_EXECUTOR_CLASSES = {
+    "native": ("worker.executors._base", "NativeExecutor"),
+    "claude-code": ("worker.executors._claude", "ClaudeCodeExecutor"),
+    "goose": ("worker.executors._goose", "GooseExecutor"),
+    "aider": ("worker.executors._aider", "AiderExecutor"),
+    "opencode": ("worker.executors._opencode", "OpenCodeExecutor"),
+}
+
+
+def _executors() -> dict[str, type[Executor]]:
+    executors: dict[str, type[Executor]] = {
+        agent_type: getattr(importlib.import_module(module), name)
+        for agent_type, (module, name) in _EXECUTOR_CLASSES.items()
+    }
+    return executors
 
 
 def executor_for(agent_type: str) -> Executor:
@@ -27,23 +73,38 @@ def executor_for(agent_type: str) -> Executor:
     from worker.exceptions import AgentConfigError
 
     try:
-        return EXECUTORS[agent_type]()
+        return _executors()[agent_type]()
     except KeyError:
-        known = ", ".join(sorted(EXECUTORS))
+        known = ", ".join(sorted(_EXECUTOR_CLASSES))
         raise AgentConfigError(
             f"no executor for agent type {agent_type!r} (known: {known})"
         ) from None
 
 
+def __getattr__(name: str) -> Any:
+    if name == "EXECUTORS":
+        return _executors()
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worker.executors' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
+    "CAPABILITY",
     "EXECUTORS",
+    "MCP_AUTH_TOKEN",
     "AiderExecutor",
+    "CallLogWriter",
     "ClaudeCodeExecutor",
     "CliExecutor",
     "ExecutionRequest",
     "Executor",
+    "GatewaySpec",
+    "GatewayWriteCaps",
     "GooseExecutor",
     "NativeExecutor",
     "OpenCodeExecutor",
     "executor_for",
+    "read_secrets_file",
 ]

@@ -63,7 +63,7 @@ from worker.models import Message
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome
-from worker.tools._grants import load_grant_policy
+from worker.tools import load_grant_policy
 from worker.write_caps import WriteCaps
 
 CANCELLED = "cancelled"

@@ -38,8 +38,7 @@ from redis import Redis
 from worker.loop import ToolCallRecord
 from worker.redis_connection import connect
 from worker.settings import Settings
-from worker.tools._capability import mint_capability
-from worker.tools._grants import EffectiveGrants
+from worker.tools import EffectiveGrants, mint_capability
 from worker.write_caps import RefusalReason, WriteCaps, WriteKind, WriteRefused
 
 AGENT_ID = "GATEWAY_AGENT_ID"

@@ -1,6 +1,6 @@
 """The one LLM credential and endpoint a CLI gets, and the minimal environment around it.
 
-Same rules as the native models (``worker._runtime.make_model``), by the same function
+Same rules as the native models (``worker.pipeline.make_model``), by the same function
 (``worker.models.provider_credentials``): ``brain.api_key_env`` names the agent's own
 key variable; a definition that picks its own ``api_base`` must also name its key, so
 the worker's key never goes to an endpoint a definition chose; otherwise the worker's

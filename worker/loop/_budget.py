@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 
 from worker.exceptions import LimitReached
 from worker.loop._limits import RunLimits
-from worker.models._prices import ModelPrice
-from worker.models._types import Message, ToolSpec, Usage
+from worker.models import Message, ModelPrice, ToolSpec, Usage
 
 CHARS_PER_TOKEN = 3.5
 SAFETY_MARGIN = 0.15

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from worker.tools._base import CallContext, Toolbox, ToolboxWrapper, ToolResult
+from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
 # Below this a closing call could not get an answer back; the fallback text is used.
 MIN_CLOSING_CALL_S = 0.5

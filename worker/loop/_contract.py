@@ -9,8 +9,7 @@ from typing import Protocol
 from worker.loop._limits import RunLimits
 from worker.loop._output import FALLBACK_ANSWER, recover_output
 from worker.loop._state import JournalEntry, LoopState, StepRecord
-from worker.models._prices import ModelPrice
-from worker.models._types import Message
+from worker.models import Message, ModelPrice
 from worker.task import Outcome
 
 

@@ -17,8 +17,8 @@ from worker.logs import log_event
 from worker.loop._events import EventBus, GrantDenied, ToolCalled
 from worker.loop._output import truncate
 from worker.loop._state import StepRecord, ToolCallRecord
-from worker.models._types import ToolCall, ToolSpec
-from worker.tools._base import CallContext, Granted, MissingGrant, NotAllowed, Toolbox
+from worker.models import ToolCall, ToolSpec
+from worker.tools import CallContext, Granted, MissingGrant, NotAllowed, Toolbox
 
 # Decides, per call and before execution, whether it may run: None (or True) allows; a
 # string refuses, and is what the model reads; anything else refuses. May be async.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from worker.logs import log_event
-from worker.models._types import StopReason, Usage
+from worker.models import StopReason, Usage
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from worker.exceptions import LimitReached
-from worker.models._types import Usage
+from worker.models import Usage
 
 N = TypeVar("N", int, float)
 

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from worker.loop._state import StepRecord
-from worker.models._types import Message
+from worker.models import Message
 
 FALLBACK_ANSWER = (
     "I could not finish this task within its {limit} limit, so I am stopping here without a "

@@ -17,7 +17,7 @@ from typing import Any
 
 from worker.exceptions import ToolFailed
 from worker.logs import log_event
-from worker.tools._base import CallContext, Toolbox, ToolboxWrapper, ToolResult
+from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
 Redact = Callable[[str], str]
 

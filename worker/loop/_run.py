@@ -50,7 +50,7 @@ from worker.loop._state import (
     ToolCallRecord,
     ToolEntry,
 )
-from worker.models._types import (
+from worker.models import (
     Message,
     Model,
     ModelRequest,
@@ -60,7 +60,7 @@ from worker.models._types import (
     Usage,
 )
 from worker.task import Outcome
-from worker.tools._base import Toolbox
+from worker.tools import Toolbox
 
 WIND_DOWN_PROMPT = (
     "You have reached this task's limit ({detail}). Do not call any tool. "

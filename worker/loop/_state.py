@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from worker.models._types import Message, ModelResponse, StopReason, ToolCall, Usage
+from worker.models import Message, ModelResponse, StopReason, ToolCall, Usage
 
 
 @dataclass(slots=True, kw_only=True)

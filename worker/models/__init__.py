@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from worker.models._prices import ModelPrice, PriceTable
     from worker.models._retry import AttemptGate, RetryingModel, RetryPolicy
     from worker.models._structured import generate, parse_structured, strict_json_schema
+    from worker.models._warmup import warm_up_providers
 
 _LAZY = {
     "AnthropicModel": "worker.models._anthropic",
@@ -54,6 +55,7 @@ _LAZY = {
     "parse_structured": "worker.models._structured",
     "provider_credentials": "worker.models._factory",
     "strict_json_schema": "worker.models._structured",
+    "warm_up_providers": "worker.models._warmup",
 }
 
 
@@ -92,4 +94,5 @@ __all__ = [
     "parse_structured",
     "provider_credentials",
     "strict_json_schema",
+    "warm_up_providers",
 ]

@@ -1,6 +1,8 @@
 """Tools for the loop: the Toolbox protocol, in-process tools, and the grant-checked MCP layer.
 
-``McpToolbox`` (and with it the MCP client) is imported on first use only.
+The Toolbox protocol and in-process tools load with the package; grants and
+capabilities (PyJWT, YAML, pydantic), the MCP config and ``McpToolbox`` (the MCP
+client) load on first use, so that ``worker.loop`` stays light.
 """
 
 from __future__ import annotations
@@ -18,30 +20,51 @@ from worker.tools._base import (
     ToolboxWrapper,
     ToolResult,
 )
-from worker.tools._capability import (
-    Capability,
-    CapabilityRefused,
-    mint_capability,
-    verify_capability,
-)
-from worker.tools._config import McpConfig, McpServerConfig, load_mcp_config
-from worker.tools._grants import (
-    EffectiveGrants,
-    GrantPolicy,
-    check_grant_pattern,
-    grant_covers,
-    load_grant_policy,
-)
 from worker.tools._local import LocalTool, LocalToolbox
 
 if TYPE_CHECKING:
+    from worker.tools._capability import (
+        Capability,
+        CapabilityRefused,
+        check_key,
+        mint_capability,
+        read_capability,
+        verify_capability,
+    )
+    from worker.tools._config import McpConfig, McpServerConfig, load_mcp_config
+    from worker.tools._grants import (
+        EffectiveGrants,
+        GrantPolicy,
+        check_grant_pattern,
+        grant_covers,
+        load_grant_policy,
+    )
     from worker.tools._mcp import McpToolbox
+
+_LAZY = {
+    "Capability": "worker.tools._capability",
+    "CapabilityRefused": "worker.tools._capability",
+    "check_key": "worker.tools._capability",
+    "mint_capability": "worker.tools._capability",
+    "read_capability": "worker.tools._capability",
+    "verify_capability": "worker.tools._capability",
+    "McpConfig": "worker.tools._config",
+    "McpServerConfig": "worker.tools._config",
+    "load_mcp_config": "worker.tools._config",
+    "EffectiveGrants": "worker.tools._grants",
+    "GrantPolicy": "worker.tools._grants",
+    "check_grant_pattern": "worker.tools._grants",
+    "grant_covers": "worker.tools._grants",
+    "load_grant_policy": "worker.tools._grants",
+    "McpToolbox": "worker.tools._mcp",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "McpToolbox":
-        return importlib.import_module("worker.tools._mcp").McpToolbox
-    raise AttributeError(f"module 'worker.tools' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worker.tools' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [
@@ -63,9 +86,11 @@ __all__ = [
     "Toolbox",
     "ToolboxWrapper",
     "check_grant_pattern",
+    "check_key",
     "grant_covers",
     "load_grant_policy",
     "load_mcp_config",
     "mint_capability",
+    "read_capability",
     "verify_capability",
 ]

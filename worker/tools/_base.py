@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from worker.models._types import ToolSpec
+from worker.models import ToolSpec
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.exceptions import ToolFailed
-from worker.models._types import ToolSpec
+from worker.models import ToolSpec
 from worker.tools._base import CallContext, Granted, MissingGrant, Resolution, ToolResult
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]

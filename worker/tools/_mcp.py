@@ -49,7 +49,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from worker.exceptions import ToolFailed, ToolNotFound, ToolServerDown
 from worker.logs import log_event
-from worker.models._types import ToolSpec
+from worker.models import ToolSpec
 from worker.tools._base import (
     CallContext,
     Granted,

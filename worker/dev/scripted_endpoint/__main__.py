@@ -1,4 +1,4 @@
-"""``python -m worker.scripted_endpoint``: serve the scripted endpoint until SIGINT/SIGTERM.
+"""``python -m worker.dev.scripted_endpoint``: serve the scripted endpoint until SIGINT/SIGTERM.
 
 Prints one JSON line with ``"event": "scripted_endpoint_ready"`` and the base URL on
 stderr once it accepts requests (with ``--port 0`` that line names the chosen port).
@@ -18,14 +18,14 @@ from types import FrameType
 import uvicorn
 from pydantic import ValidationError
 
-from worker.logs import log_event
-from worker.scripted_endpoint._scenarios import (
+from worker.dev.scripted_endpoint._scenarios import (
     NO_TURN_LEFT,
     ScenarioFile,
     ScenarioStore,
     ScriptedTurn,
 )
-from worker.scripted_endpoint._server import bind_listener, create_app, server_config
+from worker.dev.scripted_endpoint._server import bind_listener, create_app, server_config
+from worker.logs import log_event
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,7 +86,7 @@ def _store(args: argparse.Namespace) -> ScenarioStore:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m worker.scripted_endpoint",
+        prog="python -m worker.dev.scripted_endpoint",
         description="Scripted OpenAI/Anthropic-compatible LLM endpoint for tests, "
         "benchmarks and the demo.",
     )

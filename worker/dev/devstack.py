@@ -215,7 +215,7 @@ def running_stack(
             launch(
                 "scripted-llm",
                 python_module(
-                    "worker.scripted_endpoint",
+                    "worker.dev.scripted_endpoint",
                     "--port",
                     str(llm_port),
                     "--latency-s",

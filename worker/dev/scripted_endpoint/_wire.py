@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from worker.scripted_endpoint._conversation import Api, Conversation
-from worker.scripted_endpoint._scenarios import ScriptedTurn
+from worker.dev.scripted_endpoint._conversation import Api, Conversation
+from worker.dev.scripted_endpoint._scenarios import ScriptedTurn
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens"]
 

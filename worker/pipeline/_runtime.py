@@ -1,18 +1,20 @@
-"""Builds what a task needs inside an rq job process, from the environment and rq's job."""
+"""TaskRuntime: what a task needs from its process, built from the environment and rq's job."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from redis import Redis
 
+from hub_client import HubClient
 from worker._tls import client_ssl_context
 from worker._worker_children import register_child_process
 from worker._worker_vetting import job_attempt
@@ -21,9 +23,9 @@ from worker.deadlines import read_task_deadline
 from worker.exceptions import ConfigurationError
 from worker.hooks import load_can_execute_tool
 from worker.idempotency import journal_tool_intents
-from worker.jobs import TaskRuntime
 from worker.limiter import FleetLimiter, RateLimitedModel, RateLimits
 from worker.logs import set_redactor
+from worker.loop import CanExecuteTool
 from worker.metrics import JobMetrics
 from worker.models import Model
 from worker.models._factory import create_model, load_price_table
@@ -39,6 +41,39 @@ from worker.tools._capability import mint_capability
 from worker.tools._config import McpConfig, load_mcp_config
 from worker.tools._grants import EffectiveGrants, GrantPolicy, load_grant_policy
 from worker.tools._mcp import McpToolbox
+
+ToolboxOpener = Callable[[AgentDefinition, Task], AbstractAsyncContextManager[Toolbox]]
+ModelMaker = Callable[[AgentDefinition], Model]
+
+
+@dataclass(kw_only=True)
+class TaskRuntime:
+    """Everything a task needs from its process. Tests replace ``make_model``/``open_toolbox``."""
+
+    settings: Settings
+    redis: Redis
+    agents: AgentStore
+    metrics: JobMetrics
+    redactor: Redactor
+    make_model: ModelMaker
+    open_toolbox: ToolboxOpener
+    attempt: int = 0
+    hub: HubClient | None = None
+    on_spawn: Callable[[int], None] | None = None
+    # The rq job id, when running under rq: metrics then go to the worker parent via Redis.
+    job_id: str | None = None
+    # rq kills the job at its timeout: the loop winds down before that (timeout - grace).
+    deadline_cap_s: float | None = None
+    # Prices cost budgets are planned with (PRICES_FILE over the built-in table).
+    prices: PriceTable | None = None
+    # The operator's CAN_EXECUTE_TOOL check, asked before every tool call of the native loop.
+    can_execute_tool: CanExecuteTool | None = None
+
+    def flush_metrics(self) -> None:
+        if self.job_id is None:
+            self.metrics.apply_locally()
+        else:
+            self.metrics.flush(self.redis, self.job_id)
 
 
 @lru_cache(maxsize=1)
@@ -127,10 +162,10 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
 
 def toolbox_opener(
     config: Settings,
-    on_spawn: Any = None,
+    on_spawn: Callable[[int], None] | None = None,
     deadline_cap_s: float | None = None,
     redis: Redis | None = None,
-) -> Any:
+) -> ToolboxOpener:
     """Opens the task's McpToolbox: its effective grants, MCP_AUTH_TOKEN for first-party
     servers and, with CAPABILITY_KEY, a capability signed for this agent and task that
     expires at the task's deadline (the one kept in ``redis`` across re-runs, when given)."""

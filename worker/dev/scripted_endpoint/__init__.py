@@ -16,12 +16,12 @@ In process::
         endpoint.set_scenario("default", [{"text": "hello"}])
         client = AsyncOpenAI(base_url=endpoint.openai_base_url, api_key="x")
 
-As a process: ``python -m worker.scripted_endpoint --port 8090``; it is then
+As a process: ``python -m worker.dev.scripted_endpoint --port 8090``; it is then
 scripted through ``/_scripted/scenarios``, ``/_scripted/config``,
 ``/_scripted/requests``, ``/_scripted/stats`` and ``/_scripted/reset``.
 """
 
-from worker.scripted_endpoint._scenarios import (
+from worker.dev.scripted_endpoint._scenarios import (
     DEFAULT_SCENARIO,
     DEMO_SCENARIO,
     NO_TURN_LEFT_TEXT,
@@ -33,7 +33,7 @@ from worker.scripted_endpoint._scenarios import (
     StormSettings,
     TurnUsage,
 )
-from worker.scripted_endpoint._server import ScriptedEndpoint, create_app
+from worker.dev.scripted_endpoint._server import ScriptedEndpoint, create_app
 
 __all__ = [
     "DEFAULT_SCENARIO",

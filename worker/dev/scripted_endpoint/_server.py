@@ -21,15 +21,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from worker.scripted_endpoint._conversation import (
+from worker.dev.scripted_endpoint._conversation import (
     Api,
     BadModelRequest,
     Conversation,
     anthropic_conversation,
     openai_conversation,
 )
-from worker.scripted_endpoint._demo_agent import demo_agent_turn
-from worker.scripted_endpoint._scenarios import (
+from worker.dev.scripted_endpoint._demo_agent import demo_agent_turn
+from worker.dev.scripted_endpoint._scenarios import (
     AUTH_HEADERS,
     NO_TURN_LEFT,
     Draw,
@@ -38,7 +38,7 @@ from worker.scripted_endpoint._scenarios import (
     ScriptedTurn,
     StormSettings,
 )
-from worker.scripted_endpoint._wire import (
+from worker.dev.scripted_endpoint._wire import (
     Answer,
     answer_for,
     anthropic_events,
@@ -275,7 +275,7 @@ class ScriptedEndpoint:
 
     Use it as a context manager, point an SDK at ``openai_base_url`` or
     ``anthropic_base_url``, and script it with ``set_scenario``. For a worker in
-    another process, run ``python -m worker.scripted_endpoint`` instead.
+    another process, run ``python -m worker.dev.scripted_endpoint`` instead.
     """
 
     def __init__(

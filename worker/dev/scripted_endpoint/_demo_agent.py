@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from worker.scripted_endpoint._conversation import Conversation, OfferedTool, ToolExchange
-from worker.scripted_endpoint._scenarios import ScriptedToolCall, ScriptedTurn
+from worker.dev.scripted_endpoint._conversation import Conversation, OfferedTool, ToolExchange
+from worker.dev.scripted_endpoint._scenarios import ScriptedToolCall, ScriptedTurn
 
 # Beyond this many tool calls the agent stops calling tools, whatever it sees.
 MAX_TOOL_CALLS = 4

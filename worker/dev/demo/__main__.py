@@ -35,7 +35,7 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
 from hub_client import HubClient
-from worker.devstack import REDIS_MISSING, DevStack, free_port, running_stack
+from worker.dev.devstack import REDIS_MISSING, DevStack, free_port, running_stack
 from worker.enqueue import enqueue_task
 
 DEMO_AGENTS = Path(__file__).resolve().parent / "agents"

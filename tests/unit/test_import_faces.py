@@ -1,0 +1,99 @@
+"""Package faces load their heavy parts on first use, and the public names still resolve.
+
+``import worker.loop`` (the agent loop, also run by the gateway and the benches) must
+not pay for rq, prometheus or the Hub client; ``mcp_servers.gateway`` starts once per
+CLI task and must not load the executors, rq or prometheus. Each check runs in a
+fresh interpreter, since this test process has imported everything already.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import worker
+import worker.executors
+import worker.models
+import worker.tools
+
+
+def _loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has in sys.modules after ``statement``."""
+    probe = (
+        f"import json, sys\n{statement}\n"
+        f"print(json.dumps([m for m in {list(modules)!r} if m in sys.modules]))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded: list[str] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+@pytest.mark.parametrize(
+    ("statement", "not_loaded"),
+    [
+        (
+            "import worker.loop",
+            (
+                "rq",
+                "prometheus_client",
+                "hub_client",
+                "redis",
+                "jwt",
+                "mcp",
+                "worker._worker",
+                "worker.jobs",
+            ),
+        ),
+        (
+            "import worker",
+            ("rq", "prometheus_client", "hub_client", "redis", "worker._worker"),
+        ),
+        (
+            "import worker.tools",
+            ("jwt", "mcp", "rq", "prometheus_client", "hub_client", "worker.tools._mcp"),
+        ),
+        (
+            "import worker.executors",
+            ("rq", "prometheus_client", "hub_client", "worker.executors._base"),
+        ),
+        (
+            "import mcp_servers.gateway",
+            (
+                "rq",
+                "prometheus_client",
+                "hub_client",
+                "worker._worker",
+                "worker.jobs",
+                "worker.metrics",
+                "worker.agents",
+                "worker.executors._base",
+                "worker.executors._cli",
+            ),
+        ),
+    ],
+)
+def test_import_does_not_load_heavy_modules(statement: str, not_loaded: tuple[str, ...]) -> None:
+    assert _loaded_after(statement, not_loaded) == []
+
+
+def test_lazy_names_resolve_to_their_modules() -> None:
+    from worker._worker import AgentWorker
+    from worker.executors._base import NativeExecutor
+    from worker.tools._mcp import McpToolbox
+
+    assert worker.AgentWorker is AgentWorker
+    assert worker.tools.McpToolbox is McpToolbox
+    assert worker.executors.EXECUTORS["native"] is NativeExecutor
+    for face in (worker, worker.executors, worker.models, worker.tools):
+        for name in face.__all__:
+            assert getattr(face, name) is not None, f"{face.__name__}.{name}"
+
+
+def test_unknown_names_still_raise_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = worker.nothing_here  # type: ignore[attr-defined]

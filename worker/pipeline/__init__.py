@@ -1,0 +1,47 @@
+"""The task pipeline: one Hub task from validation to the report, one module per stage.
+
+    _runtime   TaskRuntime: what a task needs from its process (settings, Redis, agents,
+               model and toolbox makers), built from the environment and rq's job
+    _run       TaskRun: parse → agent → leases → deadline → budget → request → execute
+               → respond → settle, and ``execute_task``
+    _context   the ExecutionRequest: thread or feed, system prompt, loop settings
+    _respond   the answer on the Hub
+    _settle    the report, read mark, consumption, activation, error post, metrics, logs
+    _writes    Hub writes through the outbox, counted against the write caps
+    _observers the metrics observer of the loop
+    _state     RunState, the Requeue decision and the TaskVerdict
+
+``worker.jobs.run_task`` is the rq entry point that drives it.
+"""
+
+from worker.pipeline._observers import metrics_observer
+from worker.pipeline._run import TaskRun, execute_task
+from worker.pipeline._runtime import (
+    ModelMaker,
+    TaskRuntime,
+    ToolboxOpener,
+    build_runtime,
+    make_model,
+    preload,
+    runtime_for_job,
+    toolbox_opener,
+)
+from worker.pipeline._settle import error_post_content
+from worker.pipeline._state import Requeue, TaskVerdict
+
+__all__ = [
+    "ModelMaker",
+    "Requeue",
+    "TaskRun",
+    "TaskRuntime",
+    "TaskVerdict",
+    "ToolboxOpener",
+    "build_runtime",
+    "error_post_content",
+    "execute_task",
+    "make_model",
+    "metrics_observer",
+    "preload",
+    "runtime_for_job",
+    "toolbox_opener",
+]

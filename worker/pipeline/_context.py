@@ -1,0 +1,147 @@
+"""The execution request of a task: what the model reads first, and how the run is bounded.
+
+thread (notification) or feed (discovery) → system prompt and first message
+(``worker.context`` writes their text) → loop settings → ExecutionRequest.
+"""
+
+from __future__ import annotations
+
+from hub_client import BudgetHealth, HubClient, HubError, HubNotFound, Post
+from worker import context
+from worker.agents import AgentDefinition
+from worker.checkpoints import RedisJournal
+from worker.control import RedisControl
+from worker.exceptions import InvalidTask
+from worker.executors import ExecutionRequest
+from worker.logs import log_event
+from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
+from worker.models import Message, ModelBoundary
+from worker.models._prices import ModelPrice, PriceTable
+from worker.pipeline._observers import metrics_observer
+from worker.pipeline._runtime import TaskRuntime
+from worker.pipeline._state import RunState
+from worker.pipeline._writes import capped_toolbox, refusal_handler
+from worker.task import Task, TaskType
+
+# How many posts a discovery task reads, and how long it waits for them.
+_FEED_LIMIT = 20
+_FEED_TIMEOUT_S = 10.0
+
+
+async def build_request(
+    runtime: TaskRuntime,
+    hub: HubClient,
+    state: RunState,
+    *,
+    task: Task,
+    agent: AgentDefinition,
+    budget: BudgetHealth | None,
+) -> ExecutionRequest:
+    """Everything the executor needs; raises InvalidTask when the task's post is gone."""
+    thread: Post | None = None
+    feed: list[Post] = []
+    if task.type is TaskType.NOTIFICATION:
+        thread = await _thread(runtime, hub, state, task)
+    else:
+        feed = await _discovery_feed(hub, state, task, agent)
+    journal = RedisJournal(runtime.redis, task.task_id)
+    redact = runtime.redactor
+    # One nonce for this run's untrusted-content delimiters: thread, feed, tool results.
+    blocks = context.UntrustedBlocks()
+    first = context.first_message(task, agent, thread=thread, feed=feed, blocks=blocks)
+    return ExecutionRequest(
+        task=task,
+        agent=agent,
+        # Redacted here too: CLI executors hand these to their CLI, not to ModelBoundary.
+        system=redact(context.system_prompt(agent, budget, blocks)),
+        messages=[Message(role=first.role, content=redact(first.content))],
+        settings=loop_settings(runtime, state, task, agent),
+        # Tool calls go out with known secrets masked in their arguments.
+        open_toolbox=redacting_arguments(
+            lambda: capped_toolbox(runtime, task, agent), runtime.redactor
+        ),
+        # Every request of the native loop leaves through the boundary, last.
+        make_model=lambda: ModelBoundary(
+            runtime.make_model(agent), redact=redact, wrap_tool_result=blocks.tool_result
+        ),
+        observers=[metrics_observer(runtime.metrics, agent.config.name)],
+        control=RedisControl(runtime.redis, task.task_id),
+        journal=journal,
+        resume=journal.load(),
+        on_spawn=runtime.on_spawn,
+        # CLI executors: the writes their gateway held back, counted here as the loop's are.
+        on_write_refused=refusal_handler(runtime, task, agent),
+        can_execute_tool=runtime.can_execute_tool,
+        untrusted_nonce=blocks.nonce,
+    )
+
+
+async def _thread(runtime: TaskRuntime, hub: HubClient, state: RunState, task: Task) -> Post:
+    assert task.post_id is not None
+    try:
+        return await hub.get_post(
+            task.post_id, timeout_s=state.hub_timeout_s(runtime.settings.hub_timeout_s)
+        )
+    except HubNotFound:
+        raise InvalidTask(
+            f"post {task.post_id!r} of task {task.task_id} does not exist on the Hub"
+        ) from None
+
+
+async def _discovery_feed(
+    hub: HubClient, state: RunState, task: Task, agent: AgentDefinition
+) -> list[Post]:
+    interests = agent.config.interests
+    try:
+        return await hub.discover_feed(
+            communities=interests.communities,
+            keywords=interests.keywords,
+            exclude_responded=True,
+            limit=_FEED_LIMIT,
+            agent_id=agent.config.name,
+            timeout_s=state.hub_timeout_s(_FEED_TIMEOUT_S),
+        )
+    except HubError as exc:
+        log_event("discovery_feed_unavailable", "warning", task=task.task_id, error=str(exc))
+        return []
+
+
+def loop_settings(
+    runtime: TaskRuntime, state: RunState, task: Task, agent: AgentDefinition
+) -> LoopSettings:
+    """The agent's limits tightened by the task's, and the operator's loop settings."""
+    s, cfg, limits = runtime.settings, agent.config, task.constraints
+    agent_limits = RunLimits(
+        max_iterations=cfg.behavior.max_iterations,
+        max_tokens=cfg.limits.max_tokens,
+        max_duration_s=cfg.limits.max_duration_s,
+        max_cost_usd=cfg.limits.max_cost_usd,
+    )
+    return LoopSettings(
+        limits=agent_limits.tightened(
+            max_iterations=limits.max_iterations,
+            max_tokens=limits.max_tokens,
+            max_duration_s=limits.max_duration_s,
+            max_cost_usd=limits.max_cost_usd,
+        ),
+        deadline_epoch=state.deadline.epoch_s if state.deadline else None,
+        price=_call_price(runtime, agent),
+        max_same_call_repeats=s.max_same_call_repeats,
+        max_consecutive_error_steps=s.max_consecutive_error_steps,
+        require_done_tool=cfg.behavior.require_done_tool,
+        strict_grants=s.strict_grants or cfg.behavior.strict_grants,
+        tool_output_max_chars=s.tool_output_max_chars,
+        context_budget_chars=s.context_budget_chars,
+        llm_timeout_cap_s=s.llm_timeout_s,
+        tool_timeout_cap_s=s.mcp_timeout_s,
+        max_output_tokens=cfg.brain.max_tokens,
+        temperature=cfg.brain.temperature,
+    )
+
+
+def _call_price(runtime: TaskRuntime, agent: AgentDefinition) -> ModelPrice | None:
+    """The price a cost budget is planned with: the dearest model that may answer."""
+    prices = runtime.prices or PriceTable.builtin()
+    brain = agent.config.brain
+    names = [brain.model, *(fallback.model for fallback in brain.fallbacks)]
+    return dearest_price([prices.price(name) for name in names])

@@ -1,0 +1,118 @@
+"""The task's answer on the Hub: a comment on the post, or a discovery post.
+
+Limits still produce an answer worth posting (``Outcome.answers``); what the agent already
+wrote through its tools is counted, not posted twice; the answer counts against the caps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hub_client import HubClient
+from worker.agents import AgentDefinition
+from worker.exceptions import WriteCapReached
+from worker.loop import RunResult
+from worker.outbox import OutboxItem
+from worker.pipeline._runtime import TaskRuntime
+from worker.pipeline._state import RunState
+from worker.pipeline._writes import hub_writer, write_ledger
+from worker.task import Outcome, Task, TaskType
+from worker.write_caps import WriteKind, WriteRefused, note_refusal
+
+DEFAULT_COMMUNITY = "m/general"
+# What mcp_servers.hub answers to a successful write ("Created comment c-2 on post p-1.").
+_CREATED = re.compile(r"Created (?:post|comment) ([A-Za-z0-9_-]+)")
+
+
+async def respond(
+    runtime: TaskRuntime,
+    hub: HubClient,
+    state: RunState,
+    *,
+    task: Task,
+    agent: AgentDefinition,
+    result: RunResult,
+) -> None:
+    """Post the answer, if there is one to post; what was posted goes to ``state.posted``."""
+    state.posted.extend(_ids_created_by_tools(result))
+    answer = runtime.redactor(result.output.strip())
+    if not answer or result.fallback:
+        return  # a fixed "could not finish" text is not an answer worth posting
+    item = _answer_item(task, agent, result, answer)
+    if item is None:
+        return
+    kind = WriteKind.COMMENT if item.kind == "comment" else WriteKind.POST
+    # The task's own answer counts against the daily caps; it never waits an interval.
+    ledger = write_ledger(runtime, task, agent)
+    verdict = ledger.reserve(kind, post_id=task.post_id, wait_interval=False)
+    if isinstance(verdict, WriteRefused):
+        _refuse_answer(runtime, state, task, verdict)
+        return
+    created = await hub_writer(runtime, hub, task.task_id).write(item)
+    if created:
+        state.posted.append(created)
+
+
+def _refuse_answer(
+    runtime: TaskRuntime, state: RunState, task: Task, refusal: WriteRefused
+) -> None:
+    note_refusal(
+        refusal, agent_id=task.agent_id, task_id=task.task_id, metrics=runtime.metrics, via="reply"
+    )
+    if state.error is None:
+        state.error = WriteCapReached(
+            f"the answer was not posted: {refusal.message}", limit=refusal.reason.value
+        )
+
+
+def _answer_item(
+    task: Task, agent: AgentDefinition, result: RunResult, answer: str
+) -> OutboxItem | None:
+    """The write that carries the task's answer, or None when nothing is to be posted."""
+    if task.type is TaskType.NOTIFICATION:
+        if _commented_through_tool(result, task):
+            return None  # the agent already answered the post through a tool
+        return OutboxItem(
+            kind="comment",
+            idempotency_key=f"{task.task_id}:reply",
+            payload={"post_id": task.post_id, "agent_id": agent.config.name, "content": answer},
+        )
+    if agent.config.behavior.discovery.post_final and result.outcome is Outcome.COMPLETED:
+        community = next(iter(agent.config.interests.communities), DEFAULT_COMMUNITY)
+        return OutboxItem(
+            kind="post",
+            idempotency_key=f"{task.task_id}:reply",
+            payload={
+                "agent_id": agent.config.name,
+                "content": answer,
+                "community": community,
+                "title": f"Exploration notes from {agent.config.name}",
+            },
+        )
+    return None
+
+
+def _commented_through_tool(result: RunResult, task: Task) -> bool:
+    for step in result.steps:
+        for call in step.tool_calls:
+            if call.name.endswith("__create_comment") and call.outcome == "ok":
+                try:
+                    arguments = json.loads(call.arguments)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(arguments, dict) and arguments.get("post_id") == task.post_id:
+                    return True
+    return False
+
+
+def _ids_created_by_tools(result: RunResult) -> list[str]:
+    """Ids of what the agent created through our hub server's write tools."""
+    created = []
+    for step in result.steps:
+        for call in step.tool_calls:
+            if call.outcome == "ok" and call.name.endswith(("__create_comment", "__create_post")):
+                match = _CREATED.match(call.content)
+                if match is not None:
+                    created.append(match.group(1))
+    return created

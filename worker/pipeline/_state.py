@@ -1,0 +1,77 @@
+"""What one run of a task knows so far, and what it hands back to rq.
+
+``RunState`` is filled step by step (task, agent, deadline, result, outcome); the
+report and the verdict are read from it at the end.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.agents import AgentDefinition
+from worker.deadlines import TaskDeadline
+from worker.loop import RunResult
+from worker.task import TASK_ID_PATTERN, AgentReport, Outcome, Task
+
+
+@dataclass(frozen=True, kw_only=True)
+class Requeue:
+    """Put the same task back after ``delay_s``, as run number ``attempt``."""
+
+    delay_s: float
+    attempt: int
+
+    def to_meta(self) -> dict[str, float | int]:
+        """The form the worker parent reads from ``job.meta["requeue"]``."""
+        return {"delay_s": self.delay_s, "attempt": self.attempt}
+
+
+@dataclass(kw_only=True)
+class TaskVerdict:
+    """The report plus what the rq side must do with it."""
+
+    report: AgentReport
+    next_run: Requeue | None = None
+
+    @property
+    def requeue(self) -> dict[str, float | int] | None:
+        """The requeue as stored in ``job.meta["requeue"]``, or None to end the task here."""
+        return None if self.next_run is None else self.next_run.to_meta()
+
+
+@dataclass
+class RunState:
+    """Filled by the run's steps; read by the report, the settling and the verdict."""
+
+    task: Task | None = None
+    agent: AgentDefinition | None = None
+    result: RunResult | None = None
+    outcome: Outcome = Outcome.ERROR
+    error: BaseException | None = None
+    posted: list[str] = field(default_factory=list)
+    requeue: Requeue | None = None
+    # The last requeue was used up: the task ends as a model error, reported to m/agent-errors.
+    given_up: bool = False
+    # Fixed once the task holds its leases; every Hub, MCP and model call ends by it.
+    deadline: TaskDeadline | None = None
+
+    def hub_timeout_s(self, cap_s: float) -> float:
+        """A Hub call's timeout: the task's remaining time, capped by the call's default."""
+        return cap_s if self.deadline is None else self.deadline.timeout_s(cap_s)
+
+
+def raw_field(raw: Any, name: str) -> Any:
+    """A short string field of the raw task, for logs and reports of tasks that never parsed."""
+    value = raw.get(name) if isinstance(raw, dict) else None
+    return value if isinstance(value, str) and len(value) <= 128 else None
+
+
+def raw_task_id(raw: Any, *, fallback: str | None) -> str:
+    """The task's id if it is a valid one, else the rq job's: reports, logs and the error
+    post's idempotency key (``<id>:error``) must never be shared by two broken tasks."""
+    value = raw.get("task_id") if isinstance(raw, dict) else None
+    if isinstance(value, str) and re.fullmatch(TASK_ID_PATTERN, value):
+        return value
+    return fallback or "unknown"
