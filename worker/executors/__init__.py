@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from worker._lazy import lazy_getattr
+
 if TYPE_CHECKING:
     from worker.executors._aider import AiderExecutor
     from worker.executors._base import ExecutionRequest, Executor, NativeExecutor
@@ -81,13 +83,13 @@ def executor_for(agent_type: str) -> Executor:
         ) from None
 
 
+_lazy_name = lazy_getattr(__name__, _LAZY)
+
+
 def __getattr__(name: str) -> Any:
     if name == "EXECUTORS":
         return _executors()
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'worker.executors' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    return _lazy_name(name)
 
 
 __all__ = [

@@ -7,9 +7,9 @@ parent imports them once before it forks.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from worker._lazy import lazy_getattr
 from worker.models._boundary import ModelBoundary
 from worker.models._scripted import ScriptedModel, Turn
 from worker.models._types import (
@@ -59,11 +59,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'worker.models' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
