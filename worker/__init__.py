@@ -16,16 +16,16 @@ from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from worker._worker import AgentWorker, register_child_process
-    from worker.checks import CheckReport, run_checks
     from worker.enqueue import EnqueueResult, enqueue_task
+    from worker.operations import CheckReport, run_checks
 
 _LAZY = {
     "AgentWorker": "worker._worker",
-    "CheckReport": "worker.checks",
+    "CheckReport": "worker.operations",
     "EnqueueResult": "worker.enqueue",
     "enqueue_task": "worker.enqueue",
     "register_child_process": "worker._worker",
-    "run_checks": "worker.checks",
+    "run_checks": "worker.operations",
 }
 
 

@@ -62,7 +62,6 @@ from worker._worker_vetting import (
     producer_control_fields,
 )
 from worker.agents import AgentStore
-from worker.checks import check_at_start
 from worker.control import LeaseLost
 from worker.enqueue import (
     DEFAULT_MAX_DURATION_S,
@@ -81,6 +80,7 @@ from worker.metrics import (
     sweep_job_metrics,
     worker_metrics,
 )
+from worker.operations import check_at_start
 from worker.outbox import drain_outbox_now
 from worker.redaction import process_redactor
 from worker.redis_connection import require_matching_worker_connection

@@ -10,7 +10,7 @@ Every item is on its own: a failed attempt counts against that item only
 (``attempts``), and after ``max_attempts`` it becomes a dead letter. What the
 Hub rejects (a 4xx other than 408/429) becomes a dead letter at once. Dead
 letters wait in a hash (id = idempotency key) for an operator to replay or
-drop them (``agent-worker dead-letters``, see ``worker.dead_letters``).
+drop them (``agent-worker dead-letters``, see ``worker.operations``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from tests.support.devhub import DevHub, running_devhub
 from tests.support.workers import REPO_ROOT, parse_events, run_burst, wait_until, worker_env
 from worker import redis_keys
 from worker.agents import AgentStore, DefinitionPolicy
-from worker.scheduler import (
+from worker.operations import (
     AgentState,
     Decision,
     HubStaleAgents,
@@ -271,7 +271,7 @@ def scheduler_process(env: dict[str, str], log: Path, *args: str) -> Iterator[Sc
     """A long-running ``agent-worker schedule``; killed on the way out if still running."""
     with log.open("wb") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "worker.scheduler", *args],
+            [sys.executable, "-m", "worker.operations", "schedule", *args],
             cwd=REPO_ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -297,7 +297,7 @@ def test_one_leader_enqueues_a_follower_waits_and_takes_over_after_sigterm(
         with scheduler_process(env, tmp_path / "follower.log", "--interval-s", "0.2") as follower:
             wait_until(lambda: follower.events("scheduler_follower"), 30, "the follower")
             once = subprocess.run(
-                [sys.executable, "-m", "worker.scheduler", "--once"],
+                [sys.executable, "-m", "worker.operations", "schedule", "--once"],
                 cwd=REPO_ROOT,
                 env=env,
                 capture_output=True,
@@ -332,7 +332,7 @@ def test_once_enqueues_and_leaves_the_lock_free_for_the_next_cron_run(
     hub.register_agent("alpha-agent", last_activated_at=LONG_AGO)
 
     once = subprocess.run(
-        [sys.executable, "-m", "worker.scheduler", "--once"],
+        [sys.executable, "-m", "worker.operations", "schedule", "--once"],
         cwd=REPO_ROOT,
         env=scheduler_env(redis_url, hub, agents_root),
         capture_output=True,

@@ -49,7 +49,7 @@ def answered_notification(
 
 def cli(chaos: ChaosStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", *args],
+        [sys.executable, "-m", "worker.operations", *args],
         cwd=REPO_ROOT,
         env=chaos.worker_env(),
         capture_output=True,

@@ -74,7 +74,7 @@ def agent_worker(
 
 
 def status_json(redis_url: str, agents_root: Path) -> dict[str, Any]:
-    completed = agent_worker("worker.status", ["--json"], redis_url, agents_root)
+    completed = agent_worker("worker.operations", ["status", "--json"], redis_url, agents_root)
     assert completed.returncode == 0, completed.stderr
     parsed: dict[str, Any] = json.loads(completed.stdout)
     return parsed
@@ -154,7 +154,7 @@ def test_status_json_shows_queues_the_failure_with_its_outcome_and_the_outbox(
     assert status["workers"] == []  # the burst worker is gone
     assert status["outbox"] == {"pending": 1, "dead": 0, "newest_dead": None}
 
-    table = agent_worker("worker.status", [], redis_url, tmp_path)
+    table = agent_worker("worker.operations", ["status"], redis_url, tmp_path)
     assert table.returncode == 0, table.stderr
     assert "t-ghost" in table.stdout and "invalid_task" in table.stdout
     assert "OUTBOX  pending 1  dead 0" in table.stdout

@@ -13,14 +13,19 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from worker import cli
 from worker._worker_logging import _one_line_task_failure
 from worker._worker_vetting import CappedJob
 from worker.enqueue import enqueue_task
-from worker.operations import failed_task_ids, requeue_failed
-from worker.reports import StoredReport, find_report, render_report
+from worker.operations import (
+    StoredReport,
+    collect_status,
+    failed_task_ids,
+    find_report,
+    render_report,
+    requeue_failed,
+)
+from worker.operations import _cli as cli
 from worker.settings import settings
-from worker.status import collect_status
 
 REPORT: dict[str, Any] = {
     "task_id": "t-1",

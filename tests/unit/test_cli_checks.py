@@ -11,7 +11,8 @@ import fakeredis
 import pytest
 
 from worker.agents import AgentStore
-from worker.checks import CheckReport, Severity, check_at_start, main, run_checks
+from worker.operations import CheckReport, Severity, check_at_start, run_checks
+from worker.operations._checks import main
 from worker.settings import Settings
 
 DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"

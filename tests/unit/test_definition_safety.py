@@ -20,8 +20,8 @@ from worker.agents import AgentConfig, AgentDefinition, AgentStore, DefinitionPo
 from worker.agents._sources import MAX_FILE_BYTES
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models import Message, ModelRequest
+from worker.operations import ScheduleConfig, Scheduler
 from worker.pipeline import make_model
-from worker.scheduler import ScheduleConfig, Scheduler
 from worker.settings import Settings, load_settings
 
 CONFIG = "name: {name}\nbrain: {{provider: openai, model: gpt-4o-mini}}\n"

@@ -18,12 +18,12 @@ import pytest
 
 from hub_client import HubClient
 from worker import redis_keys
-from worker.dead_letters import (
+from worker.operations import (
     dead_letter_count,
-    drop,
+    drop_dead_letters,
     list_dead_letters,
     newest_dead_letter,
-    replay,
+    replay_dead_letter,
 )
 from worker.outbox import HubWriter, OutboxItem, drain, outbox_size, park
 
@@ -261,7 +261,7 @@ async def test_dead_letters_are_listed_newest_first_and_dropped_by_id(
         "t-2:consumption",
         "t-1:consumption",
     ]
-    assert drop(redis, ["t-2:consumption", "nope"]) == 1
+    assert drop_dead_letters(redis, ["t-2:consumption", "nope"]) == 1
     assert [letter.id for letter in list_dead_letters(redis, limit=0)] == [
         "t-3:consumption",
         "t-1:consumption",
@@ -287,7 +287,8 @@ async def test_replay_delivers_requeues_or_keeps_each_letter_by_what_the_hub_say
     calls: list[str] = []
     async with hub_answering({"/system/consumption": by_task}, calls) as hub:
         results = {
-            key: await replay(redis, hub, letter, timeout_s=5) for key, letter in letters.items()
+            key: await replay_dead_letter(redis, hub, letter, timeout_s=5)
+            for key, letter in letters.items()
         }
 
     assert results == {

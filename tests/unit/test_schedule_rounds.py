@@ -20,7 +20,7 @@ from hub_client import AgentSummary, HubUnavailable
 from worker import redis_keys
 from worker.agents import AgentStore
 from worker.enqueue import JOB_FUNCTION
-from worker.scheduler import (
+from worker.operations import (
     AgentState,
     Decision,
     LastRun,

@@ -26,10 +26,8 @@ from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
-from worker._job_lookup import fetch_task_job
 from worker._worker_vetting import CappedJob
 from worker.agents import AGENT_NAME_PATTERN, AgentStore
-from worker.cli import redis_url_parser, use_redis_url
 from worker.enqueue import (
     DEFAULT_QUEUE,
     DEFAULT_RESULT_TTL_S,
@@ -38,6 +36,8 @@ from worker.enqueue import (
     enqueue_task,
 )
 from worker.exceptions import InvalidTask
+from worker.operations._job_lookup import fetch_task_job
+from worker.operations._redis_option import redis_url_parser, use_redis_url
 from worker.redaction import process_redactor
 from worker.redis_connection import connect
 from worker.settings import settings_or_exit
@@ -210,11 +210,3 @@ def reload_agents_main(argv: list[str]) -> int:
 
 def _redacted(exc: Exception) -> str:
     return process_redactor(settings_or_exit().secret_values()).redact(str(exc))
-
-
-if __name__ == "__main__":
-    commands = {"requeue": requeue_main, "reload-agents": reload_agents_main}
-    if len(sys.argv) < 2 or sys.argv[1] not in commands:
-        print("usage: python -m worker.operations {requeue|reload-agents} ...", file=sys.stderr)
-        raise SystemExit(2)
-    raise SystemExit(commands[sys.argv[1]](sys.argv[2:]))

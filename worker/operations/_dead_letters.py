@@ -27,8 +27,8 @@ from redis.exceptions import RedisError
 
 from hub_client import HubClient, HubRejected
 from worker import redis_keys
-from worker.cli import redis_url_parser, use_redis_url
 from worker.logs import log_event
+from worker.operations._redis_option import redis_url_parser, use_redis_url
 from worker.outbox import OutboxItem, park, send
 
 DEFAULT_LISTED = 20
@@ -79,7 +79,7 @@ def newest_dead_letter(redis: Redis) -> DeadLetter | None:
     return newest[0] if newest else None
 
 
-def drop(redis: Redis, ids: list[str]) -> int:
+def drop_dead_letters(redis: Redis, ids: list[str]) -> int:
     """Forget these dead letters; returns how many existed."""
     if not ids:
         return 0
@@ -91,7 +91,9 @@ def drop(redis: Redis, ids: list[str]) -> int:
     return int(dropped)
 
 
-async def replay(redis: Redis, hub: HubClient, letter: DeadLetter, *, timeout_s: float) -> str:
+async def replay_dead_letter(
+    redis: Redis, hub: HubClient, letter: DeadLetter, *, timeout_s: float
+) -> str:
     """Send one dead letter again: ``delivered``, ``requeued`` (to the outbox) or ``rejected``."""
     try:
         item = letter.item()
@@ -101,10 +103,10 @@ async def replay(redis: Redis, hub: HubClient, letter: DeadLetter, *, timeout_s:
         return "rejected"
     except Exception as exc:  # the Hub cannot take it yet: the workers keep trying
         park(redis, replace(letter.item(), attempts=0), delay_s=0)
-        drop(redis, [letter.id])
+        drop_dead_letters(redis, [letter.id])
         log_event("dead_letter_requeued", id=letter.id, kind=letter.kind, error=str(exc))
         return "requeued"
-    drop(redis, [letter.id])
+    drop_dead_letters(redis, [letter.id])
     log_event("dead_letter_replayed", id=letter.id, kind=letter.kind)
     return "delivered"
 
@@ -200,7 +202,8 @@ def main(argv: list[str]) -> int:
         if letters is None:
             return 2
         if args.action == "drop":
-            print(f"dropped {drop(redis, [letter.id for letter in letters])} dead letter(s)")
+            dropped = drop_dead_letters(redis, [letter.id for letter in letters])
+            print(f"dropped {dropped} dead letter(s)")
             return 0
         return _replay_all(redis, letters, settings)
     except RedisError as exc:
@@ -241,7 +244,10 @@ def _replay_all(redis: Redis, letters: list[DeadLetter], settings: Any) -> int:
     async def run() -> list[tuple[str, str]]:
         async with HubClient(settings.hub_url, api_key, timeout_s=settings.hub_timeout_s) as hub:
             return [
-                (letter.id, await replay(redis, hub, letter, timeout_s=settings.hub_timeout_s))
+                (
+                    letter.id,
+                    await replay_dead_letter(redis, hub, letter, timeout_s=settings.hub_timeout_s),
+                )
                 for letter in letters
             ]
 
@@ -249,14 +255,3 @@ def _replay_all(redis: Redis, letters: list[DeadLetter], settings: Any) -> int:
     for letter_id, result in results:
         print(f"{letter_id}: {result}")
     return 1 if any(result == "rejected" for _, result in results) else 0
-
-
-__all__ = [
-    "DeadLetter",
-    "dead_letter_count",
-    "drop",
-    "list_dead_letters",
-    "main",
-    "newest_dead_letter",
-    "replay",
-]

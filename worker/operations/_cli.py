@@ -7,7 +7,6 @@ operator can do here is also callable from Python.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -17,33 +16,10 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from worker.exceptions import ConfigurationError
+from worker.operations._redis_option import REDIS_URL_OPTION, redis_url_parser, use_redis_url
 
-# Every subcommand that reads or writes Redis takes --redis-url (in any position after it).
-REDIS_URL_OPTION = "--redis-url"
+# Commands that use no Redis: --redis-url is not taken out of their arguments.
 _NO_REDIS = frozenset({"devhub", "executors"})
-
-
-def use_redis_url(url: str | None) -> None:
-    """Make ``url`` the REDIS_URL of this process, before its settings are read."""
-    if not url:
-        return
-    from worker.settings import settings
-
-    os.environ["REDIS_URL"] = url
-    settings.cache_clear()
-
-
-def redis_url_parser() -> argparse.ArgumentParser:
-    """The ``--redis-url`` option, for ``parents=[...]`` of every subcommand's parser that
-    uses Redis: one definition, so every ``--help`` shows it."""
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
-        REDIS_URL_OPTION,
-        dest="redis_url",
-        metavar="URL",
-        help="use this Redis instead of REDIS_URL",
-    )
-    return parent
 
 
 def _take_redis_url(arguments: list[str]) -> list[str]:
@@ -93,7 +69,7 @@ def _unknown_task(redis: Redis, command: str, task_id: str) -> bool:
     """Say so (one line) when ``task_id`` names no job: a typo must not look like success."""
     from rq.job import Job
 
-    from worker._job_lookup import NOT_A_TASK_ID, UNKNOWN_TASK
+    from worker.operations._job_lookup import NOT_A_TASK_ID, UNKNOWN_TASK
     from worker.task import TASK_ID_PATTERN
 
     if not re.fullmatch(TASK_ID_PATTERN, task_id):
@@ -170,33 +146,38 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
 _EXTENSIONS: list[tuple[str, str, str, str]] = [
     (
         "schedule",
-        "worker.scheduler",
+        "worker.operations._schedule",
         "main",
         "enqueue explorations for stale agents (one leader per fleet)",
     ),
     (
         "status",
-        "worker.status",
+        "worker.operations._status_view",
         "main",
         "queues, workers and their tasks, recent failures, outbox (--json)",
     ),
     (
         "requeue",
-        "worker.operations",
+        "worker.operations._repairs",
         "requeue_main",
         "put failed tasks back on their queue (attempt 0)",
     ),
-    ("reload-agents", "worker.operations", "reload_agents_main", "drop cached agent definitions"),
-    ("report", "worker.reports", "main", "the AgentReport of a task that ran (--json)"),
+    (
+        "reload-agents",
+        "worker.operations._repairs",
+        "reload_agents_main",
+        "drop cached agent definitions",
+    ),
+    ("report", "worker.operations._reports", "main", "the AgentReport of a task that ran (--json)"),
     (
         "check",
-        "worker.checks",
+        "worker.operations._checks",
         "main",
         "check settings, Redis, definitions, MCP servers, grants and the Hub (--json)",
     ),
     (
         "dead-letters",
-        "worker.dead_letters",
+        "worker.operations._dead_letters",
         "main",
         "list, replay or drop Hub writes the Hub refused (list|replay|drop, ID... or --all)",
     ),
@@ -248,7 +229,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RedisError as exc:
         print(f"agent-worker: Redis is unreachable: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,9 +19,9 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from worker._job_lookup import fetch_task_job
 from worker._worker_vetting import CappedJob
-from worker.cli import redis_url_parser
+from worker.operations._job_lookup import fetch_task_job
+from worker.operations._redis_option import redis_url_parser, use_redis_url
 from worker.redaction import process_redactor
 from worker.settings import settings_or_exit
 
@@ -85,7 +85,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("task_id", metavar="TASK_ID")
     parser.add_argument("--json", action="store_true", help="print the report object")
     args = parser.parse_args(argv)
-    from worker.cli import use_redis_url
     from worker.redis_connection import connect
 
     use_redis_url(args.redis_url)
@@ -108,7 +107,3 @@ def main(argv: list[str]) -> int:
     else:
         print(render_report(found))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
