@@ -2,19 +2,32 @@
 
 Every method either returns the JSON answer or raises ``DevHubProblem`` with
 the status and message the Hub would answer. With a state file, every write
-is saved at once (atomically), so a devhub stopped and started again keeps its
-posts, agents and idempotency records.
+is saved at once (atomically, see ``_devhub_records``), so a devhub stopped and
+started again keeps its posts, agents and idempotency records.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+
+from hub_client._devhub_records import (
+    DevHubProblem,
+    JSONObject,
+    Records,
+    StoredAnswer,
+    iso,
+    load_records,
+    now_iso,
+    optional_flag,
+    optional_text,
+    parse_time,
+    required_amount,
+    required_count,
+    required_text,
+    save_records,
+)
 
 DEFAULT_COMMUNITY = "m/general"
 DEFAULT_DAILY_LIMIT_USD = 10.0
@@ -33,84 +46,19 @@ _NUMERIC_BUDGET_OVERRIDES = frozenset(
 )
 _BUDGET_OVERRIDES = _NUMERIC_BUDGET_OVERRIDES | {"healthy", "collective", "overall_health", "tools"}
 
-JSONObject = dict[str, Any]
-
-
-class DevHubProblem(Exception):
-    """The answer is an error: ``status`` and a message for ``{"error": ...}``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class DevHubStateError(Exception):
-    """The state file cannot be read; the devhub refuses to start rather than lose it."""
-
-
-@dataclass(kw_only=True)
-class _Records:
-    posts: list[JSONObject] = field(default_factory=list)
-    comments: list[JSONObject] = field(default_factory=list)
-    consumption: list[JSONObject] = field(default_factory=list)
-    notifications_read: list[str] = field(default_factory=list)
-    activations: list[JSONObject] = field(default_factory=list)
-    replays: int = 0
-    agents: dict[str, JSONObject] = field(default_factory=dict)
-    budgets: dict[str, JSONObject] = field(default_factory=dict)
-    # Idempotency-Key -> {"request": "POST /path", "status": int, "body": answer}
-    idempotency: dict[str, JSONObject] = field(default_factory=dict)
-    last_ids: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class StoredAnswer:
-    status: int
-    body: Any
-
-
-def now_iso() -> str:
-    return _iso(datetime.now(UTC))
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _parse_time(value: str) -> datetime:
-    moment = datetime.fromisoformat(value)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
 
 class DevHubStore:
     """The devhub's memory; one per app, used from one event loop (no locking needed)."""
 
     def __init__(self, state_file: Path | None = None) -> None:
         self._state_file = state_file
-        self._records = self._load()
+        self._records = load_records(state_file)
 
     # -- persistence --------------------------------------------------------------------------
 
-    def _load(self) -> _Records:
-        if self._state_file is None or not self._state_file.exists():
-            return _Records()
-        try:
-            saved = json.loads(self._state_file.read_text(encoding="utf-8") or "{}")
-        except (OSError, ValueError) as e:
-            raise DevHubStateError(f"cannot read state file {self._state_file}: {e}") from e
-        if not isinstance(saved, dict):
-            raise DevHubStateError(f"state file {self._state_file} does not hold a JSON object")
-        known = {f.name for f in fields(_Records)}
-        return _Records(**{key: value for key, value in saved.items() if key in known})
-
     def save(self) -> None:
-        if self._state_file is None:
-            return
-        # Write then rename, so a devhub killed mid-write never leaves half a file.
-        temporary = self._state_file.with_name(self._state_file.name + ".tmp")
-        temporary.write_text(json.dumps(asdict(self._records)), encoding="utf-8")
-        os.replace(temporary, self._state_file)
+        if self._state_file is not None:
+            save_records(self._state_file, self._records)
 
     def _next_id(self, prefix: str) -> str:
         number = self._records.last_ids.get(prefix, 0) + 1
@@ -145,10 +93,10 @@ class DevHubStore:
     # -- posts and comments -------------------------------------------------------------------
 
     def create_post(self, body: JSONObject) -> JSONObject:
-        agent_id = _required_text(body, "agent_id")
-        content = _required_text(body, "content")
-        title = _optional_text(body, "title")
-        community = normalize_community(_optional_text(body, "community") or DEFAULT_COMMUNITY)
+        agent_id = required_text(body, "agent_id")
+        content = required_text(body, "content")
+        title = optional_text(body, "title")
+        community = normalize_community(optional_text(body, "community") or DEFAULT_COMMUNITY)
         post = {
             "id": self._next_id("p"),
             "author": self._author(agent_id),
@@ -164,8 +112,8 @@ class DevHubStore:
 
     def create_comment(self, post_id: str, body: JSONObject) -> JSONObject:
         self._find_post(post_id)
-        agent_id = _required_text(body, "agent_id")
-        content = _required_text(body, "content")
+        agent_id = required_text(body, "agent_id")
+        content = required_text(body, "content")
         comment = {
             "id": self._next_id("c"),
             "post_id": post_id,
@@ -247,15 +195,15 @@ class DevHubStore:
 
     def record_consumption(self, body: JSONObject) -> JSONObject:
         record = {
-            "agent_id": _required_text(body, "agent_id"),
-            "tokens_input": _required_count(body, "tokens_input"),
-            "tokens_output": _required_count(body, "tokens_output"),
-            "cost_usd": _required_amount(body, "cost_usd"),
-            "activation_id": _required_text(body, "activation_id"),
-            "task_type": _required_text(body, "task_type"),
-            "duration_seconds": _required_amount(body, "duration_seconds"),
-            "outcome": _required_text(body, "outcome"),
-            "cost_known": _optional_flag(body, "cost_known", default=True),
+            "agent_id": required_text(body, "agent_id"),
+            "tokens_input": required_count(body, "tokens_input"),
+            "tokens_output": required_count(body, "tokens_output"),
+            "cost_usd": required_amount(body, "cost_usd"),
+            "activation_id": required_text(body, "activation_id"),
+            "task_type": required_text(body, "task_type"),
+            "duration_seconds": required_amount(body, "duration_seconds"),
+            "outcome": required_text(body, "outcome"),
+            "cost_known": optional_flag(body, "cost_known", default=True),
         }
         extra = {key: value for key, value in body.items() if key not in record}
         stored = {"id": self._next_id("u"), **extra, **record, "recorded_at": now_iso()}
@@ -270,7 +218,7 @@ class DevHubStore:
         for record in self._records.consumption:
             if record["agent_id"] != agent_id:
                 continue
-            recorded_at = _parse_time(record["recorded_at"])
+            recorded_at = parse_time(record["recorded_at"])
             if (recorded_at.year, recorded_at.month) == (now.year, now.month):
                 monthly_used += float(record["cost_usd"])
                 if recorded_at.date() == now.date():
@@ -305,16 +253,16 @@ class DevHubStore:
         }
 
     def set_budget(self, body: JSONObject) -> JSONObject:
-        agent_id = _required_text(body, "agent_id")
+        agent_id = required_text(body, "agent_id")
         overrides = {key: value for key, value in body.items() if key != "agent_id"}
         unknown = sorted(set(overrides) - _BUDGET_OVERRIDES)
         if unknown:
             raise DevHubProblem(422, f"unknown budget fields: {', '.join(unknown)}")
         for key in _NUMERIC_BUDGET_OVERRIDES & set(overrides):
-            _required_amount(overrides, key)
+            required_amount(overrides, key)
         for key in ("healthy", "collective"):
             if key in overrides:
-                _optional_flag(overrides, key, default=False)
+                optional_flag(overrides, key, default=False)
         if "tools" in overrides and not isinstance(overrides["tools"], dict):
             raise DevHubProblem(422, "tools must be an object")
         if overrides:
@@ -348,12 +296,12 @@ class DevHubStore:
         return {"agent_id": agent_id, "last_activated_at": at}
 
     def register_agent(self, body: JSONObject) -> JSONObject:
-        agent_id = _required_text(body, "id")
-        name = _optional_text(body, "name") or agent_id
-        last_activated_at = _optional_text(body, "last_activated_at")
+        agent_id = required_text(body, "id")
+        name = optional_text(body, "name") or agent_id
+        last_activated_at = optional_text(body, "last_activated_at")
         if last_activated_at is not None:
             try:
-                last_activated_at = _iso(_parse_time(last_activated_at))
+                last_activated_at = iso(parse_time(last_activated_at))
             except ValueError as e:
                 raise DevHubProblem(422, "last_activated_at must be an ISO-8601 time") from e
         agent = {"id": agent_id, "name": name, "last_activated_at": last_activated_at}
@@ -374,13 +322,13 @@ class DevHubStore:
             agent
             for agent in everyone
             if agent.get("last_activated_at") is None
-            or _parse_time(agent["last_activated_at"]) <= cutoff
+            or parse_time(agent["last_activated_at"]) <= cutoff
         ]
         return sorted(
             idle,
             key=lambda agent: (
                 agent.get("last_activated_at") is not None,
-                _parse_time(agent["last_activated_at"])
+                parse_time(agent["last_activated_at"])
                 if agent.get("last_activated_at")
                 else cutoff,
                 agent["id"],
@@ -404,7 +352,7 @@ class DevHubStore:
         }
 
     def reset(self) -> None:
-        self._records = _Records()
+        self._records = Records()
         self.save()
 
 
@@ -416,40 +364,3 @@ def normalize_community(name: str) -> str:
 
 def _searchable_text(post: JSONObject) -> str:
     return f"{post.get('title') or ''}\n{post.get('content') or ''}".lower()
-
-
-def _required_text(body: JSONObject, key: str) -> str:
-    value = body.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise DevHubProblem(422, f"{key} is required and must be a non-empty string")
-    return value
-
-
-def _optional_text(body: JSONObject, key: str) -> str | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise DevHubProblem(422, f"{key} must be a string")
-    return value
-
-
-def _required_count(body: JSONObject, key: str) -> int:
-    value = body.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise DevHubProblem(422, f"{key} is required and must be a non-negative integer")
-    return value
-
-
-def _required_amount(body: JSONObject, key: str) -> float:
-    value = body.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise DevHubProblem(422, f"{key} is required and must be a non-negative number")
-    return float(value)
-
-
-def _optional_flag(body: JSONObject, key: str, *, default: bool) -> bool:
-    value = body.get(key, default)
-    if not isinstance(value, bool):
-        raise DevHubProblem(422, f"{key} must be true or false")
-    return value
