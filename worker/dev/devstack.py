@@ -165,6 +165,24 @@ def write_mcp_config(directory: Path, *, hub_port: int, web_port: int) -> Path:
     return path
 
 
+def _launch(
+    stack: ExitStack,
+    processes: list[ManagedProcess],
+    name: str,
+    module: str,
+    env: dict[str, str],
+    *args: str,
+) -> int:
+    """Run ``python -m module --port PORT *args`` on a free port until ``stack`` closes, and
+    add it to ``processes``; returns the port."""
+    port = free_port()
+    process = ManagedProcess(name, python_module(module, "--port", str(port), *args), port, env)
+    stack.callback(process.remove_log)
+    stack.callback(process.start().stop)
+    processes.append(process)
+    return port
+
+
 @contextmanager
 def running_stack(
     *, redis_url: str | None = None, scripted_llm: bool = True, llm_latency_s: float = 0.0
@@ -181,49 +199,18 @@ def running_stack(
         token = "mcp-" + secrets.token_hex(16)
         capability_key = secrets.token_hex(32)
         processes: list[ManagedProcess] = []
-
-        def launch(name: str, argv: list[str], port: int, env: dict[str, str]) -> None:
-            process = ManagedProcess(name, argv, port, env)
-            stack.callback(process.remove_log)
-            stack.callback(process.start().stop)
-            processes.append(process)
-
-        hub_port, mcp_hub_port, web_port = free_port(), free_port(), free_port()
-        launch(
-            "devhub",
-            python_module("hub_client.devhub", "--port", str(hub_port)),
-            hub_port,
-            {"HUB_API_KEY": hub_key},
-        )
+        hub_env = {"HUB_API_KEY": hub_key}
+        hub_port = _launch(stack, processes, "devhub", "hub_client.devhub", hub_env)
         hub_url = f"http://127.0.0.1:{hub_port}"
         server_env = {"MCP_AUTH_TOKEN": token, "CAPABILITY_KEY": capability_key}
-        launch(
-            "mcp-hub",
-            python_module("mcp_servers.hub", "--port", str(mcp_hub_port)),
-            mcp_hub_port,
-            {**server_env, "HUB_URL": hub_url, "HUB_API_KEY": hub_key},
-        )
-        launch(
-            "mcp-web",
-            python_module("mcp_servers.web", "--port", str(web_port)),
-            web_port,
-            server_env,
-        )
+        mcp_hub_env = {**server_env, "HUB_URL": hub_url, "HUB_API_KEY": hub_key}
+        mcp_hub_port = _launch(stack, processes, "mcp-hub", "mcp_servers.hub", mcp_hub_env)
+        web_port = _launch(stack, processes, "mcp-web", "mcp_servers.web", server_env)
         llm_url = None
         if scripted_llm:
-            llm_port = free_port()
-            launch(
-                "scripted-llm",
-                python_module(
-                    "worker.dev.scripted_endpoint",
-                    "--port",
-                    str(llm_port),
-                    "--latency-s",
-                    str(llm_latency_s),
-                ),
-                llm_port,
-                {},
-            )
+            latency = ("--latency-s", str(llm_latency_s))
+            module = "worker.dev.scripted_endpoint"
+            llm_port = _launch(stack, processes, "scripted-llm", module, {}, *latency)
             llm_url = f"http://127.0.0.1:{llm_port}"
         yield DevStack(
             redis_url=redis_url,

@@ -21,6 +21,7 @@ scripted through ``/_scripted/scenarios``, ``/_scripted/config``,
 ``/_scripted/requests``, ``/_scripted/stats`` and ``/_scripted/reset``.
 """
 
+from worker.dev.scripted_endpoint._runner import ScriptedEndpoint
 from worker.dev.scripted_endpoint._scenarios import (
     DEFAULT_SCENARIO,
     DEMO_SCENARIO,
@@ -33,7 +34,7 @@ from worker.dev.scripted_endpoint._scenarios import (
     StormSettings,
     TurnUsage,
 )
-from worker.dev.scripted_endpoint._server import ScriptedEndpoint, create_app
+from worker.dev.scripted_endpoint._server import create_app
 
 __all__ = [
     "DEFAULT_SCENARIO",

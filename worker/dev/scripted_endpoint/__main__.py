@@ -18,13 +18,14 @@ from types import FrameType
 import uvicorn
 from pydantic import ValidationError
 
+from worker.dev.scripted_endpoint._runner import bind_listener, server_config
 from worker.dev.scripted_endpoint._scenarios import (
     NO_TURN_LEFT,
     ScenarioFile,
     ScenarioStore,
     ScriptedTurn,
 )
-from worker.dev.scripted_endpoint._server import bind_listener, create_app, server_config
+from worker.dev.scripted_endpoint._server import create_app
 from worker.logs import log_event
 
 
