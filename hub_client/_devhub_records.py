@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 JSONObject = dict[str, Any]
 
@@ -110,7 +110,7 @@ def required_count(body: JSONObject, key: str) -> int:
 
 def required_amount(body: JSONObject, key: str) -> float:
     value = body.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if not _is_amount(value):
         raise DevHubProblem(422, f"{key} is required and must be a non-negative number")
     return float(value)
 
@@ -126,6 +126,11 @@ def optional_amount(body: JSONObject, key: str) -> float | None:
     value = body.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if not _is_amount(value):
         raise DevHubProblem(422, f"{key} must be a non-negative number")
     return float(value)
+
+
+def _is_amount(value: object) -> TypeGuard[int | float]:
+    # bool is an int to Python, never an amount to the Hub.
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0

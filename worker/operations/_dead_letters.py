@@ -28,7 +28,8 @@ from redis.exceptions import RedisError
 from hub_client import HubClient, HubRejected
 from worker import redis_keys
 from worker.logs import log_event
-from worker.operations._redis_option import redis_url_parser, use_redis_url
+from worker.operations._redis_option import redis_url_parser
+from worker.operations._session import open_session
 from worker.outbox import OutboxItem, park, send
 
 DEFAULT_LISTED = 20
@@ -185,14 +186,8 @@ def main(argv: list[str]) -> int:
     """``agent-worker dead-letters list|replay|drop``."""
     parser = _parser()
     args = parser.parse_args(argv)
-    use_redis_url(args.redis_url)
-    from worker.redaction import process_redactor
-    from worker.redis_connection import connect
-    from worker.settings import settings_or_exit
-
-    settings = settings_or_exit()
-    redact = process_redactor(settings.secret_values())
-    redis = connect(settings)
+    session = open_session(args.redis_url)
+    redis, redact, settings = session.redis, session.redact, session.settings
     try:
         if args.action == "list":
             return _list(redis, as_json=args.json, limit=args.limit)

@@ -38,6 +38,7 @@ from worker.enqueue import (
 from worker.exceptions import InvalidTask
 from worker.operations._job_lookup import fetch_task_job
 from worker.operations._redis_option import redis_url_parser, use_redis_url
+from worker.operations._session import open_session
 from worker.redaction import process_redactor
 from worker.redis_connection import connect
 from worker.settings import settings_or_exit
@@ -138,10 +139,8 @@ def requeue_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if bool(args.task_ids) == args.all:
         parser.error("give task ids or --all (not both)")
-    use_redis_url(args.redis_url)
-    settings = settings_or_exit()
-    CappedJob.max_data_bytes = settings.job_data_max_bytes  # the cap the workers apply
-    redis = connect(settings)
+    session = open_session(args.redis_url)
+    redis, settings = session.redis, session.settings
     try:
         outcome = requeue_failed(
             redis,
@@ -151,7 +150,9 @@ def requeue_main(argv: list[str]) -> int:
             skip_refused=args.all,
         )
     except RedisError as exc:
-        print(f"agent-worker requeue: cannot reach Redis: {_redacted(exc)}", file=sys.stderr)
+        print(
+            f"agent-worker requeue: cannot reach Redis: {session.redact(str(exc))}", file=sys.stderr
+        )
         return 1
     finally:
         redis.close()

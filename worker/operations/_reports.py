@@ -21,9 +21,8 @@ from redis.exceptions import RedisError
 
 from worker._worker_vetting import CappedJob
 from worker.operations._job_lookup import fetch_task_job
-from worker.operations._redis_option import redis_url_parser, use_redis_url
-from worker.redaction import process_redactor
-from worker.settings import settings_or_exit
+from worker.operations._redis_option import redis_url_parser
+from worker.operations._session import open_session
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,13 +84,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("task_id", metavar="TASK_ID")
     parser.add_argument("--json", action="store_true", help="print the report object")
     args = parser.parse_args(argv)
-    from worker.redis_connection import connect
-
-    use_redis_url(args.redis_url)
-    settings = settings_or_exit()
-    CappedJob.max_data_bytes = settings.job_data_max_bytes  # the cap the workers apply
-    redact = process_redactor(settings.secret_values())
-    redis = connect(settings)
+    session = open_session(args.redis_url)
+    redis, redact = session.redis, session.redact
     try:
         found = find_report(redis, args.task_id)
     except RedisError as exc:

@@ -11,8 +11,8 @@ import sys
 
 from redis.exceptions import RedisError
 
-from worker._worker_vetting import CappedJob
-from worker.operations._redis_option import redis_url_parser, use_redis_url
+from worker.operations._redis_option import redis_url_parser
+from worker.operations._session import open_session
 from worker.operations._status import (
     DEFAULT_FAILURES_SHOWN,
     STATES,
@@ -20,9 +20,6 @@ from worker.operations._status import (
     WorkerInfo,
     collect_status,
 )
-from worker.redaction import process_redactor
-from worker.redis_connection import connect
-from worker.settings import settings_or_exit
 
 # The table keeps one line per failure; --json has the whole text.
 _TABLE_ERROR_CHARS = 100
@@ -130,11 +127,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """``agent-worker status [--json] [--failures N]``."""
     args = _parser().parse_args(argv)
-    use_redis_url(args.redis_url)
-    settings = settings_or_exit()
-    CappedJob.max_data_bytes = settings.job_data_max_bytes  # the cap the workers apply
-    redact = process_redactor(settings.secret_values())
-    redis = connect(settings)
+    session = open_session(args.redis_url)
+    redis, redact = session.redis, session.redact
     try:
         status = collect_status(redis, failures_shown=max(0, args.failures), redact=redact)
     except RedisError as exc:
