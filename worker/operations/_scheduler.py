@@ -1,4 +1,4 @@
-"""``agent-worker schedule``: enqueue explorations for the agents the Hub has not seen for a while.
+"""One scheduling round (``agent-worker schedule``): explorations for agents gone quiet.
 
 One round, run by the leader every ``--interval-s`` seconds:
 
