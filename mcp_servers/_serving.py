@@ -101,6 +101,12 @@ def argument_parser(name: str, default_port: int) -> argparse.ArgumentParser:
 
 
 async def _serve_stdio(server: MCPServer[Any]) -> None:
+    await serve_stdio_until_signalled(server.name, server.run_stdio_async)
+
+
+async def serve_stdio_until_signalled(name: str, serve: Callable[[], Awaitable[None]]) -> None:
+    """Run the stdio server ``serve`` until stdin closes, or SIGTERM/SIGINT; for every MCP
+    server of ours over stdio (``name`` is logged when the process leaves)."""
     async with anyio.create_task_group() as task_group:
 
         async def stop_on_signal() -> None:
@@ -109,12 +115,12 @@ async def _serve_stdio(server: MCPServer[Any]) -> None:
                     log_event("signal_received", signal=signal.Signals(received).name)
                     # The SDK reads stdin in a thread that cancellation cannot interrupt:
                     # cancel the calls in flight, then leave without waiting for a line.
-                    _exit_after(STDIO_EXIT_GRACE_S, server.name)
+                    _exit_after(STDIO_EXIT_GRACE_S, name)
                     task_group.cancel_scope.cancel()
                     return
 
         task_group.start_soon(stop_on_signal)
-        await server.run_stdio_async()
+        await serve()
         task_group.cancel_scope.cancel()
 
 

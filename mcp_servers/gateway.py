@@ -33,7 +33,6 @@ import argparse
 import itertools
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -48,7 +47,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from redis import Redis
 
-from mcp_servers._serving import STDIO_EXIT_GRACE_S, _exit_after
+from mcp_servers._serving import serve_stdio_until_signalled
 from worker.context import UntrustedBlocks
 from worker.exceptions import ConfigurationError
 from worker.executors import (
@@ -257,21 +256,12 @@ def _log_denial(call_log: CallLogWriter, event: LoopEvent) -> None:
 
 async def serve_stdio(server: Server[Gateway]) -> None:
     """Serve until stdin closes, or SIGTERM/SIGINT (the calls in flight are cancelled)."""
-    async with anyio.create_task_group() as task_group:
 
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for received in signals:
-                    log_event("signal_received", signal=signal.Signals(received).name)
-                    # stdin is read in a thread cancellation cannot interrupt.
-                    _exit_after(STDIO_EXIT_GRACE_S, SERVER_NAME)
-                    task_group.cancel_scope.cancel()
-                    return
-
-        task_group.start_soon(stop_on_signal)
+    async def serve() -> None:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
-        task_group.cancel_scope.cancel()
+
+    await serve_stdio_until_signalled(SERVER_NAME, serve)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
