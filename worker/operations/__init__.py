@@ -15,6 +15,7 @@
     _repairs        ``requeue`` and ``reload-agents``
     _dead_letters   ``dead-letters list|replay|drop``
     _reports        ``report``: a task's AgentReport
+    _session        settings, Redis and a redactor, as each command that uses Redis starts
     _job_lookup     a task's rq job by the id an operator typed
 
 Every subcommand is a thin adapter over a function here, so whatever an operator can do
