@@ -18,9 +18,9 @@ from worker.exceptions import AutonomyViolation, ModelError, WorkerError
 from worker.executors._gateway_link import GatewayActivity
 from worker.logs import log_event
 from worker.loop import (
-    FALLBACK_ANSWER,
     EventBus,
     GrantDenied,
+    Limit,
     LlmCalled,
     LoopState,
     RunResult,
@@ -32,13 +32,6 @@ from worker.loop import (
 )
 from worker.models import Message, StopReason, ToolCall, Usage
 from worker.task import Outcome
-
-_LIMIT_NAMES = {
-    Outcome.MAX_ITERATIONS: "max_iterations",
-    Outcome.MAX_TOKENS: "max_tokens",
-    Outcome.DEADLINE: "deadline",
-    Outcome.BUDGET: "budget",
-}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -131,9 +124,9 @@ def run_result(
             )
         )
     output, fallback = transcript.output, False
-    limit = _LIMIT_NAMES.get(transcript.outcome)
+    limit = Limit.of(transcript.outcome)
     if limit is not None and not output.strip():
-        output, fallback = FALLBACK_ANSWER.format(limit=limit), True
+        output, fallback = limit.fallback_answer, True
     state = LoopState(
         messages=[*context.messages, Message(role="assistant", content=output)],
         steps=steps,

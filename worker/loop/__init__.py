@@ -20,8 +20,8 @@ from worker.loop._events import (
     StepStarted,
     ToolCalled,
 )
-from worker.loop._limits import RunLimits
-from worker.loop._output import FALLBACK_ANSWER, truncate
+from worker.loop._limits import FALLBACK_ANSWER, Limit, RunLimits
+from worker.loop._output import truncate
 from worker.loop._redacting import ArgumentRedactingToolbox, redacting_arguments
 from worker.loop._run import AgentLoop
 from worker.loop._state import (
@@ -51,6 +51,7 @@ __all__ = [
     "GrantDenied",
     "Journal",
     "JournalEntry",
+    "Limit",
     "LlmCalled",
     "LoopEvent",
     "LoopObserver",

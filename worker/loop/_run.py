@@ -39,7 +39,8 @@ from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
 from worker.loop._contract import ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher, ToolLoopGuard
 from worker.loop._events import EventBus, LlmCalled, LoopObserver, StepFinished, StepStarted
-from worker.loop._output import FALLBACK_ANSWER, Compactor, recover_output
+from worker.loop._limits import Limit
+from worker.loop._output import Compactor, recover_output
 from worker.loop._state import (
     Journal,
     JournalEntry,
@@ -73,12 +74,6 @@ DONE_TOOL_REMINDER = (
 DEADLINE_SKIPPED_TOOL = "Error: not run: the task's deadline was reached before this call"
 # How far past its timeout a call may run before the loop's own backstop cuts it.
 _CALL_BACKSTOP_S = 0.5
-_LIMIT_OUTCOMES = {
-    "max_iterations": Outcome.MAX_ITERATIONS,
-    "max_tokens": Outcome.MAX_TOKENS,
-    "deadline": Outcome.DEADLINE,
-    "budget": Outcome.BUDGET,
-}
 
 
 # The typed "what next" each step returns; run() only dispatches on it.
@@ -187,7 +182,7 @@ class AgentLoop:
         output = stop.output or recover_output(state.steps, "")
         fallback = stop.fallback
         if stop.outcome is Outcome.DEADLINE and not output:
-            output, fallback = FALLBACK_ANSWER.format(limit="deadline"), True
+            output, fallback = Limit.DEADLINE.fallback_answer, True
         return RunResult(
             outcome=stop.outcome,
             output=output,
@@ -252,9 +247,9 @@ class AgentLoop:
         return None
 
     def _check_limits(self, state: LoopState) -> None:
-        self._limits.check_iterations(state.iterations)
-        self._limits.check_deadline(self._remaining())
-        self._limits.check_spent(state.usage)  # a resumed run may already be past one
+        self._limits.check_step(
+            iterations=state.iterations, remaining_s=self._remaining(), spent=state.usage
+        )
 
     def _plan(
         self, state: LoopState, tools: Sequence[ToolSpec], *, closing: bool, extra: str = ""
@@ -280,12 +275,11 @@ class AgentLoop:
             self._limits.check_spent(state.usage)
         except LimitReached as limit:
             answer = "" if response.tool_calls else response.text
-            fallback = FALLBACK_ANSWER.format(limit=limit.limit)
             return self._closing(
-                _LIMIT_OUTCOMES[limit.limit],
+                limit.limit.outcome,
                 limit.message,
                 recover_output(state.steps, answer),
-                fallback,
+                limit.limit.fallback_answer,
             )
         return None
 
@@ -348,7 +342,7 @@ class AgentLoop:
             raise LimitReached(
                 f"max_duration_s reached: the model call was cut by the task's deadline "
                 f"after {timeout_s:.1f} s",
-                limit="deadline",
+                limit=Limit.DEADLINE,
             )
 
     def _observe_llm_call(
@@ -444,12 +438,12 @@ class AgentLoop:
 
     async def _wind_down(self, state: LoopState, limit: LimitReached) -> Stop:
         """Stop calling tools; ask once, without tools, for an answer within what is left."""
-        outcome = _LIMIT_OUTCOMES[limit.limit]
-        fallback = FALLBACK_ANSWER.format(limit=limit.limit)
+        outcome = limit.limit.outcome
+        fallback = limit.limit.fallback_answer
         prompt = WIND_DOWN_PROMPT.format(detail=limit.message)
         try:
             if self._run_clock.remaining() < MIN_CLOSING_CALL_S:
-                raise LimitReached("no time left for a closing answer", limit="deadline")
+                raise LimitReached("no time left for a closing answer", limit=Limit.DEADLINE)
             plan = self._plan(state, (), closing=True, extra=prompt)
         except LimitReached as no_room:
             log_event("final_answer_skipped", task=self._task_id, reason=no_room.message)
