@@ -34,6 +34,7 @@ from worker.loop._state import (
     StepRecord,
     ToolCallRecord,
     ToolEntry,
+    ToolOutcome,
     entry_from_json,
     entry_to_json,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "ToolCalled",
     "ToolDispatcher",
     "ToolEntry",
+    "ToolOutcome",
     "dearest_price",
     "entry_from_json",
     "entry_to_json",

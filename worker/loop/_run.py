@@ -50,6 +50,7 @@ from worker.loop._state import (
     SteerEntry,
     ToolCallRecord,
     ToolEntry,
+    ToolOutcome,
 )
 from worker.models import (
     Message,
@@ -430,7 +431,7 @@ class AgentLoop:
                 name=call.name,
                 arguments=call.arguments,
                 server="",
-                outcome="deadline",
+                outcome=ToolOutcome.DEADLINE,
                 is_error=True,
                 content=DEADLINE_SKIPPED_TOOL,
             )

@@ -11,9 +11,38 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from worker.models import Message, ModelResponse, StopReason, ToolCall, Usage
+
+
+class ToolOutcome(StrEnum):
+    """How one tool call ended.
+
+    The value is the ``outcome`` of the ``tool_call`` log line and the label of
+    ``agent_tool_calls_total``: an operator's dashboards depend on it.
+    """
+
+    OK = "ok"
+    ERROR = "error"  # the tool raised or answered with an error
+    TIMEOUT = "timeout"
+    UNKNOWN_TOOL = "unknown_tool"  # no tool of that name (the model made it up)
+    MISSING_GRANT = "missing_grant"  # the agent lacks the tool's grant
+    NOT_ALLOWED = "not_allowed"  # the task's allowed_tools leave it out
+    INVALID_ARGUMENTS = "invalid_arguments"  # not JSON, or not valid for the input schema
+    REFUSED = "refused"  # the operator's check (or a CLI itself) refused to run it
+    DEADLINE = "deadline"  # never run: the task's deadline came first
+
+    @property
+    def is_error(self) -> bool:
+        """The model reads the result as an error."""
+        return self is not ToolOutcome.OK
+
+    @property
+    def denied(self) -> bool:
+        """Refused for who is calling (grants, allowed_tools): strict grants end the task."""
+        return self in (ToolOutcome.MISSING_GRANT, ToolOutcome.NOT_ALLOWED)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -22,7 +51,7 @@ class ToolCallRecord:
     name: str
     arguments: str
     server: str
-    outcome: str
+    outcome: ToolOutcome
     is_error: bool
     content: str
     duration_s: float = 0.0
