@@ -10,6 +10,7 @@ from worker.loop._contract import (
     expired_result,
 )
 from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher
+from worker.loop._entry_json import entry_from_json, entry_to_json
 from worker.loop._events import (
     EventBus,
     GrantDenied,
@@ -35,8 +36,6 @@ from worker.loop._state import (
     ToolCallRecord,
     ToolEntry,
     ToolOutcome,
-    entry_from_json,
-    entry_to_json,
 )
 
 __all__ = [

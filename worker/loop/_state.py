@@ -9,7 +9,6 @@ that already ran.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -186,80 +185,3 @@ class LoopState:
                 is_error=record.is_error,
             )
         )
-
-
-# --- JSON form of entries, for checkpoints -------------------------------------------------
-
-
-def entry_to_json(entry: JournalEntry) -> str:
-    if isinstance(entry, ResponseEntry):
-        r = entry.response
-        body: dict[str, Any] = {
-            "kind": "response",
-            "step": entry.step,
-            "final": entry.final,
-            "text": r.text,
-            "tool_calls": [[c.id, c.name, c.arguments] for c in r.tool_calls],
-            "stop_reason": r.stop_reason.value,
-            "usage": [r.usage.input_tokens, r.usage.output_tokens, r.usage.cost_usd],
-            "provider": r.provider,
-            "model": r.model,
-        }
-    elif isinstance(entry, ToolEntry):
-        t = entry.record
-        body = {
-            "kind": "tool",
-            "step": entry.step,
-            "record": [
-                t.call_id,
-                t.name,
-                t.arguments,
-                t.server,
-                t.outcome,
-                t.is_error,
-                t.content,
-                t.duration_s,
-            ],
-        }
-    else:
-        body = {"kind": "steer", "text": entry.text}
-    return json.dumps(body, separators=(",", ":"))
-
-
-def entry_from_json(raw: str | bytes) -> JournalEntry:
-    body = json.loads(raw)
-    kind = body["kind"]
-    if kind == "response":
-        tokens_in, tokens_out, cost = body["usage"]
-        return ResponseEntry(
-            step=body["step"],
-            final=body["final"],
-            response=ModelResponse(
-                text=body["text"],
-                tool_calls=tuple(
-                    ToolCall(id=i, name=n, arguments=a) for i, n, a in body["tool_calls"]
-                ),
-                stop_reason=StopReason(body["stop_reason"]),
-                usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out, cost_usd=cost),
-                provider=body["provider"],
-                model=body["model"],
-            ),
-        )
-    if kind == "tool":
-        call_id, name, arguments, server, outcome, is_error, content, duration = body["record"]
-        return ToolEntry(
-            step=body["step"],
-            record=ToolCallRecord(
-                call_id=call_id,
-                name=name,
-                arguments=arguments,
-                server=server,
-                outcome=outcome,
-                is_error=is_error,
-                content=content,
-                duration_s=duration,
-            ),
-        )
-    if kind == "steer":
-        return SteerEntry(text=body["text"])
-    raise ValueError(f"unknown checkpoint entry kind {kind!r}")
