@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from worker.exceptions import InvalidTask
+from worker.exceptions import AutonomyViolation, InvalidTask, ModelError
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_PATTERN)]
@@ -92,6 +92,15 @@ class Outcome(StrEnum):
     def never_retried(self) -> bool:
         """A job that failed with it would fail the same way again: rq must not retry it."""
         return Effect.NEVER_RETRIED in self._effects
+
+    @classmethod
+    def of_error(cls, error: BaseException) -> Outcome:
+        """The outcome of a run (the loop's or a CLI's) that ended with ``error``."""
+        if isinstance(error, AutonomyViolation):
+            return cls.AUTONOMY_VIOLATION
+        if isinstance(error, ModelError):
+            return cls.MODEL_ERROR
+        return cls.ERROR
 
 
 class Constraints(BaseModel):
