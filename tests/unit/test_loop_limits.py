@@ -5,9 +5,18 @@ from __future__ import annotations
 import pytest
 
 from worker.exceptions import LimitReached
-from worker.loop import FALLBACK_ANSWER, Limit, RunLimits
-from worker.models import Usage
+from worker.loop import FALLBACK_ANSWER, Limit, LoopState, ResponseEntry, RunLimits
+from worker.models import ModelResponse, Usage
 from worker.task import Outcome
+
+
+def progress(iterations: int, spent: Usage) -> LoopState:
+    """A run that has made ``iterations`` steps and spent ``spent`` on them."""
+    state = LoopState(messages=[])
+    for step in range(1, iterations + 1):
+        state.apply(ResponseEntry(step=step, response=ModelResponse(text="", usage=Usage())))
+    state.usage = spent
+    return state
 
 
 def test_every_limit_ends_the_run_with_its_own_outcome_which_answers() -> None:
@@ -40,7 +49,7 @@ def test_check_step_raises_with_the_limit_reached(
     limits: RunLimits, iterations: int, remaining_s: float, spent: Usage, expected: Limit
 ) -> None:
     with pytest.raises(LimitReached) as raised:
-        limits.check_step(iterations=iterations, remaining_s=remaining_s, spent=spent)
+        limits.check_step(progress(iterations, spent), remaining_s=remaining_s)
     assert raised.value.limit is expected
     assert raised.value.message.startswith(
         ("max_iterations", "max_duration_s", "max_tokens", "max_cost")
@@ -48,4 +57,4 @@ def test_check_step_raises_with_the_limit_reached(
 
 
 def test_check_step_passes_inside_every_limit() -> None:
-    RunLimits(max_cost_usd=1.0).check_step(iterations=0, remaining_s=100.0, spent=Usage())
+    RunLimits(max_cost_usd=1.0).check_step(progress(0, Usage()), remaining_s=100.0)

@@ -3,7 +3,8 @@
 Adding a limit: a ``Limit`` member naming the Outcome it ends the run with (an Outcome
 of the same name, in ``worker.task``), and a ``RunLimits`` field checked in
 ``check_step`` (or after a call, in ``check_spent``). The loop, the CLI executors'
-reports and the fallback text follow from those.
+reports and the fallback text follow from those; a task constraint for it is wire
+format (``worker.task.Constraints``, the agent's ``limits``), passed to ``tightened``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from worker.exceptions import LimitReached
+from worker.loop._state import LoopState
 from worker.models import Usage
 from worker.task import Outcome
 
@@ -60,11 +62,11 @@ class RunLimits:
     # Time kept back from the deadline for the closing, tool-less answer.
     final_answer_reserve_s: float = 10.0
 
-    def check_step(self, *, iterations: int, remaining_s: float, spent: Usage) -> None:
+    def check_step(self, state: LoopState, *, remaining_s: float) -> None:
         """Before a step: LimitReached for the first limit the run has reached."""
-        self.check_iterations(iterations)
+        self.check_iterations(state.iterations)
         self.check_deadline(remaining_s)
-        self.check_spent(spent)  # a resumed run may already be past one
+        self.check_spent(state.usage)  # a resumed run may already be past one
 
     def check_iterations(self, iterations: int) -> None:
         if iterations >= self.max_iterations:

@@ -199,11 +199,7 @@ class AgentLoop:
         step = len(state.steps) + 1
         tools = self._offered_tools()
         try:
-            self._limits.check_step(
-                iterations=state.iterations,
-                remaining_s=self._run_clock.remaining(),
-                spent=state.usage,
-            )
+            self._limits.check_step(state, remaining_s=self._run_clock.remaining())
             plan = self._model.plan(state, tools, closing=False)
             self.events.emit(StepStarted(step=step))
             response = await self._model.ask(state, tools, step=step, plan=plan)
