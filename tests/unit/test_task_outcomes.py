@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from worker.exceptions import AutonomyViolation, ExecutorError, ModelAuthError, ModelUnavailable
 from worker.task import Outcome
 
 LIMIT_OUTCOMES = {Outcome.MAX_ITERATIONS, Outcome.MAX_TOKENS, Outcome.DEADLINE, Outcome.BUDGET}
@@ -42,3 +43,11 @@ def test_outcomes_keep_their_wire_values() -> None:
         "error",
     ]
     assert Outcome("tool_loop") is Outcome.TOOL_LOOP and f"{Outcome.DEADLINE}" == "deadline"
+
+
+def test_an_error_ends_a_run_with_the_outcome_its_class_calls_for() -> None:
+    assert Outcome.of_error(AutonomyViolation("x")) is Outcome.AUTONOMY_VIOLATION
+    assert Outcome.of_error(ModelAuthError("x")) is Outcome.MODEL_ERROR
+    assert Outcome.of_error(ModelUnavailable("x")) is Outcome.MODEL_ERROR
+    assert Outcome.of_error(ExecutorError("x")) is Outcome.ERROR
+    assert Outcome.of_error(RuntimeError("x")) is Outcome.ERROR

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from worker.exceptions import AutonomyViolation, ModelError, WorkerError
+from worker.exceptions import WorkerError
 from worker.executors._gateway_link import GatewayActivity
 from worker.logs import log_event
 from worker.loop import (
@@ -61,18 +61,10 @@ class CliTranscript:
     def fail(self, error: WorkerError) -> CliTranscript:
         """Mark the run failed with ``error``: no answer, the outcome its class calls for."""
         self.error = error
-        self.outcome = outcome_of(error)
+        self.outcome = Outcome.of_error(error)
         self.detail = error.message
         self.output = ""
         return self
-
-
-def outcome_of(error: WorkerError) -> Outcome:
-    if isinstance(error, AutonomyViolation):
-        return Outcome.AUTONOMY_VIOLATION
-    if isinstance(error, ModelError):
-        return Outcome.MODEL_ERROR
-    return Outcome.ERROR
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
