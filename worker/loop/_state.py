@@ -4,7 +4,7 @@ Every change the loop makes (a model answer, a tool result, a steering
 message) is an entry appended to a journal and then applied. Replaying the
 entries of a checkpoint rebuilds the same state, so a task resumed after a
 crash neither re-asks the model for a step it has nor re-runs a tool call
-that already ran.
+that already ran. Their JSON form, for checkpoints in Redis, is in ``_entry_json``.
 """
 
 from __future__ import annotations
