@@ -21,6 +21,7 @@ from worker.loop import (
     entry_from_json,
     entry_to_json,
 )
+from worker.loop._entry_json import _entry_from_version_1
 from worker.models import Message, ModelResponse, StopReason, ToolCall, Usage
 
 RESPONSE = ResponseEntry(
@@ -75,7 +76,7 @@ def test_an_entry_round_trips_through_its_record(entry: JournalEntry) -> None:
 
 def test_records_are_objects_with_named_fields_a_kind_and_a_version() -> None:
     response, tool, steer, _ = (json.loads(entry_to_json(entry)) for entry in ENTRIES)
-    assert (response["kind"], response["version"]) == ("response", 2)
+    assert (response["kind"], response["version"]) == ("model_response", 2)
     assert response["tool_calls"] == [
         {"id": "c1", "name": "hub__search_posts", "arguments": '{"q":"redis"}'}
     ]
@@ -90,7 +91,8 @@ def test_records_are_objects_with_named_fields_a_kind_and_a_version() -> None:
         "content": "[]",
         "duration_s": 0.25,
     }
-    assert steer == {"kind": "steer", "version": 2, "text": "be brief"}
+    assert (tool["kind"], tool["version"]) == ("tool_result", 2)
+    assert steer == {"kind": "user_message", "version": 2, "text": "be brief"}
 
 
 def test_version_1_records_read_as_the_same_entries() -> None:
@@ -121,8 +123,9 @@ def test_a_journal_mixing_both_versions_replays_to_the_same_state() -> None:
         "42",
         '{"kind":"mystery","text":"x"}',  # unknown kind, version 1
         '{"kind":"mystery","version":2,"text":"x"}',  # unknown kind, named fields
-        '{"kind":"steer","version":99,"text":"x"}',  # a version this worker does not know
-        '{"kind":"tool","version":2,"step":1,"record":["c1"]}',  # named kind, old body
+        '{"kind":"user_message","version":99,"text":"x"}',  # a version this worker does not know
+        '{"kind":"steer","version":2,"text":"x"}',  # an old kind with a new version
+        '{"kind":"tool_result","version":2,"step":1,"record":["c1"]}',  # new kind, old body
         '{"kind":"tool","step":1,"record":["c1","x"]}',  # old shape, too short
         '{"kind":"tool","step":1,"record":["c1","x","{}","s","bogus",true,"",0]}',
         '{"kind":"response","version":2,"step":1}',  # fields missing
@@ -156,3 +159,13 @@ def test_appended_entries_are_stored_in_the_current_version() -> None:
     stored = [json.loads(raw) for raw in redis.lrange(redis_keys.checkpoint("t-1"), 0, -1)]
     assert [record["version"] for record in stored] == [2, 2, 2, 2]
     assert journal.load() == ENTRIES
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=["response", "tool", "steer", "closing"])
+def test_a_worker_not_yet_upgraded_refuses_a_new_record_rather_than_misread_it(
+    entry: JournalEntry,
+) -> None:
+    # _entry_from_version_1 reads as the previous release did (it dispatches on the same
+    # kinds): in a rolling upgrade an old worker may resume a task a new one checkpointed.
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        _entry_from_version_1(json.loads(entry_to_json(entry)))

@@ -2,16 +2,19 @@
 
 Each entry is one JSON object with named fields, its ``kind`` and a ``version``::
 
-    {"kind": "response", "version": 2, "step": 1, "final": false, "text": "...",
+    {"kind": "model_response", "version": 2, "step": 1, "final": false, "text": "...",
      "tool_calls": [{"id": "c1", "name": "hub__search_posts", "arguments": "{}"}],
      "stop_reason": "tool_use", "provider": "openai", "model": "gpt-4o-mini",
      "usage": {"input_tokens": 50, "output_tokens": 5, "cost_usd": 0.0001}}
-    {"kind": "tool", "version": 2, "step": 1, "record": {"call_id": "c1", ...}}
-    {"kind": "steer", "version": 2, "text": "..."}
+    {"kind": "tool_result", "version": 2, "step": 1, "record": {"call_id": "c1", ...}}
+    {"kind": "user_message", "version": 2, "text": "..."}
 
-Version 1 (no ``version`` field) kept calls, usage and tool records as positional
-arrays. A task in flight during an upgrade resumes from such a checkpoint, so
-reading still accepts it; nothing writes it any more.
+Version 1 (no ``version``; kinds ``response``, ``tool``, ``steer``) kept calls, usage
+and tool records as positional arrays. A task in flight during an upgrade resumes
+from such a checkpoint, so reading still accepts it; nothing writes it any more.
+The kinds were renamed with the version so that a worker not yet upgraded, reading
+a newer record, stops there (a corrupt tail, logged) instead of misreading its
+objects as arrays.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ RECORD_VERSION: Final = 2
 
 
 class _ResponseRecord(BaseModel):
-    kind: Literal["response"] = "response"
+    kind: Literal["model_response"] = "model_response"
     version: Literal[2] = RECORD_VERSION
     step: int
     final: bool
@@ -59,7 +62,7 @@ class _ResponseRecord(BaseModel):
 
 
 class _ToolRecord(BaseModel):
-    kind: Literal["tool"] = "tool"
+    kind: Literal["tool_result"] = "tool_result"
     version: Literal[2] = RECORD_VERSION
     step: int
     record: ToolCallRecord
@@ -69,7 +72,7 @@ class _ToolRecord(BaseModel):
 
 
 class _SteerRecord(BaseModel):
-    kind: Literal["steer"] = "steer"
+    kind: Literal["user_message"] = "user_message"
     version: Literal[2] = RECORD_VERSION
     text: str
 
