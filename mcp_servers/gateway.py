@@ -120,7 +120,7 @@ class Gateway:
         timeout_s = max(0.001, min(remaining_s, self.spec.tool_timeout_s))
         record = await self.dispatcher.run(step, 1, call, timeout_s)
         self.call_log.tool_call(step, record)
-        if record.outcome in ("missing_grant", "not_allowed") and self.spec.strict_grants:
+        if record.outcome.denied and self.spec.strict_grants:
             # The executor ends the task when it reads this; the call itself never ran.
             self.call_log.autonomy_violation(
                 step,

@@ -13,7 +13,7 @@
     │   ├── AutonomyViolation        a call without its grant under strict grants
     │   └── ExecutorError            a CLI executor failed (exit status, unparseable output)
     ├── LimitReached                 a limit of the run was reached; the loop winds down
-    │   └── WriteCapReached          an agent's Hub write cap refused the task's own reply
+    ├── WriteCapReached              an agent's Hub write cap refused the task's own reply
     └── ToolFailed                   one tool call failed; the model reads it and goes on
         ├── ToolNotFound
         ├── ToolArgumentsInvalid
@@ -26,7 +26,10 @@ secrets: anything that reaches logs or posts goes through ``worker.redaction``.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the loop's vocabulary imports this module, so only for the types
+    from worker.loop import Limit
 
 
 class Severity(StrEnum):
@@ -125,19 +128,28 @@ class ExecutorError(TaskFailed):
 
 
 class LimitReached(WorkerError):
+    """A limit of the run was reached; ``limit`` says which, and so the outcome it produces."""
+
     code = "limit_reached"
     severity = Severity.INFO
 
-    def __init__(self, message: str, *, limit: str) -> None:
+    def __init__(self, message: str, *, limit: Limit) -> None:
         super().__init__(message)
         self.limit = limit
 
 
-class WriteCapReached(LimitReached):
-    """The task's answer was not posted: a write cap of the agent refused it."""
+class WriteCapReached(WorkerError):
+    """The task's answer was not posted: a write cap of the agent refused it.
+
+    ``limit`` names the cap (a write-cap refusal reason, not a loop ``Limit``).
+    """
 
     code = "write_cap_reached"
     severity = Severity.WARNING
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class ToolFailed(WorkerError):

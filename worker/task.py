@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import Flag, StrEnum, auto
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from worker.exceptions import InvalidTask
+from worker.exceptions import AutonomyViolation, InvalidTask, ModelError
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_PATTERN)]
@@ -27,49 +27,80 @@ class TaskType(StrEnum):
     EXPLORATION = "exploration"
 
 
+class Effect(Flag):
+    """What an outcome does beyond ending the task; an Outcome carries a combination."""
+
+    NONE = 0
+    # Its final text is an answer worth posting (a limit still produces one).
+    ANSWERS = auto()
+    # The rq job fails, so operators find the task in rq's failed registry.
+    FAILS_JOB = auto()
+    # Reported to m/agent-errors (so is a task given up after its last requeue: a flag
+    # on the run, not an outcome).
+    POSTS_ERROR = auto()
+    # Running the task again would fail the same way: rq must not retry it.
+    NEVER_RETRIED = auto()
+
+
+_FAILED = Effect.FAILS_JOB | Effect.POSTS_ERROR
+
+
 class Outcome(StrEnum):
-    COMPLETED = "completed"
-    MAX_ITERATIONS = "max_iterations"
-    MAX_TOKENS = "max_tokens"
-    DEADLINE = "deadline"
-    BUDGET = "budget"
-    TOOL_LOOP = "tool_loop"
+    """How a task ended; each outcome knows its effects (``answers``, ``fails_job``, ...).
+
+    Add an outcome here with its effects and nothing else needs to learn about it.
+    """
+
+    _effects: Effect
+
+    def __new__(cls, value: str, effects: Effect = Effect.NONE) -> Outcome:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member._effects = effects
+        return member
+
+    COMPLETED = "completed", Effect.ANSWERS
+    MAX_ITERATIONS = "max_iterations", Effect.ANSWERS
+    MAX_TOKENS = "max_tokens", Effect.ANSWERS
+    DEADLINE = "deadline", Effect.ANSWERS
+    BUDGET = "budget", Effect.ANSWERS
+    TOOL_LOOP = "tool_loop", Effect.POSTS_ERROR
     CANCELLED = "cancelled"
     BUDGET_UNHEALTHY = "budget_unhealthy"
     REQUEUED = "requeued"
-    MODEL_ERROR = "model_error"
-    AUTONOMY_VIOLATION = "autonomy_violation"
-    INVALID_TASK = "invalid_task"
-    ERROR = "error"
-
-    @property
-    def fails_job(self) -> bool:
-        """Outcomes that make the rq job fail, so operators find them in the failed registry."""
-        return self in _FAILING
-
-    @property
-    def posts_error(self) -> bool:
-        """Outcomes reported to m/agent-errors."""
-        return self in _FAILING or self is Outcome.TOOL_LOOP
+    MODEL_ERROR = "model_error", _FAILED | Effect.NEVER_RETRIED
+    AUTONOMY_VIOLATION = "autonomy_violation", _FAILED | Effect.NEVER_RETRIED
+    INVALID_TASK = "invalid_task", _FAILED | Effect.NEVER_RETRIED
+    ERROR = "error", _FAILED
 
     @property
     def answers(self) -> bool:
-        """Outcomes whose final text is an answer worth posting (limits still produce one)."""
-        return self in _ANSWERING
+        """Its final text is an answer worth posting (limits still produce one)."""
+        return Effect.ANSWERS in self._effects
 
+    @property
+    def fails_job(self) -> bool:
+        """It makes the rq job fail, so operators find it in the failed registry."""
+        return Effect.FAILS_JOB in self._effects
 
-_FAILING = frozenset(
-    {Outcome.MODEL_ERROR, Outcome.AUTONOMY_VIOLATION, Outcome.INVALID_TASK, Outcome.ERROR}
-)
-_ANSWERING = frozenset(
-    {
-        Outcome.COMPLETED,
-        Outcome.MAX_ITERATIONS,
-        Outcome.MAX_TOKENS,
-        Outcome.DEADLINE,
-        Outcome.BUDGET,
-    }
-)
+    @property
+    def posts_error(self) -> bool:
+        """It is reported to m/agent-errors (as is a task given up after its last requeue)."""
+        return Effect.POSTS_ERROR in self._effects
+
+    @property
+    def never_retried(self) -> bool:
+        """A job that failed with it would fail the same way again: rq must not retry it."""
+        return Effect.NEVER_RETRIED in self._effects
+
+    @classmethod
+    def of_error(cls, error: BaseException) -> Outcome:
+        """The outcome of a run (the loop's or a CLI's) that ended with ``error``."""
+        if isinstance(error, AutonomyViolation):
+            return cls.AUTONOMY_VIOLATION
+        if isinstance(error, ModelError):
+            return cls.MODEL_ERROR
+        return cls.ERROR
 
 
 class Constraints(BaseModel):

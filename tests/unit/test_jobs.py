@@ -19,7 +19,7 @@ from worker.checkpoints import RedisJournal
 from worker.exceptions import ModelAuthError, ModelUnavailable
 from worker.jobs import TaskRuntime, TaskVerdict, execute_task
 from worker.leases import AgentSlots, TaskLease
-from worker.loop import ResponseEntry, ToolCallRecord, ToolEntry
+from worker.loop import ResponseEntry, ToolCallRecord, ToolEntry, ToolOutcome
 from worker.metrics import JobMetrics
 from worker.models import ModelResponse, ScriptedModel, StopReason, ToolCall, Turn, Usage
 from worker.outbox import drain, outbox_size
@@ -314,7 +314,7 @@ async def test_a_checkpointed_task_resumes_without_rerunning_its_tools() -> None
                 name="hub__search_posts",
                 arguments="{}",
                 server="hub",
-                outcome="ok",
+                outcome=ToolOutcome.OK,
                 is_error=False,
                 content="[]",
             ),

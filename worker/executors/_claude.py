@@ -26,7 +26,7 @@ from worker.exceptions import AgentConfigError, ExecutorError
 from worker.executors._cli import CliExecutor, CliInvocation, CliJob, model_error
 from worker.executors._process import ProcessOutcome
 from worker.executors._transcript import CliTranscript, CliTurn
-from worker.loop import ToolCallRecord
+from worker.loop import ToolCallRecord, ToolOutcome
 from worker.models import Usage
 from worker.task import Outcome
 
@@ -198,7 +198,7 @@ def _refused_calls(denials: Any) -> list[ToolCallRecord]:
                 name=name,
                 arguments=json.dumps(denial.get("tool_input") or {}),
                 server="",
-                outcome="refused",
+                outcome=ToolOutcome.REFUSED,
                 is_error=True,
                 content=f"Error: claude-code refused {name}: not a tool this agent may use",
             )

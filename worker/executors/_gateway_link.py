@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 from redis import Redis
 
-from worker.loop import ToolCallRecord
+from worker.loop import ToolCallRecord, ToolOutcome
 from worker.redis_connection import connect
 from worker.settings import Settings
 from worker.tools import EffectiveGrants, mint_capability
@@ -440,7 +440,7 @@ def _apply(activity: GatewayActivity, line: bytes) -> None:
                     name=str(entry["name"]),
                     arguments=str(entry["arguments"]),
                     server=str(entry["server"]),
-                    outcome=str(entry["outcome"]),
+                    outcome=ToolOutcome(entry["outcome"]),
                     is_error=bool(entry["is_error"]),
                     content=str(entry["content"]),
                     duration_s=float(entry["duration_s"]),

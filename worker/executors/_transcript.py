@@ -14,13 +14,13 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from worker.exceptions import AutonomyViolation, ModelError, WorkerError
+from worker.exceptions import WorkerError
 from worker.executors._gateway_link import GatewayActivity
 from worker.logs import log_event
 from worker.loop import (
-    FALLBACK_ANSWER,
     EventBus,
     GrantDenied,
+    Limit,
     LlmCalled,
     LoopState,
     RunResult,
@@ -32,13 +32,6 @@ from worker.loop import (
 )
 from worker.models import Message, StopReason, ToolCall, Usage
 from worker.task import Outcome
-
-_LIMIT_NAMES = {
-    Outcome.MAX_ITERATIONS: "max_iterations",
-    Outcome.MAX_TOKENS: "max_tokens",
-    Outcome.DEADLINE: "deadline",
-    Outcome.BUDGET: "budget",
-}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -68,18 +61,10 @@ class CliTranscript:
     def fail(self, error: WorkerError) -> CliTranscript:
         """Mark the run failed with ``error``: no answer, the outcome its class calls for."""
         self.error = error
-        self.outcome = outcome_of(error)
+        self.outcome = Outcome.of_error(error)
         self.detail = error.message
         self.output = ""
         return self
-
-
-def outcome_of(error: WorkerError) -> Outcome:
-    if isinstance(error, AutonomyViolation):
-        return Outcome.AUTONOMY_VIOLATION
-    if isinstance(error, ModelError):
-        return Outcome.MODEL_ERROR
-    return Outcome.ERROR
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,9 +116,9 @@ def run_result(
             )
         )
     output, fallback = transcript.output, False
-    limit = _LIMIT_NAMES.get(transcript.outcome)
+    limit = Limit.of(transcript.outcome)
     if limit is not None and not output.strip():
-        output, fallback = FALLBACK_ANSWER.format(limit=limit), True
+        output, fallback = limit.fallback_answer, True
     state = LoopState(
         messages=[*context.messages, Message(role="assistant", content=output)],
         steps=steps,

@@ -10,6 +10,7 @@ from worker.loop._contract import (
     expired_result,
 )
 from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher
+from worker.loop._entry_json import entry_from_json, entry_to_json
 from worker.loop._events import (
     EventBus,
     GrantDenied,
@@ -20,8 +21,8 @@ from worker.loop._events import (
     StepStarted,
     ToolCalled,
 )
-from worker.loop._limits import RunLimits
-from worker.loop._output import FALLBACK_ANSWER, truncate
+from worker.loop._limits import FALLBACK_ANSWER, Limit, RunLimits
+from worker.loop._output import truncate
 from worker.loop._redacting import ArgumentRedactingToolbox, redacting_arguments
 from worker.loop._run import AgentLoop
 from worker.loop._state import (
@@ -34,8 +35,7 @@ from worker.loop._state import (
     StepRecord,
     ToolCallRecord,
     ToolEntry,
-    entry_from_json,
-    entry_to_json,
+    ToolOutcome,
 )
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "GrantDenied",
     "Journal",
     "JournalEntry",
+    "Limit",
     "LlmCalled",
     "LoopEvent",
     "LoopObserver",
@@ -68,6 +69,7 @@ __all__ = [
     "ToolCalled",
     "ToolDispatcher",
     "ToolEntry",
+    "ToolOutcome",
     "dearest_price",
     "entry_from_json",
     "entry_to_json",

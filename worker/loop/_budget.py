@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from worker.exceptions import LimitReached
-from worker.loop._limits import RunLimits
+from worker.loop._limits import Limit, RunLimits
 from worker.models import Message, ModelPrice, ToolSpec, Usage
 
 CHARS_PER_TOKEN = 3.5
@@ -116,7 +116,7 @@ def plan_call(
         limits.check_cost(spent.cost_usd, _call_cost(price, input_tokens, minimum) or 0.0)
         raise LimitReached(  # rounding left less than a minimal answer
             f"max_cost_usd reached: the next call could write only {max(output, 0)} tokens",
-            limit="budget",
+            limit=Limit.BUDGET,
         )
     if price is None:
         # The provider prices calls the loop cannot: estimate the next by the last.

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from worker.loop._limits import RunLimits
-from worker.loop._output import FALLBACK_ANSWER, recover_output
+from worker.loop._limits import Limit, RunLimits
+from worker.loop._output import recover_output
 from worker.loop._state import JournalEntry, LoopState, StepRecord
 from worker.models import Message, ModelPrice
 from worker.task import Outcome
@@ -80,7 +80,7 @@ def expired_result(resume: Sequence[JournalEntry], *, detail: str) -> RunResult:
     output = recover_output(state.steps, "")
     return RunResult(
         outcome=Outcome.DEADLINE,
-        output=output or FALLBACK_ANSWER.format(limit="deadline"),
+        output=output or Limit.DEADLINE.fallback_answer,
         fallback=not output,
         state=state,
         duration_s=0.0,

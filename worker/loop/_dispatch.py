@@ -6,6 +6,7 @@ import inspect
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -16,7 +17,7 @@ from worker.exceptions import AutonomyViolation, ToolFailed
 from worker.logs import log_event
 from worker.loop._events import EventBus, GrantDenied, ToolCalled
 from worker.loop._output import truncate
-from worker.loop._state import StepRecord, ToolCallRecord
+from worker.loop._state import StepRecord, ToolCallRecord, ToolOutcome
 from worker.models import ToolCall, ToolSpec
 from worker.tools import CallContext, Granted, MissingGrant, NotAllowed, Toolbox
 
@@ -37,7 +38,22 @@ DONE_TOOL = ToolSpec(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class DispatchResult:
+    """How a call ended and what the model reads; ``server`` is "" when none was reached."""
+
+    outcome: ToolOutcome
+    content: str
+    server: str = ""
+
+
 class ToolDispatcher:
+    """Runs the model's tool calls: resolve, check the grant, parse and validate, call.
+
+    Used by the loop, and by the MCP gateway for the CLI executors, so both apply the
+    same checks and report the same outcomes.
+    """
+
     def __init__(
         self,
         toolbox: Toolbox,
@@ -61,18 +77,18 @@ class ToolDispatcher:
         self._sound_schemas: set[str] = set()
 
     async def run(self, step: int, index: int, call: ToolCall, timeout_s: float) -> ToolCallRecord:
+        """Run one call the model made; every way it can end is a record the model reads."""
         started = time.perf_counter()
-        server, outcome, content, is_error = await self._execute(step, index, call, timeout_s)
+        result = await self._execute(step, index, call, timeout_s)
         duration = time.perf_counter() - started
-        content = truncate(content, self._max_chars)
         self._events.emit(
             ToolCalled(
                 step=step,
                 tool=call.name,
-                server=server,
-                outcome=outcome,
+                server=result.server,
+                outcome=result.outcome,
                 duration_s=duration,
-                known=outcome != "unknown_tool",
+                known=result.outcome is not ToolOutcome.UNKNOWN_TOOL,
             )
         )
         log_event(
@@ -81,41 +97,42 @@ class ToolDispatcher:
             agent=self._agent_id,
             step=step,
             tool=call.name,
-            server=server,
-            outcome=outcome,
+            server=result.server,
+            outcome=result.outcome,
             duration_ms=round(duration * 1000, 2),
         )
         return ToolCallRecord(
             call_id=call.id,
             name=call.name,
             arguments=call.arguments,
-            server=server,
-            outcome=outcome,
-            is_error=is_error,
-            content=content,
+            server=result.server,
+            outcome=result.outcome,
+            is_error=result.outcome.is_error,
+            content=truncate(result.content, self._max_chars),
             duration_s=duration,
         )
 
     async def _execute(
         self, step: int, index: int, call: ToolCall, timeout_s: float
-    ) -> tuple[str, str, str, bool]:
-        """Returns (server, outcome, content, is_error)."""
+    ) -> DispatchResult:
         resolution = self._toolbox.resolve(call.name)
         if resolution is None:
-            return "", "unknown_tool", f"Error: Unknown tool '{call.name}'", True
+            return DispatchResult(ToolOutcome.UNKNOWN_TOOL, f"Error: Unknown tool '{call.name}'")
         if isinstance(resolution, MissingGrant):
             self._deny(step, resolution.name, required_grant=resolution.required_grant)
-            return "", "missing_grant", f"Error: Missing grant {resolution.required_grant}", True
+            message = f"Error: Missing grant {resolution.required_grant}"
+            return DispatchResult(ToolOutcome.MISSING_GRANT, message)
         if isinstance(resolution, NotAllowed):
             self._deny(step, resolution.name, required_grant="")
             message = f"Error: Tool '{resolution.name}' is not allowed in this task"
-            return "", "not_allowed", message, True
+            return DispatchResult(ToolOutcome.NOT_ALLOWED, message)
+        server = resolution.server
         arguments, problem = self._parse_arguments(resolution, call)
         if problem is not None:
-            return resolution.server, "invalid_arguments", problem, True
+            return DispatchResult(ToolOutcome.INVALID_ARGUMENTS, problem, server)
         refusal = await self._refusal(call.name, arguments)
         if refusal is not None:
-            return resolution.server, "refused", f"Error: {refusal}", True
+            return DispatchResult(ToolOutcome.REFUSED, f"Error: {refusal}", server)
         ctx = CallContext(
             task_id=self._task_id,
             agent_id=self._agent_id,
@@ -123,27 +140,30 @@ class ToolDispatcher:
             index=index,
             timeout_s=timeout_s,
         )
+        return await self._call(server, call.name, arguments, ctx)
+
+    async def _call(
+        self, server: str, name: str, arguments: dict[str, Any], ctx: CallContext
+    ) -> DispatchResult:
+        """The call itself, on a granted tool with valid arguments."""
         try:
             # The toolbox honours ctx.timeout_s itself; this backstop catches one that does not.
-            with anyio.fail_after(timeout_s + _TIMEOUT_BACKSTOP_S):
-                result = await self._toolbox.call(call.name, arguments, ctx)
+            with anyio.fail_after(ctx.timeout_s + _TIMEOUT_BACKSTOP_S):
+                result = await self._toolbox.call(name, arguments, ctx)
         except TimeoutError:
-            message = f"Error: tool '{call.name}' timed out after {timeout_s:.1f} s"
-            return resolution.server, "timeout", message, True
+            message = f"Error: tool '{name}' timed out after {ctx.timeout_s:.1f} s"
+            return DispatchResult(ToolOutcome.TIMEOUT, message, server)
         except ToolFailed as exc:
-            return resolution.server, "error", f"Error: {exc.message}", True
+            return DispatchResult(ToolOutcome.ERROR, f"Error: {exc.message}", server)
         except Exception as exc:  # a broken tool must not end the task
-            return resolution.server, "error", f"Error: tool '{call.name}' failed: {exc}", True
-        return (
-            resolution.server,
-            ("error" if result.is_error else "ok"),
-            result.content,
-            (result.is_error),
-        )
+            message = f"Error: tool '{name}' failed: {exc}"
+            return DispatchResult(ToolOutcome.ERROR, message, server)
+        outcome = ToolOutcome.ERROR if result.is_error else ToolOutcome.OK
+        return DispatchResult(outcome, result.content, server)
 
     def _deny(self, step: int, tool: str, *, required_grant: str) -> None:
         """A call outside the agent's grants ("" grant: outside the task's allowed_tools)."""
-        reason = "missing_grant" if required_grant else "not_allowed"
+        reason = ToolOutcome.MISSING_GRANT if required_grant else ToolOutcome.NOT_ALLOWED
         self._events.emit(
             GrantDenied(step=step, tool=tool, required_grant=required_grant, reason=reason)
         )

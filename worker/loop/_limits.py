@@ -1,14 +1,56 @@
-"""Limits of one run, as data. Each ``check_*`` raises LimitReached naming limit and value."""
+"""Limits of one run, as data. Each ``check_*`` raises LimitReached naming limit and value.
+
+Adding a limit: a ``Limit`` member naming the Outcome it ends the run with (an Outcome
+of the same name, in ``worker.task``), and a ``RunLimits`` field checked in
+``check_step`` (or after a call, in ``check_spent``). The loop, the CLI executors'
+reports and the fallback text follow from those; a task constraint for it is wire
+format (``worker.task.Constraints``, the agent's ``limits``), passed to ``tightened``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TypeVar
 
 from worker.exceptions import LimitReached
+from worker.loop._state import LoopState
 from worker.models import Usage
+from worker.task import Outcome
 
 N = TypeVar("N", int, float)
+
+FALLBACK_ANSWER = (
+    "I could not finish this task within its {limit} limit, so I am stopping here without a "
+    "complete answer."
+)
+
+
+class Limit(StrEnum):
+    """A limit of the run, by the name messages use, and the outcome reaching it produces."""
+
+    outcome: Outcome
+
+    def __new__(cls, value: str, outcome: Outcome) -> Limit:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.outcome = outcome
+        return member
+
+    MAX_ITERATIONS = "max_iterations", Outcome.MAX_ITERATIONS
+    MAX_TOKENS = "max_tokens", Outcome.MAX_TOKENS
+    DEADLINE = "deadline", Outcome.DEADLINE
+    BUDGET = "budget", Outcome.BUDGET
+
+    @property
+    def fallback_answer(self) -> str:
+        """What the run answers when the model wrote nothing usable before the limit."""
+        return FALLBACK_ANSWER.format(limit=self.value)
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> Limit | None:
+        """The limit that produces ``outcome``; None for an outcome no limit produces."""
+        return next((limit for limit in cls if limit.outcome is outcome), None)
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
@@ -20,11 +62,17 @@ class RunLimits:
     # Time kept back from the deadline for the closing, tool-less answer.
     final_answer_reserve_s: float = 10.0
 
+    def check_step(self, state: LoopState, *, remaining_s: float) -> None:
+        """Before a step: LimitReached for the first limit the run has reached."""
+        self.check_iterations(state.iterations)
+        self.check_deadline(remaining_s)
+        self.check_spent(state.usage)  # a resumed run may already be past one
+
     def check_iterations(self, iterations: int) -> None:
         if iterations >= self.max_iterations:
             raise LimitReached(
                 f"max_iterations reached: {iterations} of {self.max_iterations} iterations used",
-                limit="max_iterations",
+                limit=Limit.MAX_ITERATIONS,
             )
 
     def check_tokens(self, total_tokens: int, next_call_tokens: int = 0) -> None:
@@ -33,7 +81,7 @@ class RunLimits:
             raise LimitReached(
                 f"max_tokens reached: {total_tokens} of {self.max_tokens} tokens used, "
                 f"the next call needs at least {next_call_tokens}",
-                limit="max_tokens",
+                limit=Limit.MAX_TOKENS,
             )
 
     def check_cost(self, cost_usd: float | None, next_call_cost_usd: float = 0.0) -> None:
@@ -44,7 +92,7 @@ class RunLimits:
             raise LimitReached(
                 f"max_cost_usd reached: ${cost_usd:.4f} of ${self.max_cost_usd:.4f} spent, "
                 f"the next call costs at least ${next_call_cost_usd:.4f}",
-                limit="budget",
+                limit=Limit.BUDGET,
             )
 
     def check_spent(self, usage: Usage) -> None:
@@ -57,14 +105,14 @@ class RunLimits:
             raise LimitReached(
                 f"max_tokens exceeded: {usage.total_tokens} of {self.max_tokens} tokens used "
                 "(the provider answered past the call's budget)",
-                limit="max_tokens",
+                limit=Limit.MAX_TOKENS,
             )
         cost = usage.cost_usd
         if self.max_cost_usd is not None and cost is not None and cost > self.max_cost_usd:
             raise LimitReached(
                 f"max_cost_usd exceeded: ${cost:.4f} of ${self.max_cost_usd:.4f} spent "
                 "(the provider answered past the call's budget)",
-                limit="budget",
+                limit=Limit.BUDGET,
             )
 
     def check_deadline(self, remaining_s: float) -> None:
@@ -73,7 +121,7 @@ class RunLimits:
             raise LimitReached(
                 f"max_duration_s reached: {max(remaining_s, 0.0):.1f} s left before the "
                 f"task's deadline (max_duration_s {self.max_duration_s:g} s)",
-                limit="deadline",
+                limit=Limit.DEADLINE,
             )
 
     @property

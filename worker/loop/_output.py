@@ -9,10 +9,6 @@ from collections.abc import Sequence
 from worker.loop._state import StepRecord
 from worker.models import Message
 
-FALLBACK_ANSWER = (
-    "I could not finish this task within its {limit} limit, so I am stopping here without a "
-    "complete answer."
-)
 _POINTER = re.compile(
     r"^\W*(?:see|as (?:stated|shown|written|mentioned)|refer to)\b.{0,40}"
     r"\b(?:above|previous|earlier|before)\b\W*$|^\W*(?:done|finished|complete[d]?)\W*$",

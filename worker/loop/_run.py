@@ -1,9 +1,12 @@
 """The reason → tool → observe loop.
 
-run():   restore from the journal → until a next step says stop:
-         take control messages → check limits → budget the call → ask the model →
-         check what it spent → decide → run tools
-Limits reached: one last tool-less call for a final answer within what is left.
+run():   restore from the journal → until a step says stop, dispatch on what it returns:
+         AskModel     take control messages → check limits → budget the call →
+                      ask the model → check what it spent → decide
+         RunTools     run the calls → watch for a tool loop
+         Nudge        remind the model of the done tool → AskModel
+         WindDown     one last tool-less call for a final answer within what is left
+         FinalAnswer / Stop  the run's outcome
 
 Time is one absolute deadline (epoch seconds) that re-runs of the task share;
 tokens and cost are budgeted before each call (``_budget``), and a call that
@@ -12,34 +15,20 @@ spent past a limit anyway ends the run with that limit's outcome.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import anyio
 
-from worker.exceptions import (
-    AutonomyViolation,
-    LimitReached,
-    ModelError,
-    ModelUnavailable,
-    WorkerError,
-)
+from worker.exceptions import LimitReached, ModelError
 from worker.logs import log_event
-from worker.loop._budget import (
-    DEFAULT_MAX_OUTPUT_TOKENS,
-    MIN_CLOSING_OUTPUT_TOKENS,
-    MIN_STEP_OUTPUT_TOKENS,
-    CallPlan,
-    InputEstimator,
-    plan_call,
-)
 from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
 from worker.loop._contract import ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher, ToolLoopGuard
-from worker.loop._events import EventBus, LlmCalled, LoopObserver, StepFinished, StepStarted
-from worker.loop._output import FALLBACK_ANSWER, Compactor, recover_output
+from worker.loop._events import EventBus, LoopObserver, StepFinished, StepStarted
+from worker.loop._limits import Limit
+from worker.loop._model_call import ModelCaller
+from worker.loop._output import Compactor, recover_output
 from worker.loop._state import (
     Journal,
     JournalEntry,
@@ -49,16 +38,19 @@ from worker.loop._state import (
     SteerEntry,
     ToolCallRecord,
     ToolEntry,
+    ToolOutcome,
 )
-from worker.models import (
-    Message,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    ToolCall,
-    ToolSpec,
-    Usage,
+from worker.loop._steps import (
+    AskModel,
+    FinalAnswer,
+    NextStep,
+    Nudge,
+    RunTools,
+    Stop,
+    WindDown,
+    decide,
 )
+from worker.models import Message, Model, ModelResponse, ToolCall, ToolSpec
 from worker.task import Outcome
 from worker.tools import Toolbox
 
@@ -66,49 +58,12 @@ WIND_DOWN_PROMPT = (
     "You have reached this task's limit ({detail}). Do not call any tool. "
     "Reply now with your final answer, based on what you already have."
 )
-DONE_TOOL_REMINDER = (
-    "When you are finished, call the task_complete tool with your final answer. "
-    "If you are not finished, continue with your tools."
-)
 DEADLINE_SKIPPED_TOOL = "Error: not run: the task's deadline was reached before this call"
-# How far past its timeout a call may run before the loop's own backstop cuts it.
-_CALL_BACKSTOP_S = 0.5
-_LIMIT_OUTCOMES = {
-    "max_iterations": Outcome.MAX_ITERATIONS,
-    "max_tokens": Outcome.MAX_TOKENS,
-    "deadline": Outcome.DEADLINE,
-    "budget": Outcome.BUDGET,
-}
-
-
-# The typed "what next" each step returns; run() only dispatches on it.
-@dataclass(slots=True, frozen=True)
-class FinalAnswer:
-    text: str
-
-
-@dataclass(slots=True, frozen=True)
-class RunTools:
-    calls: tuple[ToolCall, ...]
-
-
-@dataclass(slots=True, frozen=True)
-class Nudge:
-    text: str
-
-
-@dataclass(slots=True, frozen=True)
-class Stop:
-    outcome: Outcome
-    detail: str
-    output: str = ""
-    fallback: bool = False
-
-
-NextStep = FinalAnswer | RunTools | Nudge | Stop
 
 
 class AgentLoop:
+    """Runs one task's loop against a model and a toolbox, journaling every change."""
+
     def __init__(
         self,
         *,
@@ -124,13 +79,10 @@ class AgentLoop:
         journal: Journal | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._model = model
         self._toolbox = toolbox
-        self._system = system
         self._settings = settings
         self._limits = settings.limits
         self._task_id = task_id
-        self._agent_id = agent_id
         self.events = EventBus(observers)
         self._control = control
         self._journal: Journal = journal if journal is not None else MemoryJournal()
@@ -138,7 +90,15 @@ class AgentLoop:
         self._run_clock = RunClock(
             deadline_epoch=0.0, reserve_s=self._limits.reserve_s, clock=clock
         )
-        self._estimator = InputEstimator()
+        self._model = ModelCaller(
+            model,
+            system=system,
+            settings=settings,
+            run_clock=self._run_clock,
+            events=self.events,
+            task_id=task_id,
+            agent_id=agent_id,
+        )
         self._dispatcher = ToolDispatcher(
             DeadlineToolbox(toolbox, lambda: self._run_clock.deadline_epoch),
             task_id=task_id,
@@ -165,29 +125,49 @@ class AgentLoop:
         self._run_clock.deadline_epoch = (
             deadline if deadline is not None else started + self._limits.max_duration_s
         )
+        state = self._restore(messages, resume)
+        try:
+            # Backstop only: every call already has the remaining time as its timeout.
+            with anyio.fail_after(max(0.0, self._run_clock.remaining()) + 5):
+                stop = await self._run_steps(state)
+        except TimeoutError:
+            stop = Stop(Outcome.DEADLINE, "the task's wall-clock budget ran out mid-call")
+        except Exception as exc:
+            stop = Stop.for_error(exc)
+        return self._result(state, stop, started)
+
+    def _restore(self, messages: Sequence[Message], resume: Sequence[JournalEntry]) -> LoopState:
         state = LoopState(messages=list(messages))
         for entry in resume:
             self._apply(state, entry)
         self._guard.replay(state.steps)
-        error: BaseException | None = None
-        try:
-            # Backstop only: every call already has the remaining time as its timeout.
-            with anyio.fail_after(max(0.0, self._remaining()) + 5):
-                stop = await self._run_steps(state)
-        except TimeoutError:
-            stop = Stop(Outcome.DEADLINE, "the task's wall-clock budget ran out mid-call")
-        except AutonomyViolation as exc:
-            stop, error = Stop(Outcome.AUTONOMY_VIOLATION, exc.message), exc
-        except ModelError as exc:
-            stop, error = Stop(Outcome.MODEL_ERROR, exc.message), exc
-        except WorkerError as exc:
-            stop, error = Stop(Outcome.ERROR, exc.message), exc
-        except Exception as exc:
-            stop, error = Stop(Outcome.ERROR, f"{type(exc).__name__}: {exc}"), exc
+        return state
+
+    async def _run_steps(self, state: LoopState) -> Stop:
+        next_step = self._resume_point(state)
+        while True:
+            match next_step:
+                case Stop():
+                    return next_step
+                case FinalAnswer(text=text):
+                    return Stop(Outcome.COMPLETED, "", recover_output(state.steps, text))
+                case AskModel():
+                    next_step = await self._ask_model(state)
+                case RunTools(calls=calls):
+                    next_step = await self._run_tools(state, calls)
+                case Nudge(text=text):
+                    self._commit(state, SteerEntry(text=text))
+                    next_step = AskModel()
+                case WindDown():
+                    next_step = await self._wind_down(state, next_step)
+                case _:
+                    raise TypeError(f"unknown next step {next_step!r}")
+
+    def _result(self, state: LoopState, stop: Stop, started: float) -> RunResult:
         output = stop.output or recover_output(state.steps, "")
         fallback = stop.fallback
         if stop.outcome is Outcome.DEADLINE and not output:
-            output, fallback = FALLBACK_ANSWER.format(limit="deadline"), True
+            output, fallback = Limit.DEADLINE.fallback_answer, True
         return RunResult(
             outcome=stop.outcome,
             output=output,
@@ -195,49 +175,44 @@ class AgentLoop:
             state=state,
             duration_s=self._clock() - started,
             detail=stop.detail,
-            error=error,
+            error=stop.error,
         )
-
-    async def _run_steps(self, state: LoopState) -> Stop:
-        pending = state.steps[-1].pending_calls if state.steps else []
-        if pending:  # resumed mid-step: finish the calls that had not run
-            stop = await self._run_tools(state, tuple(pending))
-            if stop is not None:
-                return stop
-        elif state.steps and not state.steps[-1].requested_calls:
-            return self._finish(state, state.steps[-1].text)  # resumed after the answer
-        while True:
-            stop = await self._take_control(state)
-            if stop is not None:
-                return stop
-            step = len(state.steps) + 1
-            tools = self._offered_tools()
-            try:
-                self._check_limits(state)
-                plan = self._plan(state, tools, closing=False)
-                self.events.emit(StepStarted(step=step))
-                response = await self._ask(state, tools, step=step, plan=plan)
-            except LimitReached as limit:
-                return await self._wind_down(state, limit)
-            self._commit(state, ResponseEntry(step=step, response=response))
-            overspent = self._overspent(state, response)
-            if overspent is not None:
-                return overspent
-            next_step = self._decide(response)
-            if isinstance(next_step, FinalAnswer):
-                return self._finish(state, next_step.text)
-            if isinstance(next_step, Nudge):
-                self._commit(state, SteerEntry(text=next_step.text))
-            elif isinstance(next_step, RunTools):
-                stop = await self._run_tools(state, next_step.calls)
-                if stop is not None:
-                    return stop
-            else:
-                raise TypeError(f"unknown next step {next_step!r}")
 
     # --- steps -------------------------------------------------------------------------------
 
+    @staticmethod
+    def _resume_point(state: LoopState) -> NextStep:
+        """Where a run restored from a checkpoint goes on (a fresh run: ask the model)."""
+        if not state.steps:
+            return AskModel()
+        last = state.steps[-1]
+        if last.pending_calls:  # resumed mid-step: finish the calls that had not run
+            return RunTools(tuple(last.pending_calls))
+        if not last.requested_calls:  # resumed after the answer
+            return FinalAnswer(last.text)
+        return AskModel()
+
+    async def _ask_model(self, state: LoopState) -> NextStep:
+        cancelled = await self._take_control(state)
+        if cancelled is not None:
+            return cancelled
+        step = len(state.steps) + 1
+        tools = self._offered_tools()
+        try:
+            self._limits.check_step(state, remaining_s=self._run_clock.remaining())
+            plan = self._model.plan(state, tools, closing=False)
+            self.events.emit(StepStarted(step=step))
+            response = await self._model.ask(state, tools, step=step, plan=plan)
+        except LimitReached as limit:
+            return WindDown(limit.limit, limit.message)
+        self._commit(state, ResponseEntry(step=step, response=response))
+        overspent = self._overspent(state, response)
+        if overspent is not None:
+            return overspent
+        return decide(response, require_done_tool=self._settings.require_done_tool)
+
     async def _take_control(self, state: LoopState) -> Stop | None:
+        """Apply steering messages; a Stop when an operator cancelled the task."""
         if self._control is None:
             return None
         control = await self._control.poll()
@@ -251,28 +226,11 @@ class AgentLoop:
             )
         return None
 
-    def _check_limits(self, state: LoopState) -> None:
-        self._limits.check_iterations(state.iterations)
-        self._limits.check_deadline(self._remaining())
-        self._limits.check_spent(state.usage)  # a resumed run may already be past one
-
-    def _plan(
-        self, state: LoopState, tools: Sequence[ToolSpec], *, closing: bool, extra: str = ""
-    ) -> CallPlan:
-        """What the next call may spend; LimitReached when not even a minimal call fits."""
-        chars = self._estimator.request_chars(self._system, state.messages, tools) + len(extra)
-        messages = len(state.messages) + (1 if extra else 0)
-        return plan_call(
-            self._limits,
-            state.usage,
-            input_tokens=self._estimator.estimate(chars, messages),
-            input_chars=chars,
-            wanted_output_tokens=self._settings.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,
-            minimum_output_tokens=MIN_CLOSING_OUTPUT_TOKENS if closing else MIN_STEP_OUTPUT_TOKENS,
-            price=self._settings.price,
-            # A closing call is the last: only a known price can refuse it.
-            last_call=state.steps[-1].usage if state.steps and not closing else None,
-        )
+    def _offered_tools(self) -> list[ToolSpec]:
+        tools = list(self._toolbox.offered())
+        if self._settings.require_done_tool:
+            tools.append(DONE_TOOL)
+        return tools
 
     def _overspent(self, state: LoopState, response: ModelResponse) -> Stop | None:
         """A call that spent past a limit (the provider ignored its budget) ends the run."""
@@ -280,126 +238,10 @@ class AgentLoop:
             self._limits.check_spent(state.usage)
         except LimitReached as limit:
             answer = "" if response.tool_calls else response.text
-            fallback = FALLBACK_ANSWER.format(limit=limit.limit)
-            return self._closing(
-                _LIMIT_OUTCOMES[limit.limit],
-                limit.message,
-                recover_output(state.steps, answer),
-                fallback,
-            )
+            return Stop.at_limit(limit.limit, limit.message, recover_output(state.steps, answer))
         return None
 
-    def _offered_tools(self) -> list[ToolSpec]:
-        tools = list(self._toolbox.offered())
-        if self._settings.require_done_tool:
-            tools.append(DONE_TOOL)
-        return tools
-
-    async def _ask(
-        self,
-        state: LoopState,
-        tools: Sequence[ToolSpec],
-        *,
-        step: int,
-        plan: CallPlan,
-        final: bool = False,
-    ) -> ModelResponse:
-        """One model call within its budget; LimitReached when the deadline cut it."""
-        cap_s = self._settings.llm_timeout_cap_s
-        clock = self._run_clock
-        timeout_s = clock.closing_timeout(cap_s) if final else clock.step_timeout(cap_s)
-        request = ModelRequest(
-            system=self._system,
-            messages=state.messages,
-            tools=tools,
-            max_output_tokens=plan.max_output_tokens,
-            temperature=self._settings.temperature,
-            timeout_s=max(0.001, timeout_s),
-        )
-        started = time.perf_counter()
-        status = "ok"
-        response: ModelResponse | None = None
-        try:
-            with anyio.fail_after(timeout_s + _CALL_BACKSTOP_S):
-                response = await self._model.complete(request)
-        except TimeoutError:
-            status = "timeout"
-            self._raise_if_deadline(timeout_s, cap_s)
-            raise ModelUnavailable(
-                f"model {self._model.name!r} did not answer within {timeout_s:.1f} s",
-                provider=self._model.provider,
-                model=self._model.name,
-            ) from None
-        except ModelUnavailable as exc:
-            status = exc.code
-            self._raise_if_deadline(timeout_s, cap_s)
-            raise
-        except WorkerError as exc:
-            status = exc.code
-            raise
-        finally:
-            self._observe_llm_call(step, response, status, time.perf_counter() - started, final)
-        self._estimator.observe(plan.input_chars, response.usage.input_tokens)
-        return response
-
-    def _raise_if_deadline(self, timeout_s: float, cap_s: float) -> None:
-        """A call cut by the task's deadline ends the run as `deadline`, never a requeue."""
-        if self._run_clock.reached_by(timeout_s, cap_s):
-            raise LimitReached(
-                f"max_duration_s reached: the model call was cut by the task's deadline "
-                f"after {timeout_s:.1f} s",
-                limit="deadline",
-            )
-
-    def _observe_llm_call(
-        self,
-        step: int,
-        response: ModelResponse | None,
-        status: str,
-        duration_s: float,
-        final: bool,
-    ) -> None:
-        provider = response.provider if response else self._model.provider
-        model = response.model if response else self._model.name
-        usage = response.usage if response else None
-        self.events.emit(
-            LlmCalled(
-                step=step,
-                provider=provider,
-                model=model,
-                status=status,
-                usage=usage if usage is not None else Usage(),
-                duration_s=duration_s,
-                stop_reason=response.stop_reason if response else None,
-                final=final,
-            )
-        )
-        log_event(
-            "llm_call",
-            task=self._task_id,
-            agent=self._agent_id,
-            step=step,
-            provider=provider,
-            model=model,
-            status=status,
-            tokens_input=usage.input_tokens if usage else 0,
-            tokens_output=usage.output_tokens if usage else 0,
-            stop_reason=response.stop_reason.value if response else None,
-            duration_ms=round(duration_s * 1000, 2),
-        )
-
-    def _decide(self, response: ModelResponse) -> NextStep:
-        if self._settings.require_done_tool:
-            for call in response.tool_calls:
-                if call.name == DONE_TOOL.name:
-                    return FinalAnswer(_done_answer(call) or response.text)
-            if not response.tool_calls:
-                return Nudge(DONE_TOOL_REMINDER)
-        if not response.tool_calls:
-            return FinalAnswer(response.text)
-        return RunTools(response.tool_calls)
-
-    async def _run_tools(self, state: LoopState, calls: tuple[ToolCall, ...]) -> Stop | None:
+    async def _run_tools(self, state: LoopState, calls: tuple[ToolCall, ...]) -> NextStep:
         step = state.steps[-1].index
         records = []
         for call in calls:
@@ -415,7 +257,7 @@ class AgentLoop:
                 # Out of time: the calls left get an error result (every call the model made
                 # needs one) and the next limit check winds the run down.
                 self._skip_calls(state, step, tuple(state.steps[-1].pending_calls))
-                return None
+                return AskModel()
             record = await self._dispatcher.run(step, index, call, timeout_s)
             self._commit(state, ToolEntry(step=step, record=record))
             records.append(record)
@@ -427,7 +269,7 @@ class AgentLoop:
                 f"{self._settings.max_consecutive_error_steps} consecutive steps whose tool calls "
                 "all failed",
             )
-        return None
+        return AskModel()
 
     def _skip_calls(self, state: LoopState, step: int, calls: tuple[ToolCall, ...]) -> None:
         for call in calls:
@@ -436,31 +278,30 @@ class AgentLoop:
                 name=call.name,
                 arguments=call.arguments,
                 server="",
-                outcome="deadline",
+                outcome=ToolOutcome.DEADLINE,
                 is_error=True,
                 content=DEADLINE_SKIPPED_TOOL,
             )
             self._commit(state, ToolEntry(step=step, record=record))
 
-    async def _wind_down(self, state: LoopState, limit: LimitReached) -> Stop:
+    async def _wind_down(self, state: LoopState, wind_down: WindDown) -> Stop:
         """Stop calling tools; ask once, without tools, for an answer within what is left."""
-        outcome = _LIMIT_OUTCOMES[limit.limit]
-        fallback = FALLBACK_ANSWER.format(limit=limit.limit)
-        prompt = WIND_DOWN_PROMPT.format(detail=limit.message)
+        limit, detail = wind_down.limit, wind_down.detail
+        prompt = WIND_DOWN_PROMPT.format(detail=detail)
         try:
             if self._run_clock.remaining() < MIN_CLOSING_CALL_S:
-                raise LimitReached("no time left for a closing answer", limit="deadline")
-            plan = self._plan(state, (), closing=True, extra=prompt)
+                raise LimitReached("no time left for a closing answer", limit=Limit.DEADLINE)
+            plan = self._model.plan(state, (), closing=True, extra=prompt)
         except LimitReached as no_room:
             log_event("final_answer_skipped", task=self._task_id, reason=no_room.message)
-            return self._closing(outcome, limit.message, recover_output(state.steps, ""), fallback)
+            return Stop.at_limit(limit, detail, recover_output(state.steps, ""))
         self._commit(state, SteerEntry(text=prompt))
         step = len(state.steps) + 1
         try:
-            response = await self._ask(state, (), step=step, plan=plan, final=True)
+            response = await self._model.ask(state, (), step=step, plan=plan, final=True)
         except (ModelError, TimeoutError, LimitReached) as exc:
             log_event("final_answer_failed", "warning", task=self._task_id, error=str(exc))
-            return self._closing(outcome, limit.message, recover_output(state.steps, ""), fallback)
+            return Stop.at_limit(limit, detail, recover_output(state.steps, ""))
         answer = ModelResponse(
             text=response.text,
             stop_reason=response.stop_reason,
@@ -472,17 +313,7 @@ class AgentLoop:
         overspent = self._overspent(state, answer)
         if overspent is not None:
             return overspent
-        closing = recover_output(state.steps, answer.text)
-        return self._closing(outcome, limit.message, closing, fallback)
-
-    @staticmethod
-    def _closing(outcome: Outcome, detail: str, answer: str, fallback: str) -> Stop:
-        if answer.strip():
-            return Stop(outcome, detail, answer)
-        return Stop(outcome, detail, fallback, fallback=True)
-
-    def _finish(self, state: LoopState, text: str) -> Stop:
-        return Stop(Outcome.COMPLETED, "", recover_output(state.steps, text))
+        return Stop.at_limit(limit, detail, recover_output(state.steps, answer.text))
 
     # --- state -------------------------------------------------------------------------------
 
@@ -495,15 +326,3 @@ class AgentLoop:
         if isinstance(entry, ToolEntry):
             self._compactor.add(len(state.messages) - 1, len(entry.record.content))
             self._compactor.compact(state.messages)
-
-    def _remaining(self) -> float:
-        return self._run_clock.remaining()
-
-
-def _done_answer(call: ToolCall) -> str:
-    try:
-        arguments = json.loads(call.arguments)
-    except json.JSONDecodeError:
-        return ""
-    answer = arguments.get("answer") if isinstance(arguments, dict) else None
-    return answer if isinstance(answer, str) else ""

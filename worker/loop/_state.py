@@ -4,16 +4,44 @@ Every change the loop makes (a model answer, a tool result, a steering
 message) is an entry appended to a journal and then applied. Replaying the
 entries of a checkpoint rebuilds the same state, so a task resumed after a
 crash neither re-asks the model for a step it has nor re-runs a tool call
-that already ran.
+that already ran. Their JSON form, for checkpoints in Redis, is in ``_entry_json``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from worker.models import Message, ModelResponse, StopReason, ToolCall, Usage
+
+
+class ToolOutcome(StrEnum):
+    """How one tool call ended.
+
+    The value is the ``outcome`` of the ``tool_call`` log line and the label of
+    ``agent_tool_calls_total``: an operator's dashboards depend on it.
+    """
+
+    OK = "ok"
+    ERROR = "error"  # the tool raised or answered with an error
+    TIMEOUT = "timeout"
+    UNKNOWN_TOOL = "unknown_tool"  # no tool of that name (the model made it up)
+    MISSING_GRANT = "missing_grant"  # the agent lacks the tool's grant
+    NOT_ALLOWED = "not_allowed"  # the task's allowed_tools leave it out
+    INVALID_ARGUMENTS = "invalid_arguments"  # not JSON, or not valid for the input schema
+    REFUSED = "refused"  # the operator's check (or a CLI itself) refused to run it
+    DEADLINE = "deadline"  # never run: the task's deadline came first
+
+    @property
+    def is_error(self) -> bool:
+        """The model reads the result as an error."""
+        return self is not ToolOutcome.OK
+
+    @property
+    def denied(self) -> bool:
+        """Refused for who is calling (grants, allowed_tools): strict grants end the task."""
+        return self in (ToolOutcome.MISSING_GRANT, ToolOutcome.NOT_ALLOWED)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -22,7 +50,7 @@ class ToolCallRecord:
     name: str
     arguments: str
     server: str
-    outcome: str
+    outcome: ToolOutcome
     is_error: bool
     content: str
     duration_s: float = 0.0
@@ -157,80 +185,3 @@ class LoopState:
                 is_error=record.is_error,
             )
         )
-
-
-# --- JSON form of entries, for checkpoints -------------------------------------------------
-
-
-def entry_to_json(entry: JournalEntry) -> str:
-    if isinstance(entry, ResponseEntry):
-        r = entry.response
-        body: dict[str, Any] = {
-            "kind": "response",
-            "step": entry.step,
-            "final": entry.final,
-            "text": r.text,
-            "tool_calls": [[c.id, c.name, c.arguments] for c in r.tool_calls],
-            "stop_reason": r.stop_reason.value,
-            "usage": [r.usage.input_tokens, r.usage.output_tokens, r.usage.cost_usd],
-            "provider": r.provider,
-            "model": r.model,
-        }
-    elif isinstance(entry, ToolEntry):
-        t = entry.record
-        body = {
-            "kind": "tool",
-            "step": entry.step,
-            "record": [
-                t.call_id,
-                t.name,
-                t.arguments,
-                t.server,
-                t.outcome,
-                t.is_error,
-                t.content,
-                t.duration_s,
-            ],
-        }
-    else:
-        body = {"kind": "steer", "text": entry.text}
-    return json.dumps(body, separators=(",", ":"))
-
-
-def entry_from_json(raw: str | bytes) -> JournalEntry:
-    body = json.loads(raw)
-    kind = body["kind"]
-    if kind == "response":
-        tokens_in, tokens_out, cost = body["usage"]
-        return ResponseEntry(
-            step=body["step"],
-            final=body["final"],
-            response=ModelResponse(
-                text=body["text"],
-                tool_calls=tuple(
-                    ToolCall(id=i, name=n, arguments=a) for i, n, a in body["tool_calls"]
-                ),
-                stop_reason=StopReason(body["stop_reason"]),
-                usage=Usage(input_tokens=tokens_in, output_tokens=tokens_out, cost_usd=cost),
-                provider=body["provider"],
-                model=body["model"],
-            ),
-        )
-    if kind == "tool":
-        call_id, name, arguments, server, outcome, is_error, content, duration = body["record"]
-        return ToolEntry(
-            step=body["step"],
-            record=ToolCallRecord(
-                call_id=call_id,
-                name=name,
-                arguments=arguments,
-                server=server,
-                outcome=outcome,
-                is_error=is_error,
-                content=content,
-                duration_s=duration,
-            ),
-        )
-    if kind == "steer":
-        return SteerEntry(text=body["text"])
-    raise ValueError(f"unknown checkpoint entry kind {kind!r}")

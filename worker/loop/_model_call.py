@@ -1,0 +1,163 @@
+"""One model call of a run: budget it, make it within the time left, observe it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import anyio
+
+from worker.exceptions import LimitReached, ModelUnavailable, WorkerError
+from worker.logs import log_event
+from worker.loop._budget import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    MIN_CLOSING_OUTPUT_TOKENS,
+    MIN_STEP_OUTPUT_TOKENS,
+    CallPlan,
+    InputEstimator,
+    plan_call,
+)
+from worker.loop._clock import RunClock
+from worker.loop._contract import LoopSettings
+from worker.loop._events import EventBus, LlmCalled
+from worker.loop._limits import Limit
+from worker.loop._state import LoopState
+from worker.models import Model, ModelRequest, ModelResponse, ToolSpec, Usage
+
+# How far past its timeout a call may run before the loop's own backstop cuts it.
+_CALL_BACKSTOP_S = 0.5
+
+
+class ModelCaller:
+    """Asks the model for the next turn of a run, within what the run may still spend."""
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        system: str,
+        settings: LoopSettings,
+        run_clock: RunClock,
+        events: EventBus,
+        task_id: str,
+        agent_id: str,
+    ) -> None:
+        self._model = model
+        self._system = system
+        self._settings = settings
+        self._run_clock = run_clock
+        self._events = events
+        self._task_id = task_id
+        self._agent_id = agent_id
+        self._estimator = InputEstimator()
+
+    def plan(
+        self, state: LoopState, tools: Sequence[ToolSpec], *, closing: bool, extra: str = ""
+    ) -> CallPlan:
+        """What the next call may spend; LimitReached when not even a minimal call fits."""
+        chars = self._estimator.request_chars(self._system, state.messages, tools) + len(extra)
+        messages = len(state.messages) + (1 if extra else 0)
+        return plan_call(
+            self._settings.limits,
+            state.usage,
+            input_tokens=self._estimator.estimate(chars, messages),
+            input_chars=chars,
+            wanted_output_tokens=self._settings.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,
+            minimum_output_tokens=MIN_CLOSING_OUTPUT_TOKENS if closing else MIN_STEP_OUTPUT_TOKENS,
+            price=self._settings.price,
+            # A closing call is the last: only a known price can refuse it.
+            last_call=state.steps[-1].usage if state.steps and not closing else None,
+        )
+
+    async def ask(
+        self,
+        state: LoopState,
+        tools: Sequence[ToolSpec],
+        *,
+        step: int,
+        plan: CallPlan,
+        final: bool = False,
+    ) -> ModelResponse:
+        """One model call within its budget; LimitReached when the deadline cut it."""
+        cap_s = self._settings.llm_timeout_cap_s
+        clock = self._run_clock
+        timeout_s = clock.closing_timeout(cap_s) if final else clock.step_timeout(cap_s)
+        request = ModelRequest(
+            system=self._system,
+            messages=state.messages,
+            tools=tools,
+            max_output_tokens=plan.max_output_tokens,
+            temperature=self._settings.temperature,
+            timeout_s=max(0.001, timeout_s),
+        )
+        started = time.perf_counter()
+        status = "ok"
+        response: ModelResponse | None = None
+        try:
+            with anyio.fail_after(timeout_s + _CALL_BACKSTOP_S):
+                response = await self._model.complete(request)
+        except TimeoutError:
+            status = "timeout"
+            self._raise_if_deadline(timeout_s, cap_s)
+            raise ModelUnavailable(
+                f"model {self._model.name!r} did not answer within {timeout_s:.1f} s",
+                provider=self._model.provider,
+                model=self._model.name,
+            ) from None
+        except ModelUnavailable as exc:
+            status = exc.code
+            self._raise_if_deadline(timeout_s, cap_s)
+            raise
+        except WorkerError as exc:
+            status = exc.code
+            raise
+        finally:
+            self._observe(step, response, status, time.perf_counter() - started, final)
+        self._estimator.observe(plan.input_chars, response.usage.input_tokens)
+        return response
+
+    def _raise_if_deadline(self, timeout_s: float, cap_s: float) -> None:
+        """A call cut by the task's deadline ends the run as `deadline`, never a requeue."""
+        if self._run_clock.reached_by(timeout_s, cap_s):
+            raise LimitReached(
+                f"max_duration_s reached: the model call was cut by the task's deadline "
+                f"after {timeout_s:.1f} s",
+                limit=Limit.DEADLINE,
+            )
+
+    def _observe(
+        self,
+        step: int,
+        response: ModelResponse | None,
+        status: str,
+        duration_s: float,
+        final: bool,
+    ) -> None:
+        provider = response.provider if response else self._model.provider
+        model = response.model if response else self._model.name
+        usage = response.usage if response else None
+        self._events.emit(
+            LlmCalled(
+                step=step,
+                provider=provider,
+                model=model,
+                status=status,
+                usage=usage if usage is not None else Usage(),
+                duration_s=duration_s,
+                stop_reason=response.stop_reason if response else None,
+                final=final,
+            )
+        )
+        log_event(
+            "llm_call",
+            task=self._task_id,
+            agent=self._agent_id,
+            step=step,
+            provider=provider,
+            model=model,
+            status=status,
+            tokens_input=usage.input_tokens if usage else 0,
+            tokens_output=usage.output_tokens if usage else 0,
+            stop_reason=response.stop_reason.value if response else None,
+            duration_ms=round(duration_s * 1000, 2),
+        )
