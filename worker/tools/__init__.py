@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         load_grant_policy,
     )
     from worker.tools._mcp import McpToolbox
+    from worker.tools._pool import StdioPool, close_stdio_pool, stdio_pool
 
 _LAZY = {
     "Capability": "worker.tools._capability",
@@ -57,6 +58,9 @@ _LAZY = {
     "grant_covers": "worker.tools._grants",
     "load_grant_policy": "worker.tools._grants",
     "McpToolbox": "worker.tools._mcp",
+    "StdioPool": "worker.tools._pool",
+    "close_stdio_pool": "worker.tools._pool",
+    "stdio_pool": "worker.tools._pool",
 }
 
 
@@ -78,15 +82,18 @@ __all__ = [
     "MissingGrant",
     "NotAllowed",
     "Resolution",
+    "StdioPool",
     "ToolResult",
     "Toolbox",
     "ToolboxWrapper",
     "check_grant_pattern",
     "check_key",
+    "close_stdio_pool",
     "grant_covers",
     "load_grant_policy",
     "load_mcp_config",
     "mint_capability",
     "read_capability",
+    "stdio_pool",
     "verify_capability",
 ]
