@@ -20,7 +20,7 @@ import pytest
 from tests.support.mcp_test_servers.launch import stdio_entry
 from worker._worker_children import kill_recorded_process_groups, register_child_process
 from worker.exceptions import ToolServerDown
-from worker.tools import close_stdio_pool, stdio_pool
+from worker.tools import StdioPool, close_stdio_pool, stdio_pool
 from worker.tools._base import CallContext
 from worker.tools._config import McpConfig
 from worker.tools._grants import EffectiveGrants
@@ -191,6 +191,34 @@ def test_pooled_servers_survive_the_per_job_cleanup_and_go_with_the_pool() -> No
     close_stdio_pool()
     wait_until_gone(pid)
     assert stdio_pool().child_pids() == set()
+
+
+def test_in_a_forked_job_process_the_pool_hands_its_children_to_the_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What a forked child finds: a fresh pool that lives as long as its one job.
+    child = os.fork()
+    if child == 0:
+        os._exit(0 if stdio_pool().job_scoped and not stdio_pool().child_pids() else 1)
+    assert os.waitpid(child, 0)[1] == 0
+    assert not stdio_pool().job_scoped
+
+    job_pool = StdioPool(job_scoped=True)
+    monkeypatch.setattr("worker.tools._pool._pool", job_pool)
+    redis = fakeredis.FakeRedis()
+    try:
+        pid = anyio.run(
+            lambda: run_task(
+                pooled_config(),
+                "job-1",
+                on_spawn=lambda pid: register_child_process(redis, "job-1", pid),
+            )
+        )["pid"]
+        # The worker parent's cleanup after the job process exits takes the server too.
+        assert kill_recorded_process_groups(redis, "job-1") == [pid]
+        wait_until_gone(pid)
+    finally:
+        job_pool.close()
 
 
 def test_the_tool_list_is_cached_across_tasks_and_dropped_when_a_tool_is_unknown() -> None:

@@ -146,7 +146,8 @@ class McpToolbox:
         without credentials of their own; ``capability`` (the task's signed capability) in
         the ``_meta`` of every call to a first-party server. ``max_result_bytes`` bounds one
         answer. ``on_spawn`` gets the pid (= process group) of every stdio server started for
-        this task (pooled servers are the pool's, not the task's). Tool lists of HTTP and
+        this task (pooled servers are the pool's, not the task's, except in a forked job
+        process, where the pool ends with the job). Tool lists of HTTP and
         pooled servers come from this process's cache when younger than ``tool_list_ttl_s``
         (0: always ask the server).
         """
@@ -339,7 +340,7 @@ class McpToolbox:
     async def _hold_pooled(self, link: ServerLink) -> None:
         """A pooled stdio server: shared, left running when the task ends."""
         session = await stdio_pool().session(
-            link.name, link.config, max_result_bytes=self._max_result_bytes
+            link.name, link.config, max_result_bytes=self._max_result_bytes, on_spawn=self._on_spawn
         )
         await self._offer(link, session)
 

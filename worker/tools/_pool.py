@@ -24,7 +24,10 @@ doubles up to ``MAX_BACKOFF_S``; a task asking meanwhile finds the server withdr
 Children. Pooled servers outlive the job that started them, so they are not recorded
 for the per-job process-group cleanup (``register_child_process``): the pool kills them
 itself, in ``close``. In a forked job process (WORKER_CONCURRENCY = 1) the pool lives and
-dies with that one job: pooling pays off with WORKER_CONCURRENCY > 1.
+dies with that one job, and rq ends the job process with ``os._exit`` (no atexit): there a
+pool, made fresh at the fork, hands its children to the job's ``on_spawn`` like a per-task
+server's, so the worker parent kills them after the job. Pooling pays off with
+WORKER_CONCURRENCY > 1.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -107,12 +110,14 @@ class _PooledServer:
     stop: anyio.Event = field(default_factory=anyio.Event)
     gone: anyio.Event = field(default_factory=anyio.Event)
 
-    async def run(self, pids: set[int]) -> None:
+    async def run(self, pids: set[int], on_spawn: Callable[[int], None] | None) -> None:
         """Hold the server open until it exits or the pool closes; ``pids`` tracks it."""
 
         def spawned(pid: int) -> None:
             self.pid = pid
             pids.add(pid)
+            if on_spawn is not None:
+                on_spawn(pid)
 
         transport = stdio_streams(
             self.name,
@@ -187,7 +192,9 @@ class PooledSession:
 class StdioPool:
     """The pooled stdio servers of this process. Use the one ``stdio_pool()`` returns."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, job_scoped: bool = False) -> None:
+        # Made at a fork (an rq job process): it lives only as long as that job.
+        self._job_scoped = job_scoped
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -198,11 +205,26 @@ class StdioPool:
         self._pids: set[int] = set()
 
     async def session(
-        self, name: str, config: McpServerConfig, *, max_result_bytes: int
+        self,
+        name: str,
+        config: McpServerConfig,
+        *,
+        max_result_bytes: int,
+        on_spawn: Callable[[int], None] | None = None,
     ) -> PooledSession:
-        """From a task's loop: a session on the running server, which starts if need be."""
-        server = await self.run(self._ready_server(name, config, max_result_bytes))
+        """From a task's loop: a session on the running server, which starts if need be.
+
+        ``on_spawn`` (the task's child-process record) hears of a server started now only
+        when the pool lives as long as the job (``job_scoped``).
+        """
+        spawn_hook = on_spawn if self._job_scoped else None
+        server = await self.run(self._ready_server(name, config, max_result_bytes, spawn_hook))
         return PooledSession(self, server)
+
+    @property
+    def job_scoped(self) -> bool:
+        """Whether this pool lives only as long as one job (made at the fork of a job process)."""
+        return self._job_scoped
 
     def child_pids(self) -> set[int]:
         """The process ids (= process groups) of the pooled servers now running."""
@@ -255,7 +277,11 @@ class StdioPool:
             return self._loop
 
     async def _ready_server(
-        self, name: str, config: McpServerConfig, max_result_bytes: int
+        self,
+        name: str,
+        config: McpServerConfig,
+        max_result_bytes: int,
+        on_spawn: Callable[[int], None] | None,
     ) -> _PooledServer:
         key = (name, config.identity(name), max_result_bytes)
         server = self._servers.get(key)
@@ -265,15 +291,17 @@ class StdioPool:
             self._servers[key] = server
             # A new process may list other tools than the one before it.
             tool_lists.invalidate(config.identity(name))
-            asyncio.get_running_loop().create_task(self._hold(key, server))
+            asyncio.get_running_loop().create_task(self._hold(key, server, on_spawn))
         await server.ready.wait()
         if server.client is None:
             raise MCPError(CONNECTION_CLOSED, server.failure or "the server exited")
         return server
 
-    async def _hold(self, key: _ServerKey, server: _PooledServer) -> None:
+    async def _hold(
+        self, key: _ServerKey, server: _PooledServer, on_spawn: Callable[[int], None] | None
+    ) -> None:
         log_event("mcp_pooled_server_starting", server=server.name)
-        await server.run(self._pids)
+        await server.run(self._pids, on_spawn)
         if self._servers.get(key) is server:
             del self._servers[key]
         tool_lists.invalidate(key[1])
@@ -314,7 +342,7 @@ def close_stdio_pool() -> None:
 def _fresh_pool_in_child() -> None:
     # The parent's loop thread does not exist in the child, and its servers are the parent's.
     global _pool
-    _pool = StdioPool()
+    _pool = StdioPool(job_scoped=True)
 
 
 os.register_at_fork(after_in_child=_fresh_pool_in_child)
