@@ -40,6 +40,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Coroutine
+from concurrent.futures import CancelledError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -199,6 +200,7 @@ class StdioPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._owner_pid = os.getpid()
+        self._closes_at_exit = False
         # Touched on the pool's loop only.
         self._servers: dict[_ServerKey, _PooledServer] = {}
         self._crashes: dict[_ServerKey, _Crashes] = {}
@@ -244,15 +246,20 @@ class StdioPool:
 
         Call it from any thread but the pool's own (the worker at shutdown; atexit).
         """
+        # A forked child inherits this object and its atexit hook, not its servers (nor its
+        # lock's state: another thread may have held it at the fork).
+        if os.getpid() != self._owner_pid:
+            return
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
-        # A forked child inherits this object and its atexit hook, not its servers.
-        if loop is None or thread is None or os.getpid() != self._owner_pid:
+        if loop is None or thread is None:
             return
         stopping = asyncio.run_coroutine_threadsafe(self._stop_all(), loop)
-        with contextlib.suppress(FutureTimeout, RuntimeError):
+        try:
             stopping.result(_CLOSE_TIMEOUT_S)
+        except (FutureTimeout, CancelledError, RuntimeError) as exc:
+            log_event("mcp_pool_close_slow", "warning", error=describe_failure(exc))
         loop.call_soon_threadsafe(loop.stop)
         thread.join(_CLOSE_TIMEOUT_S)
         for pid in list(self._pids):  # what did not stop in time
@@ -272,8 +279,9 @@ class StdioPool:
                 )
                 thread.start()
                 self._loop, self._thread = loop, thread
-                self._owner_pid = os.getpid()
-                atexit.register(self.close)
+                if not self._closes_at_exit:
+                    atexit.register(self.close)
+                    self._closes_at_exit = True
             return self._loop
 
     async def _ready_server(

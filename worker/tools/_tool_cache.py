@@ -13,6 +13,7 @@ it, hence the lock.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ class ToolListCache:
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+
+    def renew_lock(self) -> None:
+        """In a forked child: another thread may have held the lock at the fork."""
         self._lock = threading.Lock()
 
     def get(self, identity: str, *, ttl_s: float) -> tuple[mcp_types.Tool, ...] | None:
@@ -61,3 +66,4 @@ class ToolListCache:
 
 # One per process: every toolbox of every task in this process reads and fills it.
 tool_lists = ToolListCache()
+os.register_at_fork(after_in_child=tool_lists.renew_lock)
