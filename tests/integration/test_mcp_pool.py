@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -262,3 +263,25 @@ def test_a_server_restart_drops_its_cached_list() -> None:
     while tool_lists.get(identity, ttl_s=60) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert tool_lists.get(identity, ttl_s=60) is None
+
+
+def test_a_pooled_server_that_keeps_crashing_backs_off() -> None:
+    crashing = {
+        "command": sys.executable,
+        "args": ["-c", "import sys; sys.exit(3)"],
+        "pool": True,
+        "tools": {"*": "kit:read"},
+    }
+    config = McpConfig.model_validate({"servers": {"kit": crashing}})
+
+    async def withdrawn_because() -> str:
+        async with McpToolbox.open(config, grants=GRANTS) as toolbox:
+            assert toolbox.offered() == []
+            return toolbox.unavailable_servers["kit"]
+
+    # The first crash restarts at once; from the second on, the restart waits.
+    first, second, third = (anyio.run(withdrawn_because) for _ in range(3))
+    assert "crashed" not in first
+    assert "crashed" not in second
+    assert "pooled server 'kit' crashed 2 times in a row; next start in" in third
+    assert stdio_pool().child_pids() == set()

@@ -22,6 +22,10 @@ that the tools resolve to None like any tool that is not offered.
 Each server's connection lives in its own task, so one server's crash
 neither cancels the caller nor leaks the others; stdio servers run in
 their own session (process group) and are killed with it on every exit path.
+A stdio server marked ``pool: true`` is the exception: it is the process's
+(``worker.tools._pool``), used by this task and left running when it ends. Tool
+lists of HTTP and pooled servers come from the per-process cache
+(``worker.tools._tool_cache``) while fresh.
 
 Credentials go per server (``McpServerConfig.http_headers``): the worker's
 ``MCP_AUTH_TOKEN`` and the task's signed capability only reach servers marked
