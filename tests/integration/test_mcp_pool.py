@@ -3,6 +3,7 @@ concurrent use from several threads, restart after a crash, and their own clean-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,10 +18,16 @@ import anyio
 import fakeredis
 import mcp_types
 import pytest
+import redis
+from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from tests.support.mcp_test_servers.launch import stdio_entry
+from tests.support.workers import run_burst_worker
 from worker._worker_children import kill_recorded_process_groups, register_child_process
+from worker.enqueue import _enqueue_call
 from worker.exceptions import ToolServerDown
+from worker.task import parse_task
 from worker.tools import StdioPool, close_stdio_pool, stdio_pool
 from worker.tools._base import CallContext
 from worker.tools._config import McpConfig
@@ -285,3 +292,31 @@ def test_a_pooled_server_that_keeps_crashing_backs_off() -> None:
     assert "crashed" not in second
     assert "pooled server 'kit' crashed 2 times in a row; next start in" in third
     assert stdio_pool().child_pids() == set()
+
+
+def test_a_forked_job_process_leaves_its_pooled_server_to_the_job_cleanup(
+    redis_conn: redis.Redis, redis_url: str
+) -> None:
+    raw = {"task_id": "pooled", "type": "notification", "agent_id": "devops-agent", "post_id": "p"}
+    _enqueue_call(
+        redis_conn,
+        parse_task(raw),
+        function_name="tests.support.jobs.use_pooled_server",
+        queue_name="agents",
+        result_ttl_s=3600,
+        timeout_grace_s=60,
+        delay_s=0,
+        attempt=0,
+    )
+
+    run = run_burst_worker(redis_url)
+
+    pid = Job.fetch("pooled", connection=redis_conn, serializer=JSONSerializer).return_value()
+    assert isinstance(pid, int)
+    try:
+        assert run.returncode == 0, run.stderr
+        wait_until_gone(pid, timeout_s=30)
+        assert [event["pids"] for event in run.events("child_processes_killed")] == [[pid]]
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)

@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from worker._lazy import lazy_getattr
+
+# First: it notes which process loaded the tools (the worker parent, before any fork).
+from worker.tools import _forks  # noqa: F401
 from worker.tools._base import (
     CallContext,
     Granted,

@@ -24,9 +24,10 @@ doubles up to ``MAX_BACKOFF_S``; a task asking meanwhile finds the server withdr
 Children. Pooled servers outlive the job that started them, so they are not recorded
 for the per-job process-group cleanup (``register_child_process``): the pool kills them
 itself, in ``close``. In a forked job process (WORKER_CONCURRENCY = 1) the pool lives and
-dies with that one job, and rq ends the job process with ``os._exit`` (no atexit): there a
-pool, made fresh at the fork, hands its children to the job's ``on_spawn`` like a per-task
-server's, so the worker parent kills them after the job. Pooling pays off with
+dies with that one job, and rq ends the job process with ``os._exit`` (no atexit): there
+(a process forked after ``worker.tools`` loaded, ``worker.tools._forks``) the pool hands its
+children to the job's ``on_spawn`` like a per-task server's, so the worker parent kills
+them after the job. Pooling pays off with
 WORKER_CONCURRENCY > 1.
 """
 
@@ -53,6 +54,7 @@ from mcp_types import CONNECTION_CLOSED
 
 from worker.logs import log_event
 from worker.tools._config import McpServerConfig
+from worker.tools._forks import forked_since_tools_loaded
 from worker.tools._links import CLIENT_INFO, describe_failure
 from worker.tools._tool_cache import tool_lists
 from worker.tools._transports import stdio_streams
@@ -193,8 +195,8 @@ class PooledSession:
 class StdioPool:
     """The pooled stdio servers of this process. Use the one ``stdio_pool()`` returns."""
 
-    def __init__(self, *, job_scoped: bool = False) -> None:
-        # Made at a fork (an rq job process): it lives only as long as that job.
+    def __init__(self, *, job_scoped: bool | None = None) -> None:
+        # None: decided by the process, a job process (forked after the tools loaded) or not.
         self._job_scoped = job_scoped
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -219,14 +221,14 @@ class StdioPool:
         ``on_spawn`` (the task's child-process record) hears of a server started now only
         when the pool lives as long as the job (``job_scoped``).
         """
-        spawn_hook = on_spawn if self._job_scoped else None
+        spawn_hook = on_spawn if self.job_scoped else None
         server = await self.run(self._ready_server(name, config, max_result_bytes, spawn_hook))
         return PooledSession(self, server)
 
     @property
     def job_scoped(self) -> bool:
-        """Whether this pool lives only as long as one job (made at the fork of a job process)."""
-        return self._job_scoped
+        """Whether this pool lives only as long as one job: in a forked job process."""
+        return forked_since_tools_loaded() if self._job_scoped is None else self._job_scoped
 
     def child_pids(self) -> set[int]:
         """The process ids (= process groups) of the pooled servers now running."""
@@ -350,7 +352,7 @@ def close_stdio_pool() -> None:
 def _fresh_pool_in_child() -> None:
     # The parent's loop thread does not exist in the child, and its servers are the parent's.
     global _pool
-    _pool = StdioPool(job_scoped=True)
+    _pool = StdioPool()
 
 
 os.register_at_fork(after_in_child=_fresh_pool_in_child)
