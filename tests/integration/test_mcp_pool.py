@@ -26,7 +26,7 @@ from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.workers import run_burst_worker
 from worker._worker_children import kill_recorded_process_groups, register_child_process
 from worker.enqueue import _enqueue_call
-from worker.exceptions import ToolServerDown
+from worker.exceptions import ToolFailed, ToolServerDown
 from worker.task import parse_task
 from worker.tools import StdioPool, close_stdio_pool, stdio_pool
 from worker.tools._base import CallContext
@@ -157,6 +157,24 @@ def test_tasks_in_two_threads_call_the_pooled_server_at_once() -> None:
     assert len({seen["pid"] for _, seen in results.values()}) == 1
     assert [results[t][1]["meta"]["task_id"] for t in ("task-1", "task-2")] == ["task-1", "task-2"]
     assert elapsed < 2.9, f"the two 1.5 s calls ran one after the other ({elapsed:.1f} s)"
+
+
+def test_a_call_past_its_timeout_fails_and_leaves_the_pooled_server_serving() -> None:
+    config = pooled_config()
+
+    async def time_out_then_add() -> str:
+        async with McpToolbox.open(config, grants=GRANTS) as toolbox:
+            hurried = CallContext(
+                task_id="task-1", agent_id="agent-a", step=1, index=0, timeout_s=0.5
+            )
+            started = time.monotonic()
+            with pytest.raises(ToolFailed, match=r"tool kit__slow timed out after 0\.5 s"):
+                await toolbox.call("kit__slow", {"seconds": 30}, hurried)
+            assert time.monotonic() - started < 5
+            return (await toolbox.call("kit__add", {"a": 2, "b": 2}, context("task-1"))).content
+
+    assert anyio.run(time_out_then_add) == "4"
+    assert len(stdio_pool().child_pids()) == 1
 
 
 def test_a_killed_pooled_server_is_withdrawn_then_restarted_for_the_next_task() -> None:
