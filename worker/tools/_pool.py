@@ -269,6 +269,7 @@ class StdioPool:
                 os.killpg(pid, signal.SIGKILL)
         self._pids.clear()
         self._servers.clear()
+        self._crashes.clear()
         if not thread.is_alive():
             loop.close()
 
