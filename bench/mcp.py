@@ -2,11 +2,14 @@
 
 ``McpToolbox.open`` on a config holding our hub server, either over streamable
 HTTP (a running ``python -m mcp_servers.hub``) or over stdio (``python -m
-mcp_servers.hub --stdio`` started by the toolbox, with HUB_URL and HUB_API_KEY in
-the server's env). Each sample is a fresh process that first does what the
-worker parent does before it forks (``preload``): its first session is what a
-job process pays ("cold"); the sessions after it in the same process are "warm"
-(modules, schemas and pools already used once).
+mcp_servers.hub --stdio`` with HUB_URL and HUB_API_KEY in the server's env),
+started by each task's toolbox or, marked ``pool: true``, once per process and
+shared by its tasks. HTTP and pooled servers run with the per-process tool-list
+cache on (the default) and off (``tool_list_ttl_s=0``). Each sample is a fresh
+process that first does what the worker parent does before it forks
+(``preload``): its first session is what a job process pays ("cold"); the
+sessions after it in the same process are "warm" (modules, schemas, pools and
+pooled servers already used once), what a task pays under WORKER_CONCURRENCY > 1.
 """
 
 from __future__ import annotations
@@ -31,6 +34,35 @@ PROBE_TIMEOUT_S = 180
 
 
 @dataclass(frozen=True)
+class Variant:
+    """How the hub server is reached, and whether tool lists may come from the cache."""
+
+    name: str
+    transport: str
+    pooled: bool = False
+    cache: bool = True
+
+    @property
+    def cache_label(self) -> str:
+        # A per-task stdio server is a new process every time: nothing to cache.
+        if self.transport == "stdio" and not self.pooled:
+            return "-"
+        return "on" if self.cache else "off"
+
+
+VARIANTS = {
+    variant.name: variant
+    for variant in (
+        Variant("http", "http"),
+        Variant("http-nocache", "http", cache=False),
+        Variant("stdio", "stdio"),
+        Variant("stdio-pooled", "stdio", pooled=True),
+        Variant("stdio-pooled-nocache", "stdio", pooled=True, cache=False),
+    )
+}
+
+
+@dataclass(frozen=True)
 class SessionTimes:
     """Milliseconds of one toolbox session: open (connect + list tools), calls, close."""
 
@@ -40,13 +72,19 @@ class SessionTimes:
     close_ms: float
 
 
-async def _session(config: Any, post_id: str) -> SessionTimes:
+async def _session(config: Any, post_id: str, cache: bool) -> SessionTimes:
     from worker.tools import CallContext, EffectiveGrants, McpToolbox
 
     grants = EffectiveGrants.of(["hub:read"])
+    # Off: every session asks the server for its tools; on: the default time to live.
+    cache_options: dict[str, Any] = {} if cache else {"tool_list_ttl_s": 0.0}
     started = time.perf_counter()
     async with McpToolbox.open(
-        config, grants=grants, auth_token=_auth_token(), capability=_capability(grants)
+        config,
+        grants=grants,
+        auth_token=_auth_token(),
+        capability=_capability(grants),
+        **cache_options,
     ) as toolbox:
         opened = time.perf_counter()
         if toolbox.unavailable_servers:
@@ -94,16 +132,16 @@ def _auth_token() -> str | None:
     return token.get_secret_value() if token is not None else None
 
 
-def _probe(transport: str, post_id: str) -> list[SessionTimes]:
+def _probe(variant: Variant, post_id: str) -> list[SessionTimes]:
     """In a fresh process: preload as the worker parent does, then 1 + WARM_SESSIONS sessions."""
     from worker.pipeline._runtime import _mcp_config, preload
     from worker.settings import settings
-    from worker.tools import McpConfig, McpServerConfig
+    from worker.tools import McpConfig, McpServerConfig, close_stdio_pool
 
     preload()
     configured = _mcp_config(settings().mcp_config)  # type: ignore[arg-type]
     hub = configured.servers["hub"]
-    if transport == "stdio":
+    if variant.transport == "stdio":
         stack_env = settings()
         server = McpServerConfig.model_validate(
             {
@@ -117,17 +155,23 @@ def _probe(transport: str, post_id: str) -> list[SessionTimes]:
                     "PYTHONPATH": str(REPO_ROOT),
                 },
                 "tools": dict(hub.tools),
+                "pool": variant.pooled,
             }
         )
     else:
         server = hub
     config = McpConfig(servers={"hub": server})
-    return [anyio.run(_session, config, post_id) for _ in range(1 + WARM_SESSIONS)]
+    try:
+        return [
+            anyio.run(_session, config, post_id, variant.cache) for _ in range(1 + WARM_SESSIONS)
+        ]
+    finally:
+        close_stdio_pool()
 
 
-def _run_probe(bench: BenchStack, transport: str, post_id: str) -> list[SessionTimes]:
+def _run_probe(bench: BenchStack, variant: Variant, post_id: str) -> list[SessionTimes]:
     completed = subprocess.run(
-        [sys.executable, "-m", "bench.mcp", "--probe", transport, post_id],
+        [sys.executable, "-m", "bench.mcp", "--probe", variant.name, post_id],
         cwd=REPO_ROOT,
         env=bench.worker_env(),
         capture_output=True,
@@ -136,23 +180,24 @@ def _run_probe(bench: BenchStack, transport: str, post_id: str) -> list[SessionT
         check=False,
     )
     if completed.returncode != 0:
-        raise RuntimeError(f"mcp probe ({transport}) failed:\n{completed.stderr[-2000:]}")
+        raise RuntimeError(f"mcp probe ({variant.name}) failed:\n{completed.stderr[-2000:]}")
     rows = json.loads(completed.stdout.strip().splitlines()[-1])
     return [SessionTimes(**row) for row in rows]
 
 
 def benchmark(*, quick: bool = False) -> list[Table]:
     samples = 2 if quick else SAMPLES
-    results: dict[str, list[list[SessionTimes]]] = {"http": [], "stdio": []}
+    results: dict[Variant, list[list[SessionTimes]]] = {v: [] for v in VARIANTS.values()}
     with bench_stack() as bench:
         post_id = bench.seed(1)[0]["post_id"]
         for _ in range(samples):
-            for transport in results:
-                results[transport].append(_run_probe(bench, transport, post_id))
+            for variant in results:
+                results[variant].append(_run_probe(bench, variant, post_id))
     table = Table(
         "MCP: one toolbox session (hub server), ms",
         [
             "transport",
+            "tool cache",
             "state",
             "samples",
             "open median",
@@ -160,38 +205,45 @@ def benchmark(*, quick: bool = False) -> list[Table]:
             "1st call",
             "later calls",
             "close",
+            "open+close",
         ],
     )
-    for transport, probes in results.items():
+    for variant, probes in results.items():
         for state in ("cold", "warm"):
             sessions = (
                 [probe[0] for probe in probes]
                 if state == "cold"
                 else [session for probe in probes for session in probe[1:]]
             )
-            opened = Summary.of([s.open_ms for s in sessions])
             table.add(
-                transport,
+                "stdio pooled" if variant.pooled else variant.transport,
+                variant.cache_label,
                 state,
                 len(sessions),
-                *opened.cells(1),
+                *Summary.of([s.open_ms for s in sessions]).cells(1),
                 f"{statistics.median(s.first_call_ms for s in sessions):.1f}",
                 f"{statistics.median(s.later_call_ms for s in sessions):.1f}",
                 f"{statistics.median(s.close_ms for s in sessions):.1f}",
+                f"{statistics.median(s.open_ms + s.close_ms for s in sessions):.1f}",
             )
     table.notes = [
         "open: McpToolbox.open until the toolbox is usable (connect, protocol negotiation, list",
-        "  tools; stdio also starts the server process). calls: hub__get_thread, which reads",
-        "  the devhub. cold: a process's first session after the worker parent's preload, as a",
-        f"  forked job process meets it; warm: the next {WARM_SESSIONS} sessions of that process.",
+        "  tools unless cached; per-task stdio also starts the server process, pooled stdio only",
+        "  for a process's first task). calls: hub__get_thread, which reads the devhub. close:",
+        "  until the toolbox is closed (a per-task stdio server is stopped; a pooled one stays).",
+        "  cold: a process's first session after the worker parent's preload, as a forked job",
+        f"  process meets it; warm: the next {WARM_SESSIONS} sessions of that process, as tasks of",
+        "  one process meet them with WORKER_CONCURRENCY > 1 (the goal for a pooled stdio",
+        "  server: open+close <= 20 ms).",
     ]
     return [table]
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--probe":
-        sessions = _probe(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 4 and sys.argv[1] == "--probe" and sys.argv[2] in VARIANTS:
+        sessions = _probe(VARIANTS[sys.argv[2]], sys.argv[3])
         print(json.dumps([session.__dict__ for session in sessions]))
     else:
-        print("usage: python -m bench.mcp --probe http|stdio POST_ID", file=sys.stderr)
+        names = "|".join(VARIANTS)
+        print(f"usage: python -m bench.mcp --probe {names} POST_ID", file=sys.stderr)
         raise SystemExit(2)

@@ -101,3 +101,29 @@ def ask_requeue(task: dict[str, Any]) -> dict[str, str]:
     job.meta["requeue"] = {"delay_s": 30, "attempt": 2}
     job.save_meta()  # type: ignore[no-untyped-call]
     return {"outcome": "requeued"}
+
+
+def use_pooled_server(task: dict[str, Any]) -> int:
+    """Start a pooled stdio server through a task's toolbox and return its pid, leaving it
+    running: as a task in a forked job process (WORKER_CONCURRENCY = 1) leaves it."""
+    import anyio
+
+    from tests.support.mcp_test_servers.launch import stdio_entry
+    from worker.tools import CallContext, EffectiveGrants, McpConfig, McpToolbox
+
+    job = _record_run()
+    entry = stdio_entry("toolkit", {"*": "kit:read"}, pool=True)
+    config = McpConfig.model_validate({"servers": {"kit": entry}})
+
+    async def server_pid() -> int:
+        async with McpToolbox.open(
+            config,
+            grants=EffectiveGrants.of(["kit:read"]),
+            on_spawn=lambda pid: register_child_process(job.connection, job.id, pid),
+        ) as toolbox:
+            ctx = CallContext(
+                task_id=job.id, agent_id="devops-agent", step=1, index=0, timeout_s=30
+            )
+            return int((await toolbox.call("kit__pid", {}, ctx)).content)
+
+    return anyio.run(server_pid)

@@ -36,6 +36,7 @@ class TestAgentWorker(AgentWorker):
         "tests.support.jobs.record_metrics",
         "tests.support.jobs.spawn_child",
         "tests.support.jobs.ask_requeue",
+        "tests.support.jobs.use_pooled_server",
     }
 
 

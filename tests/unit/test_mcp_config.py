@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from worker.exceptions import ConfigurationError
-from worker.tools._config import McpConfig, load_mcp_config
+from worker.tools._config import McpConfig, McpServerConfig, load_mcp_config
 
 EXAMPLE = """
 servers:
@@ -189,3 +189,30 @@ def test_config_is_frozen(tmp_path: Path) -> None:
     config = load_mcp_config(write(tmp_path, EXAMPLE))
     with pytest.raises(ValueError, match="frozen"):
         config.servers["hub"].url = "http://elsewhere/mcp"  # type: ignore[misc]
+
+
+def test_pool_marks_a_stdio_server_shared(tmp_path: Path) -> None:
+    text = "servers:\n  time: {command: mcp-server-time, pool: true, tools: {'*': time:read}}\n"
+    config = load_mcp_config(write(tmp_path, text))
+    assert config.servers["time"].pool
+    assert not load_mcp_config(write(tmp_path, EXAMPLE)).servers["time"].pool
+
+
+def test_pool_on_an_http_server_is_refused_naming_the_server(tmp_path: Path) -> None:
+    path = write(tmp_path, "servers:\n  hub: {url: http://h/mcp, pool: true, tools: {'*': h:r}}\n")
+    with pytest.raises(ConfigurationError) as error:
+        load_mcp_config(path)
+    assert str(error.value).startswith(f"{path}: servers.hub: pool belongs to stdio servers")
+
+
+def test_identity_changes_with_any_field_and_hides_secrets() -> None:
+    def identity(name: str = "kit", **fields: object) -> str:
+        entry = {"command": "kit-mcp", "env": {"TOKEN": "s3cret-value"}, "tools": {"*": "k:r"}}
+        return McpServerConfig.model_validate(entry | fields).identity(name)
+
+    assert identity() == identity()
+    assert identity() != identity("other")
+    assert identity() != identity(env={"TOKEN": "another-secret"})
+    assert identity() != identity(args=["--flag"])
+    assert identity() != identity(pool=True)
+    assert "s3cret" not in identity()

@@ -72,16 +72,23 @@ def _error_info(runtime: TaskRuntime, error: BaseException | None) -> ErrorInfo 
 async def settle(
     runtime: TaskRuntime, hub: HubClient, state: RunState, report: AgentReport
 ) -> None:
-    """The Hub side of the ending; never raises, whatever the Hub (or Redis) answers."""
+    """The Hub side of the ending; never raises, whatever the Hub (or Redis) answers.
+
+    The closing writes do not depend on one another, so they go to the Hub at once: the
+    task pays for the slowest, not for the sum. Each still goes through the outbox on its
+    own (sent, parked or dead-lettered under its own idempotency key).
+    """
     task, agent = state.task, state.agent
     final = report.outcome is not Outcome.REQUEUED
     writer = hub_writer(runtime, hub, report.task_id)
     try:
-        if task is not None and agent is not None and final:
-            await _close_out_on_hub(writer, task, report)
-        # Failed outcomes, tool loops, and a task given up after its last requeue.
-        if report.outcome.posts_error or state.given_up:
-            await _post_error(runtime, writer, state, report)
+        async with anyio.create_task_group() as writes:
+            if task is not None and agent is not None and final:
+                for item in _close_out_items(task, report):
+                    writes.start_soon(writer.write, item)
+            # Failed outcomes, tool loops, and a task given up after its last requeue.
+            if report.outcome.posts_error or state.given_up:
+                writes.start_soon(_post_error, runtime, writer, state, report)
         if task is not None and final:
             RedisJournal(runtime.redis, task.task_id).clear()
             clear_control(runtime.redis, task.task_id)
@@ -90,9 +97,11 @@ async def settle(
         log_event("settle_failed", "error", task=report.task_id, error=str(exc))
 
 
-async def _close_out_on_hub(writer: HubWriter, task: Task, report: AgentReport) -> None:
+def _close_out_items(task: Task, report: AgentReport) -> list[OutboxItem]:
+    """The read mark (for a notification), the consumption record and the activation."""
+    items = []
     if task.notification_id and report.outcome is not Outcome.INVALID_TASK:
-        await writer.write(
+        items.append(
             OutboxItem(
                 kind="notifications_read",
                 idempotency_key=f"{task.task_id}:read",
@@ -100,7 +109,7 @@ async def _close_out_on_hub(writer: HubWriter, task: Task, report: AgentReport) 
             )
         )
     cost = report.cost_usd
-    await writer.write(
+    items.append(
         OutboxItem(
             kind="consumption",
             idempotency_key=f"{task.task_id}:consumption",
@@ -117,13 +126,14 @@ async def _close_out_on_hub(writer: HubWriter, task: Task, report: AgentReport) 
             },
         )
     )
-    await writer.write(
+    items.append(
         OutboxItem(
             kind="activated",
             idempotency_key=f"{task.task_id}:activated",
             payload={"agent_id": task.agent_id},
         )
     )
+    return items
 
 
 async def _post_error(

@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from worker._lazy import lazy_getattr
+
+# First: it notes which process loaded the tools (the worker parent, before any fork).
+from worker.tools import _forks  # noqa: F401
 from worker.tools._base import (
     CallContext,
     Granted,
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
         load_grant_policy,
     )
     from worker.tools._mcp import McpToolbox
+    from worker.tools._pool import StdioPool, close_stdio_pool, stdio_pool
 
 _LAZY = {
     "Capability": "worker.tools._capability",
@@ -57,6 +61,9 @@ _LAZY = {
     "grant_covers": "worker.tools._grants",
     "load_grant_policy": "worker.tools._grants",
     "McpToolbox": "worker.tools._mcp",
+    "StdioPool": "worker.tools._pool",
+    "close_stdio_pool": "worker.tools._pool",
+    "stdio_pool": "worker.tools._pool",
 }
 
 
@@ -78,15 +85,18 @@ __all__ = [
     "MissingGrant",
     "NotAllowed",
     "Resolution",
+    "StdioPool",
     "ToolResult",
     "Toolbox",
     "ToolboxWrapper",
     "check_grant_pattern",
     "check_key",
+    "close_stdio_pool",
     "grant_covers",
     "load_grant_policy",
     "load_mcp_config",
     "mint_capability",
     "read_capability",
+    "stdio_pool",
     "verify_capability",
 ]

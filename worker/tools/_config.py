@@ -7,11 +7,14 @@
                tools: {search_posts: hub:read, create_post: hub:write}}
       github: {url: https://mcp.example.com/mcp, token: "${GITHUB_MCP_TOKEN}",
                headers: {X-Tenant: "${TENANT}"}, tools: {"*": github:read}}
-      time:   {command: mcp-server-time, args: [], env: {TZ: UTC},
+      time:   {command: mcp-server-time, args: [], env: {TZ: UTC}, pool: true,
                tools: {"*": time:read}}
 
 Each server has exactly one of ``url`` (streamable HTTP, optional ``headers``
-and ``token``) or ``command`` (stdio, optional ``args``, ``env``, ``cwd``).
+and ``token``) or ``command`` (stdio, optional ``args``, ``env``, ``cwd`` and
+``pool``). ``pool: true`` starts a stdio server once per worker process and
+shares it among the tasks of that process (``worker.tools._pool``) instead of
+starting one per task; callers are told apart per call, as for HTTP servers.
 ``tools`` maps a tool name, or ``"*"`` for every other tool of the server, to
 the grant it requires; a tool that maps to nothing is never offered. Server
 names match ``^[a-z0-9_-]+$`` and neither start nor end with ``_`` nor hold
@@ -35,6 +38,8 @@ never the worker's own keys.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -91,6 +96,8 @@ class McpServerConfig(BaseModel):
     args: tuple[str, ...] = ()
     env: Mapping[str, SecretStr] = Field(default_factory=dict)
     cwd: Path | None = None
+    # A stdio server started once per worker process and shared by its tasks.
+    pool: bool = False
     tools: Mapping[str, RequiredGrant]
 
     @field_validator("url")
@@ -113,6 +120,11 @@ class McpServerConfig(BaseModel):
             raise ValueError("give exactly one of url (HTTP server) or command (stdio server)")
         if self.url is not None and (self.args or self.env or self.cwd is not None):
             raise ValueError("args, env and cwd belong to stdio servers (command), not to url")
+        if self.url is not None and self.pool:
+            raise ValueError(
+                "pool belongs to stdio servers (command): an HTTP server (url) is already "
+                "shared by every task"
+            )
         if self.command is not None and (self.headers or self.token is not None):
             raise ValueError("headers and token belong to HTTP servers (url), not to command")
         if self.token is not None and any(key.lower() == "authorization" for key in self.headers):
@@ -135,6 +147,22 @@ class McpServerConfig(BaseModel):
         if self.first_party and worker_token and not has_own:
             headers["Authorization"] = f"Bearer {worker_token}"
         return headers
+
+    def identity(self, name: str) -> str:
+        """A digest of the server's name and entry, secrets included, for the per-process caches.
+
+        Equal entries give equal identities; any edit (a new token, another argument) gives
+        another, so a cached tool list or pooled process never outlives the entry it came from.
+        The digest, not the entry, is what the caches keep: no secret sits in a key.
+        """
+        fields = self.model_dump(mode="json", exclude={"headers", "token", "env"})
+        fields["name"] = name
+        for secret_field in ("headers", "env"):
+            values: Mapping[str, SecretStr] = getattr(self, secret_field)
+            fields[secret_field] = {key: value.get_secret_value() for key, value in values.items()}
+        fields["token"] = None if self.token is None else self.token.get_secret_value()
+        encoded = json.dumps(fields, sort_keys=True).encode()
+        return hashlib.sha256(encoded).hexdigest()
 
     def required_grant(self, tool: str) -> str | None:
         """The grant ``tool`` requires, the ``"*"`` entry otherwise; None if it is not offered."""

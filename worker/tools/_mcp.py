@@ -22,6 +22,10 @@ that the tools resolve to None like any tool that is not offered.
 Each server's connection lives in its own task, so one server's crash
 neither cancels the caller nor leaks the others; stdio servers run in
 their own session (process group) and are killed with it on every exit path.
+A stdio server marked ``pool: true`` is the exception: it is the process's
+(``worker.tools._pool``), used by this task and left running when it ends. Tool
+lists of HTTP and pooled servers come from the per-process cache
+(``worker.tools._tool_cache``) while fresh.
 
 Credentials go per server (``McpServerConfig.http_headers``): the worker's
 ``MCP_AUTH_TOKEN`` and the task's signed capability only reach servers marked
@@ -37,7 +41,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import anyio
@@ -60,7 +63,17 @@ from worker.tools._base import (
 )
 from worker.tools._config import McpConfig, McpServerConfig
 from worker.tools._grants import EffectiveGrants
+from worker.tools._links import (
+    CLIENT_INFO,
+    SEPARATOR,
+    ServerLink,
+    ToolCaller,
+    describe_failure,
+    server_tools,
+)
+from worker.tools._pool import stdio_pool
 from worker.tools._results import result_text
+from worker.tools._tool_cache import DEFAULT_TOOL_LIST_TTL_S, tool_lists
 from worker.tools._transports import (
     OversizeNote,
     current_call_note,
@@ -69,45 +82,13 @@ from worker.tools._transports import (
     stdio_streams,
 )
 
-SEPARATOR = "__"
-# What the providers accept as a tool name (OpenAI's rule is the strictest).
-_MODEL_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_CLIENT_INFO = mcp_types.Implementation(name="hub-agent-worker", version="0.1.0")
+# How a server says it no longer has a tool it listed (MCPServer: "Unknown tool: x").
+_UNKNOWN_TOOL = re.compile(r"unknown tool", re.IGNORECASE)
 # How long closing may take before the servers still open are cancelled (stdio
 # children are then killed by their transport, whatever happens).
 CLOSE_TIMEOUT_S = 5.0
-_MAX_LIST_PAGES = 100
 DEFAULT_MAX_RESULT_BYTES = 4_000_000
 CAPABILITY_PLACEHOLDER = "[capability]"
-
-
-@dataclass(eq=False)
-class _ServerLink:
-    """One server's connection for this task, owned by its runner task."""
-
-    name: str
-    config: McpServerConfig
-    # Mapped tools the server listed, by the server's own tool name.
-    listed: dict[str, ToolSpec] = field(default_factory=dict)
-    offered: list[ToolSpec] = field(default_factory=list)
-    client: Client | None = None
-    down_reason: str | None = None
-    # Whether a call already told the model that this server is gone.
-    told: bool = False
-    ready: anyio.Event = field(default_factory=anyio.Event)
-    closing: anyio.Event = field(default_factory=anyio.Event)
-    gone: anyio.Event = field(default_factory=anyio.Event)
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-
-    @property
-    def unavailable_message(self) -> str:
-        return f"server {self.name!r} is unavailable; its tools were withdrawn for this task"
-
-    def withdraw(self, reason: str) -> None:
-        if self.down_reason is None:
-            self.down_reason = reason
-            log_event("mcp_server_withdrawn", "warning", server=self.name, reason=reason)
-        self.closing.set()
 
 
 class McpToolbox:
@@ -125,6 +106,7 @@ class McpToolbox:
         max_result_bytes: int,
         connect_timeout_s: float,
         on_spawn: Callable[[int], None] | None,
+        tool_list_ttl_s: float,
     ) -> None:
         self._grants = grants
         self._allowed_tools = None if allowed_tools is None else frozenset(allowed_tools)
@@ -133,6 +115,7 @@ class McpToolbox:
         self._max_result_bytes = max_result_bytes
         self._connect_timeout_s = connect_timeout_s
         self._on_spawn = on_spawn
+        self._tool_list_ttl_s = tool_list_ttl_s
         # The servers this agent may use at all: the config, narrowed by the agent's list.
         self._servers = {
             name: server
@@ -141,7 +124,7 @@ class McpToolbox:
         }
         if unknown := sorted(set(servers or ()) - set(config.servers)):
             log_event("mcp_servers_unknown", "warning", servers=sorted(unknown))
-        self._links: dict[str, _ServerLink] = {}
+        self._links: dict[str, ServerLink] = {}
 
     @classmethod
     @asynccontextmanager
@@ -157,6 +140,7 @@ class McpToolbox:
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         connect_timeout_s: float = 10.0,
         on_spawn: Callable[[int], None] | None = None,
+        tool_list_ttl_s: float = DEFAULT_TOOL_LIST_TTL_S,
     ) -> AsyncIterator[McpToolbox]:
         """Connect for one task; every session and child process is closed on exit.
 
@@ -165,7 +149,11 @@ class McpToolbox:
         (``MCP_AUTH_TOKEN``) goes as ``Authorization: Bearer`` to first-party HTTP servers
         without credentials of their own; ``capability`` (the task's signed capability) in
         the ``_meta`` of every call to a first-party server. ``max_result_bytes`` bounds one
-        answer. ``on_spawn`` gets the pid (= process group) of every stdio server started.
+        answer. ``on_spawn`` gets the pid (= process group) of every stdio server started for
+        this task (pooled servers are the pool's, not the task's, except in a forked job
+        process, where the pool ends with the job). Tool lists of HTTP and
+        pooled servers come from this process's cache when younger than ``tool_list_ttl_s``
+        (0: always ask the server).
         """
         toolbox = cls(
             config,
@@ -177,6 +165,7 @@ class McpToolbox:
             max_result_bytes=max_result_bytes,
             connect_timeout_s=connect_timeout_s,
             on_spawn=on_spawn,
+            tool_list_ttl_s=tool_list_ttl_s,
         )
         raised_in_block: BaseException | None = None
         try:
@@ -251,15 +240,19 @@ class McpToolbox:
                 raise self._server_down(link) from exc
             if exc.code == REQUEST_TIMEOUT:
                 raise ToolFailed(f"tool {name} timed out after {ctx.timeout_s:.1f} s") from exc
+            _forget_list_if_unknown(link, exc.message)
             raise ToolFailed(f"tool {name} failed: {self._scrub(exc.message)}") from exc
         except Exception as exc:
             # The runner may have lost the connection while this call was starting.
             if link.down_reason is not None:
                 raise self._server_down(link) from exc
             raise ToolFailed(f"tool {name} failed: {type(exc).__name__}: {exc}") from exc
-        return ToolResult(content=self._scrub(result_text(result)), is_error=result.is_error)
+        content = result_text(result)
+        if result.is_error:
+            _forget_list_if_unknown(link, content)
+        return ToolResult(content=self._scrub(content), is_error=result.is_error)
 
-    def _meta(self, link: _ServerLink, ctx: CallContext) -> dict[str, Any]:
+    def _meta(self, link: ServerLink, ctx: CallContext) -> dict[str, Any]:
         """The call's ``_meta``: the caller and deadline for all, the capability for ours."""
         deadline = time.time() + ctx.timeout_s
         if ctx.deadline_epoch is not None:
@@ -288,7 +281,7 @@ class McpToolbox:
 
     # -- connecting and closing -----------------------------------------------------------
 
-    def _server_down(self, link: _ServerLink) -> ToolServerDown:
+    def _server_down(self, link: ServerLink) -> ToolServerDown:
         link.told = True
         return ToolServerDown(link.unavailable_message)
 
@@ -307,7 +300,7 @@ class McpToolbox:
     async def _connect_all(self, runners: anyio.abc.TaskGroup) -> None:
         for name, server in self._servers.items():
             if self._usable(name, server):
-                link = _ServerLink(name=name, config=server)
+                link = ServerLink(name=name, config=server)
                 self._links[name] = link
                 runners.start_soon(self._run_server, link, name=f"mcp server {name}")
         with anyio.move_on_after(self._connect_timeout_s):
@@ -326,25 +319,52 @@ class McpToolbox:
                 await link.gone.wait()
         runners.cancel_scope.cancel()
 
-    async def _run_server(self, link: _ServerLink) -> None:
+    async def _run_server(self, link: ServerLink) -> None:
         """Hold one server's connection open until the toolbox closes or the server fails."""
         with link.scope:
             try:
-                client = Client(
-                    self._transport(link), mode="auto", cache=None, client_info=_CLIENT_INFO
-                )
-                async with client:
-                    await self._list_tools(link, client)
-                    link.client = client
-                    link.ready.set()
-                    await link.closing.wait()
+                if link.config.pool:
+                    await self._hold_pooled(link)
+                else:
+                    await self._hold_session(link)
             except Exception as exc:
-                link.withdraw(_describe_failure(exc))
+                link.withdraw(describe_failure(exc))
             finally:
                 link.ready.set()
                 link.gone.set()
 
-    def _transport(self, link: _ServerLink) -> Transport:
+    async def _hold_session(self, link: ServerLink) -> None:
+        """A session of this task's own: HTTP, or a stdio server started for this task."""
+        async with Client(
+            self._transport(link), mode="auto", cache=None, client_info=CLIENT_INFO
+        ) as client:
+            await self._offer(link, client)
+            await link.closing.wait()
+
+    async def _hold_pooled(self, link: ServerLink) -> None:
+        """A pooled stdio server: shared, left running when the task ends."""
+        session = await stdio_pool().session(
+            link.name, link.config, max_result_bytes=self._max_result_bytes, on_spawn=self._on_spawn
+        )
+        await self._offer(link, session)
+
+        async def withdraw_when_gone() -> None:
+            await session.wait_gone()
+            link.withdraw("the server process exited")
+
+        async with anyio.create_task_group() as watch:
+            watch.start_soon(withdraw_when_gone)
+            await link.closing.wait()
+            watch.cancel_scope.cancel()
+
+    async def _offer(self, link: ServerLink, client: ToolCaller) -> None:
+        """List the server's tools (or take them from the cache), then mark the link ready."""
+        for tool in await server_tools(link, client, ttl_s=self._tool_list_ttl_s):
+            link.take(tool, may_offer=self._may_offer)
+        link.client = client
+        link.ready.set()
+
+    def _transport(self, link: ServerLink) -> Transport:
         server = link.config
         if server.url is not None:
             return http_streams(
@@ -361,42 +381,13 @@ class McpToolbox:
             on_exit=lambda: link.withdraw("the server process exited"),
         )
 
-    async def _list_tools(self, link: _ServerLink, client: Client) -> None:
-        cursor: str | None = None
-        for _ in range(_MAX_LIST_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            for tool in page.tools:
-                self._add_tool(link, tool)
-            cursor = page.next_cursor
-            if cursor is None:
-                return
-
-    def _add_tool(self, link: _ServerLink, tool: mcp_types.Tool) -> None:
-        required_grant = link.config.required_grant(tool.name)
-        if required_grant is None:
-            return
-        name = f"{link.name}{SEPARATOR}{tool.name}"
-        if not _MODEL_TOOL_NAME.match(name):
-            log_event(
-                "mcp_tool_not_offered",
-                "warning",
-                tool=name,
-                reason="models accept only [A-Za-z0-9_-]{1,64}",
-            )
-            return
-        spec = ToolSpec(
-            name=name,
-            description=tool.description or tool.title or "",
-            input_schema=dict(tool.input_schema),
-        )
-        link.listed[tool.name] = spec
+    def _may_offer(self, name: str, required_grant: str) -> bool:
+        """Whether the model sees ``name``: the task allows it and the agent holds its grant."""
         allowed = self._allowed_tools is None or name in self._allowed_tools
-        if allowed and self._grants.covers(required_grant):
-            link.offered.append(spec)
+        return allowed and self._grants.covers(required_grant)
 
 
-def _describe_failure(exc: BaseException) -> str:
-    """The innermost first cause, as ``Class: message``, for logs and ``unavailable_servers``."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+def _forget_list_if_unknown(link: ServerLink, error_text: str) -> None:
+    """A server that no longer knows a tool it listed: the next task asks it for its list."""
+    if link.caches_tool_list and _UNKNOWN_TOOL.search(error_text):
+        tool_lists.invalidate(link.config.identity(link.name))

@@ -251,7 +251,8 @@ async def stdio_streams(
 
     Written here rather than using the SDK's ``stdio_client`` because the worker
     needs the pid (a hard-killed job's servers must be found and killed), bounded
-    messages, and stderr as log events.
+    messages, and stderr as log events. ``on_exit`` is told when the server exits by
+    itself (not when this block ends).
     """
     assert server.command is not None
     server_env = {key: value.get_secret_value() for key, value in server.env.items()}
@@ -262,60 +263,76 @@ async def stdio_streams(
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-    shutting_down = False
-    max_line_bytes = max_result_bytes + _ENVELOPE_BYTES
+    bridge = _StdioBridge(name, process, max_line_bytes=max_result_bytes + _ENVELOPE_BYTES)
+    try:
+        if on_spawn is not None:
+            on_spawn(process.pid)
+        async with anyio.create_task_group() as pumps:
+            pumps.start_soon(bridge.read_stdout, max_result_bytes, on_exit)
+            pumps.start_soon(bridge.write_stdin)
+            assert process.stderr is not None
+            pumps.start_soon(StderrLog(name, server_env).pump, process.stderr)
+            try:
+                yield bridge.from_server, bridge.to_server
+            finally:
+                bridge.shutting_down = True
+                pumps.cancel_scope.cancel()
+    finally:
+        # Shielded and bounded: a cancelled caller must not leave the server running.
+        with anyio.CancelScope(shield=True):
+            bridge.close_streams()
+            await _stop_process(process)
 
-    async def read_stdout() -> None:
-        assert process.stdout is not None
-        lines = _BoundedLines(process.stdout, max_line_bytes)
-        async with to_session:
+
+class _StdioBridge:
+    """A stdio server's stdout and stdin, pumped to and from the MCP session's streams."""
+
+    def __init__(self, name: str, process: anyio.abc.Process, *, max_line_bytes: int) -> None:
+        self._name = name
+        self._process = process
+        self._max_line_bytes = max_line_bytes
+        self.to_session, self.from_server = anyio.create_memory_object_stream[
+            SessionMessage | Exception
+        ](0)
+        self.to_server, self.from_session = anyio.create_memory_object_stream[SessionMessage](0)
+        # Set when the session ends: the server's exit is then expected, not news.
+        self.shutting_down = False
+
+    async def read_stdout(self, max_result_bytes: int, on_exit: Callable[[], None]) -> None:
+        """Server messages to the session, one per line; tell ``on_exit`` if the server quits."""
+        assert self._process.stdout is not None
+        lines = _BoundedLines(self._process.stdout, self._max_line_bytes)
+        async with self.to_session:
             while True:
                 try:
                     line, head = await lines.receive()
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                     break
-                item = _session_item(name, line, head, max_result_bytes)
+                item = _session_item(self._name, line, head, max_result_bytes)
                 if item is None:
                     continue
                 try:
-                    await to_session.send(item)
+                    await self.to_session.send(item)
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                     return
-        if not shutting_down:
+        if not self.shutting_down:
             on_exit()
 
-    async def write_stdin() -> None:
-        assert process.stdin is not None
+    async def write_stdin(self) -> None:
+        """Session messages to the server, one JSON line each."""
+        assert self._process.stdin is not None
         try:
-            async with from_session:
-                async for message in from_session:
+            async with self.from_session:
+                async for message in self.from_session:
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(data.encode() + b"\n")
+                    await self._process.stdin.send(data.encode() + b"\n")
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             # The server stopped reading: end the session instead of hanging its requests.
-            await to_session.aclose()
+            await self.to_session.aclose()
 
-    try:
-        if on_spawn is not None:
-            on_spawn(process.pid)
-        async with anyio.create_task_group() as pumps:
-            pumps.start_soon(read_stdout)
-            pumps.start_soon(write_stdin)
-            assert process.stderr is not None
-            pumps.start_soon(StderrLog(name, server_env).pump, process.stderr)
-            try:
-                yield from_server, to_server
-            finally:
-                shutting_down = True
-                pumps.cancel_scope.cancel()
-    finally:
-        # Shielded and bounded: a cancelled caller must not leave the server running.
-        with anyio.CancelScope(shield=True):
-            for stream in (from_server, to_server, to_session, from_session):
-                stream.close()
-            await _stop_process(process)
+    def close_streams(self) -> None:
+        for stream in (self.from_server, self.to_server, self.to_session, self.from_session):
+            stream.close()
 
 
 def _session_item(
