@@ -15,8 +15,7 @@ from worker.exceptions import InvalidTask
 from worker.executors import ExecutionRequest
 from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
-from worker.models import Message, ModelBoundary
-from worker.models._prices import ModelPrice, PriceTable
+from worker.models import Message, ModelBoundary, ModelPrice, PriceTable
 from worker.pipeline._observers import metrics_observer
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._state import RunState
