@@ -63,7 +63,6 @@ from worker.models import Message
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome
-from worker.tools import load_grant_policy
 from worker.write_caps import WriteCaps
 
 CANCELLED = "cancelled"
@@ -123,8 +122,8 @@ class CliInvocation:
 class CliExecutor(Executor):
     """Runs a coding-agent CLI non-interactively for the whole task: its loop is the iteration.
 
-    Use a subclass (``executor_for("claude-code")``); ``settings`` and ``executable``
-    default to the worker's settings and the binary found on PATH.
+    Use a subclass (``executor_for("claude-code")``); ``executable`` defaults to the
+    binary found on PATH. Settings and grants come with each ``ExecutionRequest``.
     """
 
     binary: ClassVar[str] = ""
@@ -132,17 +131,8 @@ class CliExecutor(Executor):
     tool_support: ClassVar[str] = "MCP tools through mcp_servers.gateway (granted tools only)"
     speaks_mcp: ClassVar[bool] = True
 
-    def __init__(self, settings: Settings | None = None, *, executable: str | None = None) -> None:
-        self._settings = settings
+    def __init__(self, *, executable: str | None = None) -> None:
         self._executable = executable
-
-    @property
-    def settings(self) -> Settings:
-        if self._settings is None:
-            from worker.settings import settings as worker_settings
-
-            self._settings = worker_settings()
-        return self._settings
 
     def executable_path(self) -> str | None:
         """The CLI binary this executor would run, or None when it is not installed."""
@@ -200,7 +190,7 @@ class CliExecutor(Executor):
         limits = request.settings.limits
         self.check_agent(request.agent)
         executable = self._require_executable()
-        access = provider_access(request.agent, self.settings)
+        access = provider_access(request.agent, request.worker_settings)
         if request.resume:
             log_event(
                 "cli_restarted",
@@ -247,7 +237,8 @@ class CliExecutor(Executor):
                 raise ExecutorError(f"{self.name}: cannot start {executable}: {exc}") from exc
             finally:
                 watcher.finish()
-            redactor = Redactor([access.api_key, *self._secrets(spec).values()])
+            secrets = _secrets(spec, request.worker_settings)
+            redactor = Redactor([access.api_key, *secrets.values()])
             return self._transcript(job, outcome, activity, redactor)
 
     def _transcript(
@@ -316,18 +307,15 @@ class CliExecutor(Executor):
     def _gateway_spec(
         self, request: ExecutionRequest, private: Path, deadline_epoch_s: float
     ) -> GatewaySpec | None:
-        settings = self.settings
+        settings, grants = request.worker_settings, request.grants
         if not self.speaks_mcp or settings.mcp_config is None:
             return None
         config = request.agent.config
-        grants = load_grant_policy(settings.grant_policy).effective_grants(
-            config.name, config.capabilities.grants
-        )
         if not grants.allowed:
             return None  # no tool can be granted: no gateway, no tools
         mcp_config = settings.mcp_config.resolve()
         # The task's signed capability rides in the private secrets file, never the key.
-        secrets = self._secrets_for(mcp_config) | gateway_capability(
+        secrets = _secrets_for(mcp_config, settings) | gateway_capability(
             settings.capability_key,
             agent_id=config.name,
             task_id=request.task.task_id,
@@ -361,23 +349,6 @@ class CliExecutor(Executor):
             untrusted_nonce=request.untrusted_nonce,
             require_capability=settings.capability_key is not None,
         )
-
-    def _secrets_for(self, mcp_config: Path) -> dict[str, str]:
-        """MCP_AUTH_TOKEN and the tool credentials MCP_CONFIG references, from the worker."""
-        secrets = {
-            name: os.environ[name]
-            for name in referenced_variables(mcp_config)
-            if name in os.environ
-        }
-        token = self.settings.mcp_auth_token
-        if token is not None and token.get_secret_value():
-            secrets[MCP_AUTH_TOKEN] = token.get_secret_value()
-        return secrets
-
-    def _secrets(self, spec: GatewaySpec | None) -> dict[str, str]:
-        if spec is None or spec.secrets_file is None:
-            return {}
-        return self._secrets_for(spec.mcp_config)
 
     @staticmethod
     def _launch(spec: GatewaySpec, workspace: Path) -> GatewayLaunch:
@@ -440,6 +411,24 @@ class _Watcher:
             for refusal, via in more.refusals:
                 on_write_refused(refusal, via)
         merge(self.activity, more)
+
+
+def _secrets_for(mcp_config: Path, settings: Settings) -> dict[str, str]:
+    """MCP_AUTH_TOKEN and the tool credentials MCP_CONFIG references, from the worker."""
+    secrets = {
+        name: os.environ[name] for name in referenced_variables(mcp_config) if name in os.environ
+    }
+    token = settings.mcp_auth_token
+    if token is not None and token.get_secret_value():
+        secrets[MCP_AUTH_TOKEN] = token.get_secret_value()
+    return secrets
+
+
+def _secrets(spec: GatewaySpec | None, settings: Settings) -> dict[str, str]:
+    """The secrets the gateway was handed, masked in what the executor reports."""
+    if spec is None or spec.secrets_file is None:
+        return {}
+    return _secrets_for(spec.mcp_config, settings)
 
 
 def task_deadline_epoch(request: ExecutionRequest) -> float:

@@ -17,7 +17,7 @@ from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
 from worker.models import Message, ModelBoundary, ModelPrice, PriceTable
 from worker.pipeline._observers import metrics_observer
-from worker.pipeline._runtime import TaskRuntime
+from worker.pipeline._runtime import TaskRuntime, effective_grants
 from worker.pipeline._state import RunState
 from worker.pipeline._writes import capped_toolbox, refusal_handler
 from worker.task import Task, TaskType
@@ -55,6 +55,8 @@ async def build_request(
         system=redact(context.system_prompt(agent, budget, blocks)),
         messages=[Message(role=first.role, content=redact(first.content))],
         settings=loop_settings(runtime, state, task, agent),
+        worker_settings=runtime.settings,
+        grants=effective_grants(runtime.settings, agent),
         # Tool calls go out with known secrets masked in their arguments.
         open_toolbox=redacting_arguments(
             lambda: capped_toolbox(runtime, task, agent), runtime.redactor

@@ -163,6 +163,12 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
     )
 
 
+def effective_grants(config: Settings, agent: AgentDefinition) -> EffectiveGrants:
+    """The agent's requested grants as GRANT_POLICY caps them (read once per process)."""
+    policy = _grant_policy(config.grant_policy)
+    return policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
+
+
 def toolbox_opener(
     config: Settings,
     on_spawn: Callable[[int], None] | None = None,
@@ -178,8 +184,7 @@ def toolbox_opener(
         if config.mcp_config is None:
             yield LocalToolbox([])  # no MCP_CONFIG: the agent answers without tools
             return
-        policy = _grant_policy(config.grant_policy)
-        grants = policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
+        grants = effective_grants(config, agent)
         token = config.mcp_auth_token.get_secret_value() if config.mcp_auth_token else None
         async with McpToolbox.open(
             _mcp_config(config.mcp_config),
