@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from worker.agents import AgentDefinition
 from worker.loop import (
@@ -65,6 +66,9 @@ class Executor:
     """Base of all executors. Subclasses override ``run`` only."""
 
     name: str = ""
+    # Whether ``run`` opens ``request.open_toolbox``: the pipeline then opens it early,
+    # while it reads the Hub (a CLI executor runs its own gateway instead).
+    uses_toolbox: ClassVar[bool] = False
 
     async def run(self, request: ExecutionRequest) -> RunResult:
         raise NotImplementedError
@@ -74,6 +78,7 @@ class NativeExecutor(Executor):
     """Our reason → tool → observe loop, with tools from the grant-checked MCP layer."""
 
     name = "native"
+    uses_toolbox = True
 
     async def run(self, request: ExecutionRequest) -> RunResult:
         from worker.loop import AgentLoop

@@ -6,6 +6,9 @@ thread (notification) or feed (discovery) → system prompt and first message
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
 from hub_client import BudgetHealth, HubClient, HubError, HubNotFound, Post
 from worker import context
 from worker.agents import AgentDefinition
@@ -21,10 +24,19 @@ from worker.pipeline._runtime import TaskRuntime, effective_grants
 from worker.pipeline._state import RunState
 from worker.pipeline._writes import capped_toolbox, refusal_handler
 from worker.task import Task, TaskType
+from worker.tools import Toolbox
 
 # How many posts a discovery task reads, and how long it waits for them.
 _FEED_LIMIT = 20
 _FEED_TIMEOUT_S = 10.0
+
+
+def task_toolbox(
+    runtime: TaskRuntime, task: Task, agent: AgentDefinition
+) -> Callable[[], AbstractAsyncContextManager[Toolbox]]:
+    """Opens the agent's tools for this task: write caps counted, known secrets masked in
+    the arguments of every call."""
+    return redacting_arguments(lambda: capped_toolbox(runtime, task, agent), runtime.redactor)
 
 
 async def build_request(
@@ -35,8 +47,10 @@ async def build_request(
     task: Task,
     agent: AgentDefinition,
     budget: BudgetHealth | None,
+    open_toolbox: Callable[[], AbstractAsyncContextManager[Toolbox]],
 ) -> ExecutionRequest:
-    """Everything the executor needs; raises InvalidTask when the task's post is gone."""
+    """Everything the executor needs; raises InvalidTask when the task's post is gone.
+    ``open_toolbox`` is ``task_toolbox``'s, possibly opened early."""
     thread: Post | None = None
     feed: list[Post] = []
     if task.type is TaskType.NOTIFICATION:
@@ -57,10 +71,7 @@ async def build_request(
         settings=loop_settings(runtime, state, task, agent),
         worker_settings=runtime.settings,
         grants=effective_grants(runtime.settings, agent),
-        # Tool calls go out with known secrets masked in their arguments.
-        open_toolbox=redacting_arguments(
-            lambda: capped_toolbox(runtime, task, agent), runtime.redactor
-        ),
+        open_toolbox=open_toolbox,
         # Every request of the native loop leaves through the boundary, last.
         make_model=lambda: ModelBoundary(
             runtime.make_model(agent), redact=redact, wrap_tool_result=blocks.tool_result
