@@ -69,6 +69,7 @@ from worker.loop import (
     GrantDenied,
     LoopEvent,
     ToolDispatcher,
+    log_observer,
 )
 from worker.models import ToolCall
 from worker.redaction import process_redactor
@@ -165,7 +166,13 @@ def build_server(
     async def open_gateway(_: Server[Gateway]) -> AsyncIterator[Gateway]:
         call_log = CallLogWriter(spec.call_log)
         call_log.started(os.getpid())
-        events = EventBus([lambda event: _log_denial(call_log, event)])
+        events = EventBus(
+            [
+                lambda event: _log_denial(call_log, event),
+                # Strictness is the executor's to enforce: here a refusal ends nothing.
+                log_observer(task_id=spec.task_id, agent_id=spec.agent_id),
+            ]
+        )
         redis = write_caps.connect() if write_caps is not None else None
         try:
             async with McpToolbox.open(

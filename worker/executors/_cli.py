@@ -58,7 +58,7 @@ from worker.executors._process import (
 from worker.executors._provider import ProviderAccess, minimal_environment, provider_access
 from worker.executors._transcript import CliTranscript, RunContext, run_result
 from worker.logs import log_event
-from worker.loop import EventBus, RunResult
+from worker.loop import EventBus, RunResult, log_observer
 from worker.models import Message
 from worker.redaction import Redactor
 from worker.settings import Settings
@@ -161,7 +161,17 @@ class CliExecutor(Executor):
             provider=request.agent.config.brain.provider,
             model=request.agent.config.brain.model,
             messages=request.messages,
-            events=EventBus(request.observers),
+            events=EventBus(
+                [
+                    *request.observers,
+                    log_observer(
+                        task_id=request.task.task_id,
+                        agent_id=request.agent.config.name,
+                        executor=self.name,
+                        strict_grants=request.settings.strict_grants,
+                    ),
+                ]
+            ),
         )
         activity = GatewayActivity()
         try:

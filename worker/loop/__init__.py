@@ -19,6 +19,7 @@ from worker.loop._events import (
     StepFinished,
     StepStarted,
     ToolCalled,
+    log_observer,
 )
 from worker.loop._limits import RunLimits
 from worker.loop._output import FALLBACK_ANSWER, truncate
@@ -72,6 +73,7 @@ __all__ = [
     "entry_from_json",
     "entry_to_json",
     "expired_result",
+    "log_observer",
     "redacting_arguments",
     "truncate",
 ]

@@ -75,16 +75,6 @@ class ToolDispatcher:
                 known=outcome != "unknown_tool",
             )
         )
-        log_event(
-            "tool_call",
-            task=self._task_id,
-            agent=self._agent_id,
-            step=step,
-            tool=call.name,
-            server=server,
-            outcome=outcome,
-            duration_ms=round(duration * 1000, 2),
-        )
         return ToolCallRecord(
             call_id=call.id,
             name=call.name,
@@ -146,16 +136,6 @@ class ToolDispatcher:
         reason = "missing_grant" if required_grant else "not_allowed"
         self._events.emit(
             GrantDenied(step=step, tool=tool, required_grant=required_grant, reason=reason)
-        )
-        log_event(
-            "grant_denied",
-            "warning",
-            task=self._task_id,
-            agent=self._agent_id,
-            tool=tool,
-            required_grant=required_grant or None,
-            reason=reason,
-            strict=self._strict,
         )
         if self._strict:
             without = (

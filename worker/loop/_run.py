@@ -38,7 +38,14 @@ from worker.loop._budget import (
 from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
 from worker.loop._contract import ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher, ToolLoopGuard
-from worker.loop._events import EventBus, LlmCalled, LoopObserver, StepFinished, StepStarted
+from worker.loop._events import (
+    EventBus,
+    LlmCalled,
+    LoopObserver,
+    StepFinished,
+    StepStarted,
+    log_observer,
+)
 from worker.loop._output import FALLBACK_ANSWER, Compactor, recover_output
 from worker.loop._state import (
     Journal,
@@ -131,7 +138,15 @@ class AgentLoop:
         self._limits = settings.limits
         self._task_id = task_id
         self._agent_id = agent_id
-        self.events = EventBus(observers)
+        # The run's own log lines come from its events, after the caller's observers.
+        self.events = EventBus(
+            [
+                *observers,
+                log_observer(
+                    task_id=task_id, agent_id=agent_id, strict_grants=settings.strict_grants
+                ),
+            ]
+        )
         self._control = control
         self._journal: Journal = journal if journal is not None else MemoryJournal()
         self._clock = clock
@@ -361,31 +376,17 @@ class AgentLoop:
     ) -> None:
         provider = response.provider if response else self._model.provider
         model = response.model if response else self._model.name
-        usage = response.usage if response else None
         self.events.emit(
             LlmCalled(
                 step=step,
                 provider=provider,
                 model=model,
                 status=status,
-                usage=usage if usage is not None else Usage(),
+                usage=response.usage if response else Usage(),
                 duration_s=duration_s,
                 stop_reason=response.stop_reason if response else None,
                 final=final,
             )
-        )
-        log_event(
-            "llm_call",
-            task=self._task_id,
-            agent=self._agent_id,
-            step=step,
-            provider=provider,
-            model=model,
-            status=status,
-            tokens_input=usage.input_tokens if usage else 0,
-            tokens_output=usage.output_tokens if usage else 0,
-            stop_reason=response.stop_reason.value if response else None,
-            duration_ms=round(duration_s * 1000, 2),
         )
 
     def _decide(self, response: ModelResponse) -> NextStep:
