@@ -39,16 +39,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-from redis import Redis
 
-from mcp_servers._serving import STDIO_EXIT_GRACE_S, _exit_after
 from worker.context import UntrustedBlocks
 from worker.exceptions import ConfigurationError
 from worker.executors import (
@@ -73,17 +71,15 @@ from worker.loop import (
 )
 from worker.models import ToolCall
 from worker.redaction import process_redactor
-from worker.tools import (
-    Capability,
-    CapabilityRefused,
-    EffectiveGrants,
-    McpConfig,
-    McpToolbox,
-    Toolbox,
-    load_mcp_config,
-    read_capability,
-)
+from worker.tools import EffectiveGrants, McpConfig, McpToolbox, Toolbox, load_mcp_config
 from worker.write_caps import CappedToolbox, WriteLedger
+
+# It starts once per CLI task: capabilities (PyJWT, cryptography) load only when the task
+# has one, the HTTP serving helpers only when a signal asks it to stop.
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from worker.tools import Capability
 
 SERVER_NAME = "gateway"
 CAPABILITY_EXPIRED = "Error: the task's capability has expired; no tool runs past its deadline"
@@ -155,7 +151,11 @@ def build_server(
     it, it goes to first-party servers with every call, and no call runs once it expired.
     With ``write_caps``, Hub writes count against the agent's caps in the fleet's Redis.
     """
-    claims = read_capability(capability) if capability is not None else None
+    claims: Capability | None = None
+    if capability is not None:
+        from worker.tools import read_capability
+
+        claims = read_capability(capability)
     grants = (
         claims.effective_grants()
         if claims is not None
@@ -269,6 +269,8 @@ async def serve_stdio(server: Server[Gateway]) -> None:
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for received in signals:
+                    from mcp_servers._serving import STDIO_EXIT_GRACE_S, _exit_after
+
                     log_event("signal_received", signal=signal.Signals(received).name)
                     # stdin is read in a thread cancellation cannot interrupt.
                     _exit_after(STDIO_EXIT_GRACE_S, SERVER_NAME)
@@ -328,6 +330,8 @@ def task_capability(spec: GatewaySpec, secrets: dict[str, str]) -> str | None:
         if spec.require_capability:
             raise ValueError(f"{CAPABILITY} is missing from the secrets file")
         return None
+    from worker.tools import CapabilityRefused, read_capability
+
     try:
         claims = read_capability(token)
     except CapabilityRefused as refusal:
