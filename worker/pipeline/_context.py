@@ -6,9 +6,6 @@ thread (notification) or feed (discovery) → system prompt and first message
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-
 from hub_client import BudgetHealth, HubClient, HubError, HubNotFound, Post
 from worker import context
 from worker.agents import AgentDefinition
@@ -19,21 +16,19 @@ from worker.executors import ExecutionRequest
 from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
 from worker.models import Message, ModelBoundary, ModelPrice, PriceTable
+from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
 from worker.pipeline._runtime import TaskRuntime, effective_grants
 from worker.pipeline._state import RunState
 from worker.pipeline._writes import capped_toolbox, refusal_handler
 from worker.task import Task, TaskType
-from worker.tools import Toolbox
 
 # How many posts a discovery task reads, and how long it waits for them.
 _FEED_LIMIT = 20
 _FEED_TIMEOUT_S = 10.0
 
 
-def task_toolbox(
-    runtime: TaskRuntime, task: Task, agent: AgentDefinition
-) -> Callable[[], AbstractAsyncContextManager[Toolbox]]:
+def task_toolbox(runtime: TaskRuntime, task: Task, agent: AgentDefinition) -> ToolboxFactory:
     """Opens the agent's tools for this task: write caps counted, known secrets masked in
     the arguments of every call."""
     return redacting_arguments(lambda: capped_toolbox(runtime, task, agent), runtime.redactor)
@@ -47,7 +42,7 @@ async def build_request(
     task: Task,
     agent: AgentDefinition,
     budget: BudgetHealth | None,
-    open_toolbox: Callable[[], AbstractAsyncContextManager[Toolbox]],
+    open_toolbox: ToolboxFactory,
 ) -> ExecutionRequest:
     """Everything the executor needs; raises InvalidTask when the task's post is gone.
     ``open_toolbox`` is ``task_toolbox``'s, possibly opened early."""
