@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import fakeredis
 import httpx2
 import pytest
 
@@ -14,6 +15,7 @@ from worker.exceptions import (
     ModelRequestError,
     ModelUnavailable,
 )
+from worker.limiter import FleetLimiter, RateLimits
 from worker.models import _factory as factory
 from worker.models._anthropic import AnthropicModel
 from worker.models._factory import aclose_shared_http_clients, create_model, shared_http_client
@@ -282,10 +284,6 @@ def test_no_shared_pool_outside_an_event_loop() -> None:
 async def test_a_rate_limiter_gates_every_attempt_of_every_model_in_the_chain(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import fakeredis
-
-    from worker.limiter import FleetLimiter, RateLimits
-
     sent: list[httpx2.Request] = []
 
     def handler(request: httpx2.Request) -> httpx2.Response:
