@@ -198,6 +198,18 @@ def referenced_variables(mcp_config: Path) -> list[str]:
     return sorted(set(_ENV_REFERENCE.findall(text)))
 
 
+def gateway_secrets(mcp_config: Path, settings: Settings) -> dict[str, str]:
+    """MCP_AUTH_TOKEN and the tool credentials MCP_CONFIG references, from the worker: what
+    the secrets file hands the gateway, and what the executor masks in its report."""
+    secrets = {
+        name: os.environ[name] for name in referenced_variables(mcp_config) if name in os.environ
+    }
+    token = settings.mcp_auth_token
+    if token is not None and token.get_secret_value():
+        secrets[MCP_AUTH_TOKEN] = token.get_secret_value()
+    return secrets
+
+
 def gateway_capability(
     capability_key: SecretStr | None,
     *,
