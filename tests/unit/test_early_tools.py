@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hub_client import BudgetHealth
+from hub_client import BudgetHealth, HubUnavailable, Post
 from tests.unit.test_jobs import Harness, notification
 from worker.agents import AgentDefinition, AgentStore
 from worker.exceptions import ConfigurationError
@@ -49,9 +49,20 @@ class ToolboxProbe:
 
 
 async def run_with(
-    harness: Harness, probe: ToolboxProbe, task: dict[str, Any], *, budget_waits: bool = False
+    harness: Harness,
+    probe: ToolboxProbe,
+    task: dict[str, Any],
+    *,
+    budget_waits: bool = False,
+    hub_down_for_threads: bool = False,
 ) -> Any:
     async with harness.hub() as hub:
+        if hub_down_for_threads:
+
+            async def no_thread(post_id: str, **options: Any) -> Post:
+                raise HubUnavailable("connection refused", method="GET", path=f"/posts/{post_id}")
+
+            setattr(hub, "get_post", no_thread)  # noqa: B010
         if budget_waits:
             # The budget read answers only once the toolbox is opening: run one after the
             # other, the task would never get past it.
@@ -90,6 +101,18 @@ async def test_an_unhealthy_budget_closes_the_toolbox_opened_early() -> None:
 
     assert verdict.report.outcome is Outcome.BUDGET_UNHEALTHY
     assert harness.model.requests == []
+    assert probe.closed
+
+
+async def test_a_requeued_task_closes_the_toolbox_opened_early() -> None:
+    harness = Harness([Turn(text="never")])
+    post_id = await harness.seed_post()
+    probe = ToolboxProbe(harness)
+
+    verdict = await run_with(harness, probe, notification(post_id), hub_down_for_threads=True)
+
+    assert verdict.report.outcome is Outcome.REQUEUED
+    assert verdict.requeue is not None
     assert probe.closed
 
 
