@@ -38,16 +38,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-from redis import Redis
 
-from mcp_servers._serving import serve_stdio_until_signalled
 from worker.context import UntrustedBlocks
 from worker.exceptions import ConfigurationError
 from worker.executors import (
@@ -68,20 +66,19 @@ from worker.loop import (
     GrantDenied,
     LoopEvent,
     ToolDispatcher,
+    log_observer,
 )
 from worker.models import ToolCall
 from worker.redaction import process_redactor
-from worker.tools import (
-    Capability,
-    CapabilityRefused,
-    EffectiveGrants,
-    McpConfig,
-    McpToolbox,
-    Toolbox,
-    load_mcp_config,
-    read_capability,
-)
+from worker.tools import EffectiveGrants, McpConfig, McpToolbox, Toolbox, load_mcp_config
 from worker.write_caps import CappedToolbox, WriteLedger
+
+# It starts once per CLI task: capabilities (PyJWT, cryptography) load only when the task
+# has one, the HTTP serving helpers only when a signal asks it to stop.
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from worker.tools import Capability
 
 SERVER_NAME = "gateway"
 CAPABILITY_EXPIRED = "Error: the task's capability has expired; no tool runs past its deadline"
@@ -153,7 +150,11 @@ def build_server(
     it, it goes to first-party servers with every call, and no call runs once it expired.
     With ``write_caps``, Hub writes count against the agent's caps in the fleet's Redis.
     """
-    claims = read_capability(capability) if capability is not None else None
+    claims: Capability | None = None
+    if capability is not None:
+        from worker.tools import read_capability
+
+        claims = read_capability(capability)
     grants = (
         claims.effective_grants()
         if claims is not None
@@ -164,7 +165,13 @@ def build_server(
     async def open_gateway(_: Server[Gateway]) -> AsyncIterator[Gateway]:
         call_log = CallLogWriter(spec.call_log)
         call_log.started(os.getpid())
-        events = EventBus([lambda event: _log_denial(call_log, event)])
+        events = EventBus(
+            [
+                lambda event: _log_denial(call_log, event),
+                # Strictness is the executor's to enforce: here a refusal ends nothing.
+                log_observer(task_id=spec.task_id, agent_id=spec.agent_id),
+            ]
+        )
         redis = write_caps.connect() if write_caps is not None else None
         try:
             async with McpToolbox.open(
@@ -256,6 +263,7 @@ def _log_denial(call_log: CallLogWriter, event: LoopEvent) -> None:
 
 async def serve_stdio(server: Server[Gateway]) -> None:
     """Serve until stdin closes, or SIGTERM/SIGINT (the calls in flight are cancelled)."""
+    from mcp_servers._serving import serve_stdio_until_signalled  # only when serving
 
     async def serve() -> None:
         async with stdio_server() as (read_stream, write_stream):
@@ -311,6 +319,8 @@ def task_capability(spec: GatewaySpec, secrets: dict[str, str]) -> str | None:
         if spec.require_capability:
             raise ValueError(f"{CAPABILITY} is missing from the secrets file")
         return None
+    from worker.tools import CapabilityRefused, read_capability
+
     try:
         claims = read_capability(token)
     except CapabilityRefused as refusal:

@@ -23,15 +23,7 @@ from redis.exceptions import RedisError
 from worker import redis_keys
 from worker.exceptions import ModelUnavailable
 from worker.logs import log_event
-from worker.models import (
-    FallbackModel,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    ModelWrapper,
-    RetryingModel,
-    Usage,
-)
+from worker.models import Model, ModelRequest, ModelResponse, ModelWrapper, Usage
 
 # Token bucket: refill by elapsed time, take `cost` if there is enough, else say how long to
 # wait. Returns the wait in milliseconds (0 = taken). Also honours a fleet-wide hold.
@@ -154,22 +146,17 @@ class FleetLimiter:
 
 
 class RateLimitedModel(ModelWrapper):
-    """A model behind the fleet limiter.
+    """A model built outside ``create_model`` behind the fleet limiter, per ``complete`` call.
 
-    A provider model (and each model of a fallback chain) gets the limiter as its
-    attempt gate, so every request its retry layer sends takes from the bucket and
-    a provider's ``Retry-After`` holds the fleet at once. Any other model is
-    limited per ``complete`` call.
+    Provider models do not need it: ``create_model(..., rate_limiter=...)`` makes the
+    limiter the attempt gate of each model it builds, which also limits their retries.
     """
 
     def __init__(self, inner: Model, limiter: FleetLimiter) -> None:
         super().__init__(inner)
         self._limiter = limiter
-        self._gated = _gate_attempts(inner, limiter)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        if self._gated:
-            return await self._inner.complete(request)
         budget = request.timeout_s if request.timeout_s is not None else 120.0
         deadline = time.monotonic() + budget
         charged = _estimate_tokens(request)
@@ -191,21 +178,6 @@ class RateLimitedModel(ModelWrapper):
             raise
         self._limiter.settle(charged, response.usage.total_tokens)
         return response
-
-
-def _gate_attempts(model: Model, limiter: FleetLimiter) -> bool:
-    """Install the limiter (per model) as the attempt gate of every provider model inside."""
-    if isinstance(model, RetryingModel):
-        model.attempt_gate = limiter
-        return True
-    if isinstance(model, FallbackModel):
-        members = model.models
-        if not all(isinstance(member, RetryingModel) for member in members):
-            return False
-        for member in members:
-            _gate_attempts(member, limiter.for_model(member.provider, member.name))
-        return True
-    return False
 
 
 def _estimate_tokens(request: ModelRequest) -> int:

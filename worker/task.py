@@ -45,11 +45,11 @@ class Effect(Flag):
 _FAILED = Effect.FAILS_JOB | Effect.POSTS_ERROR
 
 
+# Each outcome carries its effects (answers, fails_job, posts_error, never_retried): add
+# one here with its effects and nothing else needs to learn about it. The docstring is
+# the AgentReport schema's description of the field.
 class Outcome(StrEnum):
-    """How a task ended; each outcome knows its effects (``answers``, ``fails_job``, ...).
-
-    Add an outcome here with its effects and nothing else needs to learn about it.
-    """
+    """How the task ended."""
 
     _effects: Effect
 

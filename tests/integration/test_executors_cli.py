@@ -36,6 +36,7 @@ from worker.models import Message
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome, Task
+from worker.tools import EffectiveGrants
 
 pytestmark = [
     pytest.mark.integration,
@@ -247,10 +248,12 @@ async def test_opencode_calls_granted_tools_only_and_reports_usage(tmp_path: Pat
             system="You are terse.",
             messages=[Message(role="user", content="Echo ping, then report.")],
             settings=LoopSettings(limits=RunLimits(max_iterations=5, max_duration_s=180)),
+            worker_settings=settings,
+            grants=EffectiveGrants.of(agent.config.capabilities.grants),
             open_toolbox=not_for_clis,
             make_model=not_for_clis,
         )
-        result = await OpenCodeExecutor(settings).run(request)
+        result = await OpenCodeExecutor().run(request)
         requests = endpoint.requests()
 
     assert result.outcome is Outcome.COMPLETED, result.error

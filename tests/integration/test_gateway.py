@@ -314,7 +314,13 @@ def not_for_clis() -> Any:
 
 
 def make_request(
-    agent_type: str, *, strict_grants: bool, events: list[LoopEvent], spawned: list[int]
+    agent_type: str,
+    *,
+    strict_grants: bool,
+    events: list[LoopEvent],
+    spawned: list[int],
+    worker_settings: Settings | None = None,
+    agent: AgentDefinition | None = None,
 ) -> ExecutionRequest:
     config = AgentConfig.model_validate(
         {
@@ -324,6 +330,7 @@ def make_request(
             "capabilities": {"grants": ["kit:read"]},
         }
     )
+    agent = agent or AgentDefinition(config=config, system_prompt="system")
     return ExecutionRequest(
         task=Task.model_validate(
             {
@@ -333,12 +340,14 @@ def make_request(
                 "post_id": "p-1",
             }
         ),
-        agent=AgentDefinition(config=config, system_prompt="system"),
+        agent=agent,
         system="system",
         messages=[Message(role="user", content="Say hello with the echo tool.")],
         settings=LoopSettings(
             limits=RunLimits(max_iterations=5, max_duration_s=120), strict_grants=strict_grants
         ),
+        worker_settings=worker_settings or Settings(),
+        grants=EffectiveGrants.of(agent.config.capabilities.grants),
         open_toolbox=not_for_clis,
         make_model=not_for_clis,
         observers=[events.append],
@@ -380,8 +389,14 @@ async def test_cli_tool_calls_go_through_the_gateway_into_the_report(
     assert issubclass(executor_class, CliExecutor)
     events: list[LoopEvent] = []
     spawned: list[int] = []
-    result = await executor_class(settings, executable=str(fake)).run(
-        make_request(agent_type, strict_grants=False, events=events, spawned=spawned)
+    result = await executor_class(executable=str(fake)).run(
+        make_request(
+            agent_type,
+            strict_grants=False,
+            events=events,
+            spawned=spawned,
+            worker_settings=settings,
+        )
     )
     record = read_record(fake)
 
@@ -429,8 +444,10 @@ async def test_a_cli_executor_hands_the_gateway_the_task_capability_not_the_key(
         mcp_config=config,
         capability_key=key,  # type: ignore[arg-type]
     )
-    result = await ClaudeCodeExecutor(settings, executable=str(fake)).run(
-        make_request("claude-code", strict_grants=False, events=[], spawned=[])
+    result = await ClaudeCodeExecutor(executable=str(fake)).run(
+        make_request(
+            "claude-code", strict_grants=False, events=[], spawned=[], worker_settings=settings
+        )
     )
 
     assert result.outcome is Outcome.COMPLETED, result.error
@@ -455,8 +472,10 @@ async def test_strict_grants_end_the_task_as_an_autonomy_violation(workdir: Path
         mcp_config=kit_config(workdir),
     )
     events: list[LoopEvent] = []
-    result = await ClaudeCodeExecutor(settings, executable=str(fake)).run(
-        make_request("claude-code", strict_grants=True, events=events, spawned=[])
+    result = await ClaudeCodeExecutor(executable=str(fake)).run(
+        make_request(
+            "claude-code", strict_grants=True, events=events, spawned=[], worker_settings=settings
+        )
     )
 
     assert result.outcome is Outcome.AUTONOMY_VIOLATION
@@ -506,8 +525,14 @@ async def test_a_cli_agent_is_held_to_the_write_caps_it_shares_with_native_tasks
         ]
         calls = [{"name": "hub__create_comment", "arguments": c} for c in comments]
         fake = install_fake_cli("claude", bin_dir, {"tool_calls": calls})
-        request = make_request("claude-code", strict_grants=False, events=[], spawned=[])
-        request.agent = agent
+        request = make_request(
+            "claude-code",
+            strict_grants=False,
+            events=[],
+            spawned=[],
+            worker_settings=settings,
+            agent=agent,
+        )
         request.task = Task.model_validate(
             {
                 "task_id": "t-cli-caps",
@@ -519,7 +544,7 @@ async def test_a_cli_agent_is_held_to_the_write_caps_it_shares_with_native_tasks
         request.on_write_refused = counted_refusals(
             agent_id="capped-cli", task_id="t-cli-caps", metrics=metrics
         )
-        result = await ClaudeCodeExecutor(settings, executable=str(fake)).run(request)
+        result = await ClaudeCodeExecutor(executable=str(fake)).run(request)
         state = hub.state()
     record = read_record(fake)
 
@@ -583,8 +608,9 @@ async def native_comment(
             Turn(text="Commented."),
         ]
     )
-    request = make_request("native", strict_grants=False, events=[], spawned=[])
-    request.agent = agent
+    request = make_request(
+        "native", strict_grants=False, events=[], spawned=[], worker_settings=settings, agent=agent
+    )
     request.open_toolbox = open_toolbox
     request.make_model = lambda: model
     try:

@@ -55,6 +55,7 @@ from worker.loop._events import EventBus
 from worker.models import Message, Usage
 from worker.settings import Settings
 from worker.task import Outcome, Task
+from worker.tools import EffectiveGrants
 
 pytestmark = pytest.mark.anyio
 
@@ -164,6 +165,7 @@ def make_request(
     control: Any = None,
     spawned: list[int] | None = None,
     deadline_epoch: float | None = None,
+    worker_settings: Settings | None = None,
 ) -> ExecutionRequest:
     def no_toolbox() -> Any:
         raise AssertionError("a CLI executor never opens the worker's toolbox")
@@ -188,6 +190,8 @@ def make_request(
             strict_grants=strict_grants,
             deadline_epoch=deadline_epoch,
         ),
+        worker_settings=worker_settings or make_settings(),
+        grants=EffectiveGrants.of(agent.config.capabilities.grants),
         open_toolbox=no_toolbox,
         make_model=no_model,
         observers=observers or [],
@@ -196,10 +200,10 @@ def make_request(
     )
 
 
-def executor(agent_type: str, fake: Path, settings: Settings | None = None) -> CliExecutor:
+def executor(agent_type: str, fake: Path) -> CliExecutor:
     executor_class = EXECUTORS[agent_type]
     assert issubclass(executor_class, CliExecutor)
-    return executor_class(settings or make_settings(), executable=str(fake))
+    return executor_class(executable=str(fake))
 
 
 def option(record: dict[str, Any], flag: str) -> str | None:
@@ -256,7 +260,9 @@ async def test_claude_gets_the_gateway_and_only_its_tools(tmp_path: Path, bin_di
     fake = install_fake_cli("claude", bin_dir)
     settings = make_settings(mcp_config=mcp_config_file(tmp_path))
     agent = make_agent("claude-code", grants=["kit:read"])
-    await executor("claude-code", fake, settings).run(make_request(agent, strict_grants=True))
+    await executor("claude-code", fake).run(
+        make_request(agent, strict_grants=True, worker_settings=settings)
+    )
     record = read_record(fake)
 
     assert option(record, "--allowedTools") == "mcp__gateway"
@@ -283,7 +289,7 @@ async def test_environment_holds_only_the_llm_credential(
     grants = [] if agent_type == "aider" else ["kit:read"]
     settings = make_settings(mcp_config=mcp_config_file(tmp_path))
     agent = make_agent(agent_type, grants=grants)
-    result = await executor(agent_type, fake, settings).run(make_request(agent))
+    result = await executor(agent_type, fake).run(make_request(agent, worker_settings=settings))
     record = read_record(fake)
 
     assert result.error is None, result.error
@@ -424,7 +430,7 @@ async def test_an_agent_key_holding_a_worker_secret_is_refused(
         }
     )
     agent = AgentDefinition(config=config, system_prompt=SYSTEM)
-    result = await executor("claude-code", fake, settings).run(make_request(agent))
+    result = await executor("claude-code", fake).run(make_request(agent, worker_settings=settings))
 
     assert result.outcome is Outcome.ERROR
     assert isinstance(result.error, AgentConfigError)
@@ -466,7 +472,7 @@ async def test_garbage_output_names_the_cli_and_what_was_wrong(bin_dir: Path) ->
 
 
 async def test_missing_binary_is_reported_clearly(bin_dir: Path) -> None:
-    missing = ClaudeCodeExecutor(make_settings(), executable=str(bin_dir / "no-such-claude"))
+    missing = ClaudeCodeExecutor(executable=str(bin_dir / "no-such-claude"))
     result = await missing.run(make_request(make_agent("claude-code")))
 
     assert result.outcome is Outcome.ERROR
@@ -636,7 +642,7 @@ async def test_opencode_configuration_and_events(tmp_path: Path, bin_dir: Path) 
     fake = install_fake_cli("opencode", bin_dir, {"texts": ["Deploys ", "are fine."]})
     settings = make_settings(mcp_config=mcp_config_file(tmp_path))
     agent = make_agent("opencode", grants=["kit:read"])
-    result = await executor("opencode", fake, settings).run(make_request(agent))
+    result = await executor("opencode", fake).run(make_request(agent, worker_settings=settings))
     record = read_record(fake)
 
     assert "failed" not in record, record.get("failed")
@@ -701,7 +707,7 @@ async def test_goose_command_line_and_output(tmp_path: Path, bin_dir: Path) -> N
     fake = install_fake_cli("goose", bin_dir)
     settings = make_settings(mcp_config=mcp_config_file(tmp_path))
     agent = make_agent("goose", provider="openai", grants=["kit:read"])
-    result = await executor("goose", fake, settings).run(make_request(agent))
+    result = await executor("goose", fake).run(make_request(agent, worker_settings=settings))
     record = read_record(fake)
 
     assert "failed" not in record, record.get("failed")

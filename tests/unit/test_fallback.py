@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import fakeredis
 import httpx2
 import pytest
 
@@ -14,6 +15,7 @@ from worker.exceptions import (
     ModelRequestError,
     ModelUnavailable,
 )
+from worker.limiter import FleetLimiter, RateLimits
 from worker.models import _factory as factory
 from worker.models._anthropic import AnthropicModel
 from worker.models._factory import aclose_shared_http_clients, create_model, shared_http_client
@@ -276,3 +278,33 @@ async def test_models_in_one_event_loop_share_a_connection_pool() -> None:
 
 def test_no_shared_pool_outside_an_event_loop() -> None:
     assert shared_http_client("anthropic", None) is None
+
+
+@pytest.mark.anyio
+async def test_a_rate_limiter_gates_every_attempt_of_every_model_in_the_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[httpx2.Request] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request)
+        return httpx2.Response(500, json={"error": {"message": "boom"}})
+
+    wire = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+    monkeypatch.setattr(factory, "shared_http_client", lambda provider, base_url: wire)
+    redis = fakeredis.FakeRedis()
+    model = create_model(
+        "openai",
+        "primary",
+        fallbacks=[("openai", "backup")],
+        settings=settings(openai_api_key="sk-local", llm_max_retries=1),
+        prices=PriceTable.builtin(),
+        rate_limiter=FleetLimiter(redis, "openai", "primary", RateLimits(requests_per_minute=1)),
+    )
+
+    with pytest.raises(ModelUnavailable):
+        await model.complete(ask(timeout_s=1.0))
+
+    # One request per model's bucket: each retry found its bucket empty before the deadline.
+    assert [json.loads(request.content)["model"] for request in sent] == ["primary", "backup"]
+    assert redis.exists("agent-worker:limiter:openai:backup:requests")

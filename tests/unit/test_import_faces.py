@@ -73,6 +73,12 @@ def _loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
                 "worker.agents",
                 "worker.executors._base",
                 "worker.executors._cli",
+                # Only a task with a capability, write caps, or a stop signal needs these.
+                "jwt",
+                "pydantic_settings",
+                "worker.settings",
+                "worker.redis_connection",
+                "mcp_servers._serving",
             ),
         ),
     ],

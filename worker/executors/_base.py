@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from worker.agents import AgentDefinition
 from worker.loop import (
@@ -21,18 +22,26 @@ from worker.loop import (
     RunResult,
 )
 from worker.models import Message, Model
+from worker.settings import Settings
 from worker.task import Task
-from worker.tools import Toolbox
+from worker.tools import EffectiveGrants, Toolbox
 from worker.write_caps import RefusalHandler
 
 
 @dataclass(slots=True, kw_only=True)
 class ExecutionRequest:
+    """Everything an executor reads: it never looks up settings or policies itself."""
+
     task: Task
     agent: AgentDefinition
     system: str
     messages: list[Message]
     settings: LoopSettings
+    # The worker's configuration: provider keys and endpoints, MCP_CONFIG, MCP_AUTH_TOKEN,
+    # CAPABILITY_KEY, write caps, CAN_EXECUTE_TOOL (CLI executors hand them to the gateway).
+    worker_settings: Settings
+    # The agent's grants as GRANT_POLICY caps them: what its tools may do in this task.
+    grants: EffectiveGrants
     # Opens the agent's grant-checked tools for this task (and closes them on exit).
     open_toolbox: Callable[[], AbstractAsyncContextManager[Toolbox]]
     # Builds the agent's model; called only by executors that talk to the provider themselves.
@@ -57,6 +66,9 @@ class Executor:
     """Base of all executors. Subclasses override ``run`` only."""
 
     name: str = ""
+    # Whether ``run`` opens ``request.open_toolbox``: the pipeline then opens it early,
+    # while it reads the Hub (a CLI executor runs its own gateway instead).
+    uses_toolbox: ClassVar[bool] = False
 
     async def run(self, request: ExecutionRequest) -> RunResult:
         raise NotImplementedError
@@ -66,6 +78,7 @@ class NativeExecutor(Executor):
     """Our reason → tool → observe loop, with tools from the grant-checked MCP layer."""
 
     name = "native"
+    uses_toolbox = True
 
     async def run(self, request: ExecutionRequest) -> RunResult:
         from worker.loop import AgentLoop

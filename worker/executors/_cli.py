@@ -36,38 +36,26 @@ from worker.exceptions import (
 )
 from worker.executors._base import ExecutionRequest, Executor
 from worker.executors._gateway_link import (
-    MCP_AUTH_TOKEN,
     GatewayActivity,
     GatewaySpec,
     GatewayWriteCaps,
     gateway_capability,
     gateway_command,
     gateway_python_path,
-    merge,
-    read_call_log,
-    referenced_variables,
+    gateway_secrets,
     write_secrets_file,
 )
-from worker.executors._process import (
-    DEADLINE,
-    ProcessOutcome,
-    kill_gateway,
-    kill_process_groups,
-    run_cli_process,
-)
+from worker.executors._process import DEADLINE, ProcessOutcome, run_cli_process
 from worker.executors._provider import ProviderAccess, minimal_environment, provider_access
 from worker.executors._transcript import CliTranscript, RunContext, run_result
+from worker.executors._watcher import CANCELLED, CliWatcher
 from worker.logs import log_event
-from worker.loop import EventBus, RunResult
+from worker.loop import EventBus, RunResult, log_observer
 from worker.models import Message
 from worker.redaction import Redactor
-from worker.settings import Settings
 from worker.task import Outcome
-from worker.tools import load_grant_policy
 from worker.write_caps import WriteCaps
 
-CANCELLED = "cancelled"
-VIOLATION = "autonomy_violation"
 CANCELLED_TEXT = "The task was cancelled."
 _STDERR_TAIL_CHARS = 600
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -123,8 +111,8 @@ class CliInvocation:
 class CliExecutor(Executor):
     """Runs a coding-agent CLI non-interactively for the whole task: its loop is the iteration.
 
-    Use a subclass (``executor_for("claude-code")``); ``settings`` and ``executable``
-    default to the worker's settings and the binary found on PATH.
+    Use a subclass (``executor_for("claude-code")``); ``executable`` defaults to the
+    binary found on PATH. Settings and grants come with each ``ExecutionRequest``.
     """
 
     binary: ClassVar[str] = ""
@@ -132,17 +120,8 @@ class CliExecutor(Executor):
     tool_support: ClassVar[str] = "MCP tools through mcp_servers.gateway (granted tools only)"
     speaks_mcp: ClassVar[bool] = True
 
-    def __init__(self, settings: Settings | None = None, *, executable: str | None = None) -> None:
-        self._settings = settings
+    def __init__(self, *, executable: str | None = None) -> None:
         self._executable = executable
-
-    @property
-    def settings(self) -> Settings:
-        if self._settings is None:
-            from worker.settings import settings as worker_settings
-
-            self._settings = worker_settings()
-        return self._settings
 
     def executable_path(self) -> str | None:
         """The CLI binary this executor would run, or None when it is not installed."""
@@ -171,7 +150,17 @@ class CliExecutor(Executor):
             provider=request.agent.config.brain.provider,
             model=request.agent.config.brain.model,
             messages=request.messages,
-            events=EventBus(request.observers),
+            events=EventBus(
+                [
+                    *request.observers,
+                    log_observer(
+                        task_id=request.task.task_id,
+                        agent_id=request.agent.config.name,
+                        executor=self.name,
+                        strict_grants=request.settings.strict_grants,
+                    ),
+                ]
+            ),
         )
         activity = GatewayActivity()
         try:
@@ -200,7 +189,7 @@ class CliExecutor(Executor):
         limits = request.settings.limits
         self.check_agent(request.agent)
         executable = self._require_executable()
-        access = provider_access(request.agent, self.settings)
+        access = provider_access(request.agent, request.worker_settings)
         if request.resume:
             log_event(
                 "cli_restarted",
@@ -232,7 +221,7 @@ class CliExecutor(Executor):
                 gateway=self._launch(spec, Path(workspace)) if spec is not None else None,
             )
             invocation = self.invocation(job)
-            watcher = _Watcher(request, spec.call_log if spec is not None else None, activity)
+            watcher = CliWatcher(request, spec.call_log if spec is not None else None, activity)
             try:
                 outcome = await run_cli_process(
                     invocation.argv,
@@ -247,7 +236,10 @@ class CliExecutor(Executor):
                 raise ExecutorError(f"{self.name}: cannot start {executable}: {exc}") from exc
             finally:
                 watcher.finish()
-            redactor = Redactor([access.api_key, *self._secrets(spec).values()])
+            secrets = {}
+            if spec is not None and spec.secrets_file is not None:
+                secrets = gateway_secrets(spec.mcp_config, request.worker_settings)
+            redactor = Redactor([access.api_key, *secrets.values()])
             return self._transcript(job, outcome, activity, redactor)
 
     def _transcript(
@@ -316,18 +308,15 @@ class CliExecutor(Executor):
     def _gateway_spec(
         self, request: ExecutionRequest, private: Path, deadline_epoch_s: float
     ) -> GatewaySpec | None:
-        settings = self.settings
+        settings, grants = request.worker_settings, request.grants
         if not self.speaks_mcp or settings.mcp_config is None:
             return None
         config = request.agent.config
-        grants = load_grant_policy(settings.grant_policy).effective_grants(
-            config.name, config.capabilities.grants
-        )
         if not grants.allowed:
             return None  # no tool can be granted: no gateway, no tools
         mcp_config = settings.mcp_config.resolve()
         # The task's signed capability rides in the private secrets file, never the key.
-        secrets = self._secrets_for(mcp_config) | gateway_capability(
+        secrets = gateway_secrets(mcp_config, settings) | gateway_capability(
             settings.capability_key,
             agent_id=config.name,
             task_id=request.task.task_id,
@@ -362,23 +351,6 @@ class CliExecutor(Executor):
             require_capability=settings.capability_key is not None,
         )
 
-    def _secrets_for(self, mcp_config: Path) -> dict[str, str]:
-        """MCP_AUTH_TOKEN and the tool credentials MCP_CONFIG references, from the worker."""
-        secrets = {
-            name: os.environ[name]
-            for name in referenced_variables(mcp_config)
-            if name in os.environ
-        }
-        token = self.settings.mcp_auth_token
-        if token is not None and token.get_secret_value():
-            secrets[MCP_AUTH_TOKEN] = token.get_secret_value()
-        return secrets
-
-    def _secrets(self, spec: GatewaySpec | None) -> dict[str, str]:
-        if spec is None or spec.secrets_file is None:
-            return {}
-        return self._secrets_for(spec.mcp_config)
-
     @staticmethod
     def _launch(spec: GatewaySpec, workspace: Path) -> GatewayLaunch:
         env = spec.environment() | {
@@ -387,59 +359,6 @@ class CliExecutor(Executor):
             "PYTHONPATH": gateway_python_path(),
         }
         return GatewayLaunch(command=gateway_command(), env=env)
-
-
-class _Watcher:
-    """Polled while the CLI runs: the gateway's call log (pids, violations) and cancel."""
-
-    def __init__(
-        self, request: ExecutionRequest, call_log: Path | None, activity: GatewayActivity
-    ) -> None:
-        self._request = request
-        self._call_log = call_log
-        self._offset = 0
-        self.activity = activity
-
-    async def check(self) -> str | None:
-        self._read_call_log()
-        if self.activity.violation is not None:
-            return VIOLATION
-        control = self._request.control
-        if control is None:
-            return None
-        polled = await control.poll()
-        if polled.steering:
-            log_event(
-                "steer_ignored",
-                "warning",
-                task=self._request.task.task_id,
-                messages=len(polled.steering),
-                detail="a CLI executor cannot take new messages while it runs",
-            )
-        return CANCELLED if polled.cancelled else None
-
-    def finish(self) -> None:
-        """Last read of the call log; then stop whatever the gateway left running."""
-        self._read_call_log()
-        kill_process_groups(self.activity.server_pids)
-        for pid in self.activity.gateway_pids:
-            kill_gateway(pid)
-
-    def _read_call_log(self) -> None:
-        if self._call_log is None:
-            return
-        more, self._offset = read_call_log(self._call_log, offset=self._offset)
-        on_spawn = self._request.on_spawn
-        if on_spawn is not None:
-            # Registered at once: after a hard crash the worker parent kills them.
-            for pid in [*more.gateway_pids, *more.server_pids]:
-                on_spawn(pid)
-        on_write_refused = self._request.on_write_refused
-        if on_write_refused is not None:
-            # Logged and counted as the native loop's are, while the CLI still runs.
-            for refusal, via in more.refusals:
-                on_write_refused(refusal, via)
-        merge(self.activity, more)
 
 
 def task_deadline_epoch(request: ExecutionRequest) -> float:

@@ -29,17 +29,21 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
-from redis import Redis
 
 from worker.loop import ToolCallRecord, ToolOutcome
-from worker.redis_connection import connect
-from worker.settings import Settings
-from worker.tools import EffectiveGrants, mint_capability
 from worker.write_caps import RefusalReason, WriteCaps, WriteKind, WriteRefused
+
+# The gateway imports this module at every start: what only the worker side, or only a
+# gateway with write caps, uses is imported where it is used.
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from worker.settings import Settings
+    from worker.tools import EffectiveGrants
 
 AGENT_ID = "GATEWAY_AGENT_ID"
 TASK_ID = "GATEWAY_TASK_ID"
@@ -194,6 +198,18 @@ def referenced_variables(mcp_config: Path) -> list[str]:
     return sorted(set(_ENV_REFERENCE.findall(text)))
 
 
+def gateway_secrets(mcp_config: Path, settings: Settings) -> dict[str, str]:
+    """MCP_AUTH_TOKEN and the tool credentials MCP_CONFIG references, from the worker: what
+    the secrets file hands the gateway, and what the executor masks in its report."""
+    secrets = {
+        name: os.environ[name] for name in referenced_variables(mcp_config) if name in os.environ
+    }
+    token = settings.mcp_auth_token
+    if token is not None and token.get_secret_value():
+        secrets[MCP_AUTH_TOKEN] = token.get_secret_value()
+    return secrets
+
+
 def gateway_capability(
     capability_key: SecretStr | None,
     *,
@@ -205,6 +221,8 @@ def gateway_capability(
     """The secrets-file entry carrying the task's capability; empty without a key."""
     if capability_key is None:
         return {}
+    from worker.tools import mint_capability
+
     token = mint_capability(
         capability_key.get_secret_value(),
         agent_id=agent_id,
@@ -288,6 +306,9 @@ class GatewayWriteCaps:
 
     def connect(self) -> Redis:
         """A client to the fleet's Redis, built as the worker builds its own."""
+        from worker.redis_connection import connect
+        from worker.settings import Settings
+
         password = self.redis_sentinel_password
         # Only the connection fields: the gateway has none of the worker's other settings.
         settings = Settings.model_construct(

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from worker.exceptions import WorkerError
 from worker.executors._gateway_link import GatewayActivity
-from worker.logs import log_event
 from worker.loop import (
     EventBus,
     GrantDenied,
@@ -160,7 +159,7 @@ def _calls_per_turn(
 
 
 def _emit(context: RunContext, state: LoopState, activity: GatewayActivity) -> None:
-    """Tell the observers (metrics) and the worker's log what the CLI did, after the fact."""
+    """Tell the observers (metrics, the log) what the CLI did, after the fact."""
     events = context.events
     for step in state.steps:
         events.emit(StepStarted(step=step.index))
@@ -185,17 +184,6 @@ def _emit(context: RunContext, state: LoopState, activity: GatewayActivity) -> N
                     duration_s=call.duration_s,
                 )
             )
-            log_event(
-                "tool_call",
-                task=context.task_id,
-                agent=context.agent_id,
-                executor=context.executor,
-                step=step.index,
-                tool=call.name,
-                server=call.server,
-                outcome=call.outcome,
-                duration_ms=round(call.duration_s * 1000, 2),
-            )
         if step.tool_calls:
             failed = sum(1 for call in step.tool_calls if call.is_error)
             events.emit(
@@ -204,15 +192,13 @@ def _emit(context: RunContext, state: LoopState, activity: GatewayActivity) -> N
                 )
             )
     for denial in activity.denials:
+        # No grant named: the task's allowed_tools left the tool out.
+        reason = "missing_grant" if denial.required_grant else "not_allowed"
         events.emit(
-            GrantDenied(step=denial.step, tool=denial.tool, required_grant=denial.required_grant)
-        )
-        log_event(
-            "grant_denied",
-            "warning",
-            task=context.task_id,
-            agent=context.agent_id,
-            executor=context.executor,
-            tool=denial.tool,
-            required_grant=denial.required_grant,
+            GrantDenied(
+                step=denial.step,
+                tool=denial.tool,
+                required_grant=denial.required_grant,
+                reason=reason,
+            )
         )

@@ -20,6 +20,7 @@ from worker.loop._events import (
     StepFinished,
     StepStarted,
     ToolCalled,
+    log_observer,
 )
 from worker.loop._limits import FALLBACK_ANSWER, Limit, RunLimits
 from worker.loop._output import truncate
@@ -74,6 +75,7 @@ __all__ = [
     "entry_from_json",
     "entry_to_json",
     "expired_result",
+    "log_observer",
     "redacting_arguments",
     "truncate",
 ]

@@ -91,16 +91,6 @@ class ToolDispatcher:
                 known=result.outcome is not ToolOutcome.UNKNOWN_TOOL,
             )
         )
-        log_event(
-            "tool_call",
-            task=self._task_id,
-            agent=self._agent_id,
-            step=step,
-            tool=call.name,
-            server=result.server,
-            outcome=result.outcome,
-            duration_ms=round(duration * 1000, 2),
-        )
         return ToolCallRecord(
             call_id=call.id,
             name=call.name,
@@ -166,16 +156,6 @@ class ToolDispatcher:
         reason = ToolOutcome.MISSING_GRANT if required_grant else ToolOutcome.NOT_ALLOWED
         self._events.emit(
             GrantDenied(step=step, tool=tool, required_grant=required_grant, reason=reason)
-        )
-        log_event(
-            "grant_denied",
-            "warning",
-            task=self._task_id,
-            agent=self._agent_id,
-            tool=tool,
-            required_grant=required_grant or None,
-            reason=reason,
-            strict=self._strict,
         )
         if self._strict:
             without = (

@@ -1,10 +1,15 @@
-"""Observable steps of a run. Observers get every event; one that raises is logged and ignored."""
+"""Observable steps of a run. Observers get every event; one that raises is logged and ignored.
+
+``log_observer`` writes the per-call log lines (``llm_call``, ``tool_call``,
+``grant_denied``) from these events: the native loop, a CLI executor's transcript and the
+gateway all attach it, so the lines are written in one place, alike for every run.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from worker.logs import log_event
 from worker.models import StopReason, Usage
@@ -86,3 +91,53 @@ class EventBus:
                     event_type=type(event).__name__,
                     error=f"{type(exc).__name__}: {exc}",
                 )
+
+
+def log_observer(
+    *, task_id: str, agent_id: str, executor: str | None = None, strict_grants: bool = False
+) -> LoopObserver:
+    """The observer that logs each model call, tool call and refused call of one run.
+
+    ``executor`` names a CLI executor whose transcript the events come from (the native
+    loop leaves it out); ``strict_grants`` says whether a refused call ends the run.
+    """
+    who: dict[str, Any] = {"task": task_id, "agent": agent_id}
+    if executor is not None:
+        who["executor"] = executor
+
+    def observe(event: LoopEvent) -> None:
+        if isinstance(event, LlmCalled):
+            log_event(
+                "llm_call",
+                **who,
+                step=event.step,
+                provider=event.provider,
+                model=event.model,
+                status=event.status,
+                tokens_input=event.usage.input_tokens,
+                tokens_output=event.usage.output_tokens,
+                stop_reason=event.stop_reason.value if event.stop_reason else None,
+                duration_ms=round(event.duration_s * 1000, 2),
+            )
+        elif isinstance(event, ToolCalled):
+            log_event(
+                "tool_call",
+                **who,
+                step=event.step,
+                tool=event.tool,
+                server=event.server,
+                outcome=event.outcome,
+                duration_ms=round(event.duration_s * 1000, 2),
+            )
+        elif isinstance(event, GrantDenied):
+            log_event(
+                "grant_denied",
+                "warning",
+                **who,
+                tool=event.tool,
+                required_grant=event.required_grant or None,
+                reason=event.reason,
+                strict=strict_grants,
+            )
+
+    return observe

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import anyio
 
 from worker.exceptions import LimitReached, ModelUnavailable, WorkerError
-from worker.logs import log_event
 from worker.loop._budget import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     MIN_CLOSING_OUTPUT_TOKENS,
@@ -39,16 +38,12 @@ class ModelCaller:
         settings: LoopSettings,
         run_clock: RunClock,
         events: EventBus,
-        task_id: str,
-        agent_id: str,
     ) -> None:
         self._model = model
         self._system = system
         self._settings = settings
         self._run_clock = run_clock
         self._events = events
-        self._task_id = task_id
-        self._agent_id = agent_id
         self._estimator = InputEstimator()
 
     def plan(
@@ -135,29 +130,15 @@ class ModelCaller:
     ) -> None:
         provider = response.provider if response else self._model.provider
         model = response.model if response else self._model.name
-        usage = response.usage if response else None
         self._events.emit(
             LlmCalled(
                 step=step,
                 provider=provider,
                 model=model,
                 status=status,
-                usage=usage if usage is not None else Usage(),
+                usage=response.usage if response else Usage(),
                 duration_s=duration_s,
                 stop_reason=response.stop_reason if response else None,
                 final=final,
             )
-        )
-        log_event(
-            "llm_call",
-            task=self._task_id,
-            agent=self._agent_id,
-            step=step,
-            provider=provider,
-            model=model,
-            status=status,
-            tokens_input=usage.input_tokens if usage else 0,
-            tokens_output=usage.output_tokens if usage else 0,
-            stop_reason=response.stop_reason.value if response else None,
-            duration_ms=round(duration_s * 1000, 2),
         )

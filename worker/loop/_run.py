@@ -25,7 +25,7 @@ from worker.logs import log_event
 from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
 from worker.loop._contract import ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher, ToolLoopGuard
-from worker.loop._events import EventBus, LoopObserver, StepFinished, StepStarted
+from worker.loop._events import EventBus, LoopObserver, StepFinished, StepStarted, log_observer
 from worker.loop._limits import Limit
 from worker.loop._model_call import ModelCaller
 from worker.loop._output import Compactor, recover_output
@@ -83,7 +83,15 @@ class AgentLoop:
         self._settings = settings
         self._limits = settings.limits
         self._task_id = task_id
-        self.events = EventBus(observers)
+        # The run's own log lines come from its events, after the caller's observers.
+        self.events = EventBus(
+            [
+                *observers,
+                log_observer(
+                    task_id=task_id, agent_id=agent_id, strict_grants=settings.strict_grants
+                ),
+            ]
+        )
         self._control = control
         self._journal: Journal = journal if journal is not None else MemoryJournal()
         self._clock = clock
@@ -96,8 +104,6 @@ class AgentLoop:
             settings=settings,
             run_clock=self._run_clock,
             events=self.events,
-            task_id=task_id,
-            agent_id=agent_id,
         )
         self._dispatcher = ToolDispatcher(
             DeadlineToolbox(toolbox, lambda: self._run_clock.deadline_epoch),

@@ -6,6 +6,7 @@ import asyncio
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anthropic
 import httpx2
@@ -22,6 +23,9 @@ from worker.models._prices import PriceTable
 from worker.models._retry import RetryingModel, RetryPolicy
 from worker.models._types import Model
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from worker.limiter import FleetLimiter
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +66,18 @@ def create_model(
     fallbacks: Sequence[tuple[str, str]] = (),
     settings: Settings,
     prices: PriceTable,
+    rate_limiter: FleetLimiter | None = None,
 ) -> Model:
     """The model an agent asked for, wrapped in a FallbackModel when it names fallbacks.
 
     Keys and base URLs come from the environment (``settings``) unless given;
     an explicit key and base URL also serve fallbacks on the same provider. The worker's
     own key is used only with the operator's endpoint: a ``base_url`` elsewhere needs
-    its own ``api_key``.
+    its own ``api_key``. With ``rate_limiter``, every single request of each model in
+    the chain (retries included) takes from that model's fleet-wide buckets, and a
+    provider's ``Retry-After`` holds the whole fleet.
     """
-    chain: list[Model] = []
+    chain: list[RetryingModel] = []
     for provider_name, model_name in [(provider, model), *fallbacks]:
         same_provider = provider_name.strip().lower() == provider.strip().lower()
         chain.append(
@@ -85,6 +92,10 @@ def create_model(
                 prices=prices,
             )
         )
+    if rate_limiter is not None:
+        for member in chain:
+            # Gated per attempt, not per call: a retry storm is when the fleet must slow down.
+            member.attempt_gate = rate_limiter.for_model(member.provider, member.name)
     return chain[0] if len(chain) == 1 else FallbackModel(chain)
 
 

@@ -2,9 +2,10 @@
 
     _runtime   TaskRuntime: what a task needs from its process (settings, Redis, agents,
                model and toolbox makers), built from the environment and rq's job
-    _run       TaskRun: parse → agent → leases → deadline → budget → request → execute
+    _run       TaskRun: parse → agent → leases → deadline → tools → budget → request → execute
                → respond → settle, and ``execute_task``
-    _context   the ExecutionRequest: thread or feed, system prompt, loop settings
+    _context   the ExecutionRequest: thread or feed, system prompt, loop settings, grants
+    _early_tools  the task's toolbox, opened while the Hub is read
     _respond   the answer on the Hub
     _settle    the report, read mark, consumption, activation, error post, metrics, logs
     _writes    Hub writes through the outbox, counted against the write caps

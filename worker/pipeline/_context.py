@@ -15,10 +15,10 @@ from worker.exceptions import InvalidTask
 from worker.executors import ExecutionRequest
 from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
-from worker.models import Message, ModelBoundary
-from worker.models._prices import ModelPrice, PriceTable
+from worker.models import Message, ModelBoundary, ModelPrice, PriceTable
+from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
-from worker.pipeline._runtime import TaskRuntime
+from worker.pipeline._runtime import TaskRuntime, effective_grants
 from worker.pipeline._state import RunState
 from worker.pipeline._writes import capped_toolbox, refusal_handler
 from worker.task import Task, TaskType
@@ -26,6 +26,12 @@ from worker.task import Task, TaskType
 # How many posts a discovery task reads, and how long it waits for them.
 _FEED_LIMIT = 20
 _FEED_TIMEOUT_S = 10.0
+
+
+def task_toolbox(runtime: TaskRuntime, task: Task, agent: AgentDefinition) -> ToolboxFactory:
+    """Opens the agent's tools for this task: write caps counted, known secrets masked in
+    the arguments of every call."""
+    return redacting_arguments(lambda: capped_toolbox(runtime, task, agent), runtime.redactor)
 
 
 async def build_request(
@@ -36,8 +42,10 @@ async def build_request(
     task: Task,
     agent: AgentDefinition,
     budget: BudgetHealth | None,
+    open_toolbox: ToolboxFactory,
 ) -> ExecutionRequest:
-    """Everything the executor needs; raises InvalidTask when the task's post is gone."""
+    """Everything the executor needs; raises InvalidTask when the task's post is gone.
+    ``open_toolbox`` is ``task_toolbox``'s, possibly opened early."""
     thread: Post | None = None
     feed: list[Post] = []
     if task.type is TaskType.NOTIFICATION:
@@ -56,10 +64,9 @@ async def build_request(
         system=redact(context.system_prompt(agent, budget, blocks)),
         messages=[Message(role=first.role, content=redact(first.content))],
         settings=loop_settings(runtime, state, task, agent),
-        # Tool calls go out with known secrets masked in their arguments.
-        open_toolbox=redacting_arguments(
-            lambda: capped_toolbox(runtime, task, agent), runtime.redactor
-        ),
+        worker_settings=runtime.settings,
+        grants=effective_grants(runtime.settings, agent),
+        open_toolbox=open_toolbox,
         # Every request of the native loop leaves through the boundary, last.
         make_model=lambda: ModelBoundary(
             runtime.make_model(agent), redact=redact, wrap_tool_result=blocks.tool_result

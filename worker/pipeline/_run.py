@@ -1,7 +1,8 @@
 """One run of one task, as named steps.
 
-    parse → load agent → take leases → fix deadline → check budget → build request
-    → execute → respond → report → settle → finish → drain the outbox → verdict
+    parse → load agent → take leases → fix deadline → open the tools (in the background)
+    → check budget → build request → execute → respond → report → settle → finish
+    → drain the outbox → verdict
 
 ``TaskRun.execute`` never raises for the task's own failures: they become the report.
 It raises only WorkerLost/LeaseLost, when another copy owns the task and this one must
@@ -25,12 +26,13 @@ from worker.checkpoints import RedisJournal
 from worker.control import LeaseLost, WorkerLost
 from worker.deadlines import TaskDeadline, fix_task_deadline
 from worker.exceptions import InvalidTask, ModelError, ModelUnavailable
-from worker.executors import ExecutionRequest, executor_for
+from worker.executors import ExecutionRequest, Executor, executor_for
 from worker.leases import AgentSlots, TaskLease, lease_holder
 from worker.logs import log_event
 from worker.loop import RunResult, expired_result
 from worker.models import aclose_shared_http_clients
-from worker.pipeline._context import build_request
+from worker.pipeline._context import build_request, task_toolbox
+from worker.pipeline._early_tools import ToolboxFactory, tools_opened_early
 from worker.pipeline._respond import respond
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._settle import build_report, drain_outbox, finish, settle
@@ -109,6 +111,16 @@ class TaskRun:
         deadline = self._state.deadline = self._fix_deadline(task, agent)
         if deadline.remaining_s() <= 0:
             return self._past_deadline(task, "the task's deadline passed before this run")
+        executor = executor_for(agent.config.type)
+        # The MCP sessions open while the Hub answers the budget and thread reads.
+        async with tools_opened_early(
+            task_toolbox(self._rt, task, agent), early=executor.uses_toolbox
+        ) as open_toolbox:
+            return await self._run_with_tools(task, agent, executor, open_toolbox)
+
+    async def _run_with_tools(
+        self, task: Task, agent: AgentDefinition, executor: Executor, open_toolbox: ToolboxFactory
+    ) -> Outcome:
         try:
             budget = await self._budget_health(task)
         except HubError as exc:
@@ -118,11 +130,17 @@ class TaskRun:
             return Outcome.BUDGET_UNHEALTHY
         try:
             request = await build_request(
-                self._rt, self._hub, self._state, task=task, agent=agent, budget=budget
+                self._rt,
+                self._hub,
+                self._state,
+                task=task,
+                agent=agent,
+                budget=budget,
+                open_toolbox=open_toolbox,
             )
         except HubUnavailable as exc:
             return self._requeue_or_give_up(exc, f"the Hub is unavailable: {exc}")
-        result = self._state.result = await self._execute_by_deadline(agent, request)
+        result = self._state.result = await self._execute_by_deadline(executor, request)
         if isinstance(result.error, ModelUnavailable):
             return self._requeue_or_give_up(result.error, result.error.message)
         self._state.error = result.error
@@ -237,7 +255,7 @@ class TaskRun:
         return Outcome.DEADLINE
 
     async def _execute_by_deadline(
-        self, agent: AgentDefinition, request: ExecutionRequest
+        self, executor: Executor, request: ExecutionRequest
     ) -> RunResult:
         """Run the executor; past the deadline (plus a backstop) it is cut, whatever it does.
 
@@ -247,7 +265,7 @@ class TaskRun:
         deadline = self._state.deadline
         limit_s = None if deadline is None else max(0.0, deadline.remaining_s())
         with anyio.move_on_after(None if limit_s is None else limit_s + _DEADLINE_BACKSTOP_S):
-            return await executor_for(agent.config.type).run(request)
+            return await executor.run(request)
         journal = RedisJournal(self._rt.redis, request.task.task_id)
         return expired_result(journal.load(), detail="the task's deadline passed while it ran")
 

@@ -23,24 +23,27 @@ from worker.deadlines import read_task_deadline
 from worker.exceptions import ConfigurationError
 from worker.hooks import load_can_execute_tool
 from worker.idempotency import journal_tool_intents
-from worker.limiter import FleetLimiter, RateLimitedModel, RateLimits
+from worker.limiter import FleetLimiter, RateLimits
 from worker.logs import set_redactor
 from worker.loop import CanExecuteTool
 from worker.metrics import JobMetrics
-from worker.models import Model
-from worker.models._factory import create_model, load_price_table
-from worker.models._prices import PriceTable
-from worker.models._warmup import warm_up_providers
+from worker.models import Model, PriceTable, create_model, load_price_table, warm_up_providers
 from worker.redaction import Redactor, process_redactor
 from worker.redis_connection import connect
 from worker.redis_faults import patient_redis_retry
 from worker.settings import Settings, settings
 from worker.task import Task
-from worker.tools import LocalToolbox, Toolbox
-from worker.tools._capability import mint_capability
-from worker.tools._config import McpConfig, load_mcp_config
-from worker.tools._grants import EffectiveGrants, GrantPolicy, load_grant_policy
-from worker.tools._mcp import McpToolbox
+from worker.tools import (
+    EffectiveGrants,
+    GrantPolicy,
+    LocalToolbox,
+    McpConfig,
+    McpToolbox,
+    Toolbox,
+    load_grant_policy,
+    load_mcp_config,
+    mint_capability,
+)
 
 ToolboxOpener = Callable[[AgentDefinition, Task], AbstractAsyncContextManager[Toolbox]]
 ModelMaker = Callable[[AgentDefinition], Model]
@@ -142,7 +145,11 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
             raise ConfigurationError(
                 f"{brain.api_key_env} is not set ({where}: brain.api_key_env names it)"
             )
-    model = create_model(
+    limits = RateLimits(
+        requests_per_minute=config.llm_requests_per_minute,
+        tokens_per_minute=config.llm_tokens_per_minute,
+    )
+    return create_model(
         brain.provider,
         brain.model,
         api_key=api_key,
@@ -152,12 +159,14 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
         fallbacks=[(fallback.provider, fallback.model) for fallback in brain.fallbacks],
         settings=config,
         prices=_prices(),
+        rate_limiter=FleetLimiter(redis, brain.provider, brain.model, limits),
     )
-    limits = RateLimits(
-        requests_per_minute=config.llm_requests_per_minute,
-        tokens_per_minute=config.llm_tokens_per_minute,
-    )
-    return RateLimitedModel(model, FleetLimiter(redis, brain.provider, brain.model, limits))
+
+
+def effective_grants(config: Settings, agent: AgentDefinition) -> EffectiveGrants:
+    """The agent's requested grants as GRANT_POLICY caps them (read once per process)."""
+    policy = _grant_policy(config.grant_policy)
+    return policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
 
 
 def toolbox_opener(
@@ -175,8 +184,7 @@ def toolbox_opener(
         if config.mcp_config is None:
             yield LocalToolbox([])  # no MCP_CONFIG: the agent answers without tools
             return
-        policy = _grant_policy(config.grant_policy)
-        grants = policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
+        grants = effective_grants(config, agent)
         token = config.mcp_auth_token.get_secret_value() if config.mcp_auth_token else None
         async with McpToolbox.open(
             _mcp_config(config.mcp_config),

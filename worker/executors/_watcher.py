@@ -1,0 +1,72 @@
+"""What a CLI executor polls while the CLI runs: the gateway's call log and the task's control.
+
+The call log brings the pids the gateway started (registered at once, so a hard crash
+kills them), the writes it held back for a cap and a strict-grants violation; the
+control brings a cancel. ``check`` answers why the CLI must stop, if it must.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from worker.executors._base import ExecutionRequest
+from worker.executors._gateway_link import GatewayActivity, merge, read_call_log
+from worker.executors._process import kill_gateway, kill_process_groups
+from worker.logs import log_event
+
+# Why the CLI was stopped, besides the deadline (``_process.DEADLINE``).
+CANCELLED = "cancelled"
+VIOLATION = "autonomy_violation"
+
+
+class CliWatcher:
+    """Polled while the CLI runs: the gateway's call log (pids, violations) and cancel."""
+
+    def __init__(
+        self, request: ExecutionRequest, call_log: Path | None, activity: GatewayActivity
+    ) -> None:
+        self._request = request
+        self._call_log = call_log
+        self._offset = 0
+        self.activity = activity
+
+    async def check(self) -> str | None:
+        self._read_call_log()
+        if self.activity.violation is not None:
+            return VIOLATION
+        control = self._request.control
+        if control is None:
+            return None
+        polled = await control.poll()
+        if polled.steering:
+            log_event(
+                "steer_ignored",
+                "warning",
+                task=self._request.task.task_id,
+                messages=len(polled.steering),
+                detail="a CLI executor cannot take new messages while it runs",
+            )
+        return CANCELLED if polled.cancelled else None
+
+    def finish(self) -> None:
+        """Last read of the call log; then stop whatever the gateway left running."""
+        self._read_call_log()
+        kill_process_groups(self.activity.server_pids)
+        for pid in self.activity.gateway_pids:
+            kill_gateway(pid)
+
+    def _read_call_log(self) -> None:
+        if self._call_log is None:
+            return
+        more, self._offset = read_call_log(self._call_log, offset=self._offset)
+        on_spawn = self._request.on_spawn
+        if on_spawn is not None:
+            # Registered at once: after a hard crash the worker parent kills them.
+            for pid in [*more.gateway_pids, *more.server_pids]:
+                on_spawn(pid)
+        on_write_refused = self._request.on_write_refused
+        if on_write_refused is not None:
+            # Logged and counted as the native loop's are, while the CLI still runs.
+            for refusal, via in more.refusals:
+                on_write_refused(refusal, via)
+        merge(self.activity, more)
