@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
-
-from redis import Redis
+from typing import TYPE_CHECKING, Any
 
 from worker import redis_keys
 from worker.logs import log_event
 from worker.loop import JournalEntry, entry_from_json, entry_to_json
+
+# Imported by worker.idempotency, which the CLI gateway loads without a Redis client.
+if TYPE_CHECKING:
+    from redis import Redis
 
 # Long enough to cover every requeue delay; a finished task deletes its list at once.
 CHECKPOINT_TTL_S = 3 * 24 * 3600

@@ -22,13 +22,15 @@ import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
-
-from redis import Redis
+from typing import TYPE_CHECKING, Any
 
 from worker.checkpoints import RedisJournal, ToolIntent, arguments_digest
 from worker.logs import log_event
 from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
+
+# The CLI gateway imports this module at every start and never touches Redis through it.
+if TYPE_CHECKING:
+    from redis import Redis
 
 __all__ = [
     "ContentKeyedToolbox",

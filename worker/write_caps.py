@@ -20,14 +20,14 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from redis import Redis
-from redis.exceptions import RedisError
-
 from worker import redis_keys
 from worker.logs import log_event
 from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
+# The CLI gateway imports this module at every start, and needs Redis only with write caps.
 if TYPE_CHECKING:
+    from redis import Redis
+
     from worker.agents import AgentDefinition
     from worker.metrics import JobMetrics
 
@@ -153,22 +153,22 @@ class WriteLedger:
         cap = self.caps.daily(kind)
         interval_ms = int((self.caps.min_interval_s or 0) * 1000) if wait_interval else 0
         on_post = post_id if kind is WriteKind.COMMENT and post_id else ""
-        try:
-            verdict, value = self._redis.register_script(_RESERVE)(
-                keys=self._keys(kind, day),
-                args=[
-                    -1 if cap is None else cap,
-                    int((day_end + _DAY_KEY_GRACE).timestamp()),
-                    on_post,
-                    self.caps.max_writes_per_post,
-                    interval_ms,
-                    _TASK_KEY_TTL_S,
-                ],
-            )
-        except RedisError as exc:
-            log_event("write_caps_unavailable", "warning", task=self._task_id, error=str(exc))
+        answer = self._run_script(
+            _RESERVE,
+            keys=self._keys(kind, day),
+            args=[
+                -1 if cap is None else cap,
+                int((day_end + _DAY_KEY_GRACE).timestamp()),
+                on_post,
+                self.caps.max_writes_per_post,
+                interval_ms,
+                _TASK_KEY_TTL_S,
+            ],
+        )
+        if answer is None:
             message = f"cannot check the {kind} limits right now; try again later"
             return WriteRefused(kind=kind, reason=RefusalReason.UNAVAILABLE, message=message)
+        verdict, value = answer
         verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
         if verdict == "ok":
             return Reservation(kind=kind, day=day, post_id=on_post)
@@ -176,13 +176,21 @@ class WriteLedger:
 
     def refund(self, reservation: Reservation) -> None:
         """Give back a write that did not happen (the Hub refused it)."""
+        self._run_script(
+            _REFUND,
+            keys=self._keys(reservation.kind, reservation.day)[:2],
+            args=[reservation.post_id],
+        )
+
+    def _run_script(self, source: str, *, keys: list[str], args: list[Any]) -> Any:
+        """The script's answer; None when Redis cannot give one (logged: caps unavailable)."""
+        from redis.exceptions import RedisError  # loaded already with the ledger's client
+
         try:
-            self._redis.register_script(_REFUND)(
-                keys=self._keys(reservation.kind, reservation.day)[:2],
-                args=[reservation.post_id],
-            )
+            return self._redis.register_script(source)(keys=keys, args=args)
         except RedisError as exc:
             log_event("write_caps_unavailable", "warning", task=self._task_id, error=str(exc))
+            return None
 
     def _keys(self, kind: WriteKind, day: str) -> list[str]:
         return [

@@ -2,8 +2,9 @@
 
 ``import worker.loop`` (the agent loop, also run by the gateway and the benches) must
 not pay for rq, prometheus or the Hub client; ``mcp_servers.gateway`` starts once per
-CLI task and must not load the executors, rq or prometheus. Each check runs in a
-fresh interpreter, since this test process has imported everything already.
+CLI task and must not load the executors, rq, prometheus or Redis (a gateway without
+write caps has no Redis to talk to). Each check runs in a fresh interpreter, since
+this test process has imported everything already.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def _loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
                 "worker.executors._base",
                 "worker.executors._cli",
                 # Only a task with a capability, write caps, or a stop signal needs these.
+                "redis",
                 "jwt",
                 "pydantic_settings",
                 "worker.settings",
