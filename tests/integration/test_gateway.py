@@ -40,14 +40,10 @@ from worker.executors import (
     ExecutionRequest,
     NativeExecutor,
 )
-from worker.executors._gateway_link import (
-    CAPABILITY,
-    GatewaySpec,
-    gateway_capability,
-    gateway_python_path,
-    read_call_log,
-    write_secrets_file,
-)
+from worker.executors._call_log import read_call_log
+from worker.executors._cli_gateway import gateway_python_path
+from worker.executors._gateway_link import GatewaySpec
+from worker.executors._gateway_secrets import CAPABILITY, gateway_capability, write_secrets_file
 from worker.idempotency import content_key
 from worker.loop import GrantDenied, LoopEvent, LoopSettings, RunLimits, ToolCalled
 from worker.metrics import JobMetrics

@@ -38,7 +38,8 @@ from worker.executors import (
     OpenCodeExecutor,
     executor_for,
 )
-from worker.executors._gateway_link import Denial, GatewayActivity, GatewaySpec, read_call_log
+from worker.executors._call_log import Denial, GatewayActivity, read_call_log
+from worker.executors._gateway_link import GatewaySpec
 from worker.executors._listing import main as list_executors
 from worker.executors._transcript import CliTranscript, CliTurn, RunContext, run_result
 from worker.loop import (

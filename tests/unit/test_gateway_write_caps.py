@@ -13,12 +13,11 @@ import fakeredis
 import pytest
 
 from mcp_servers.gateway import with_write_caps
-from worker.executors._gateway_link import (
+from worker.executors._call_log import CallLogWriter, read_call_log
+from worker.executors._gateway_link import GatewaySpec
+from worker.executors._gateway_secrets import (
     WRITE_CAPS,
-    CallLogWriter,
-    GatewaySpec,
     GatewayWriteCaps,
-    read_call_log,
     read_secrets_file,
     write_secrets_file,
 )

@@ -20,13 +20,13 @@ from worker._lazy import lazy_getattr
 if TYPE_CHECKING:
     from worker.executors._aider import AiderExecutor
     from worker.executors._base import ExecutionRequest, Executor, NativeExecutor
+    from worker.executors._call_log import CallLogWriter
     from worker.executors._claude import ClaudeCodeExecutor
     from worker.executors._cli import CliExecutor
-    from worker.executors._gateway_link import (
+    from worker.executors._gateway_link import GatewaySpec
+    from worker.executors._gateway_secrets import (
         CAPABILITY,
         MCP_AUTH_TOKEN,
-        CallLogWriter,
-        GatewaySpec,
         GatewayWriteCaps,
         read_secrets_file,
     )
@@ -44,12 +44,12 @@ _LAZY = {
     "CliExecutor": "worker.executors._cli",
     "GooseExecutor": "worker.executors._goose",
     "OpenCodeExecutor": "worker.executors._opencode",
-    "CAPABILITY": "worker.executors._gateway_link",
-    "MCP_AUTH_TOKEN": "worker.executors._gateway_link",
-    "CallLogWriter": "worker.executors._gateway_link",
+    "CallLogWriter": "worker.executors._call_log",
     "GatewaySpec": "worker.executors._gateway_link",
-    "GatewayWriteCaps": "worker.executors._gateway_link",
-    "read_secrets_file": "worker.executors._gateway_link",
+    "CAPABILITY": "worker.executors._gateway_secrets",
+    "MCP_AUTH_TOKEN": "worker.executors._gateway_secrets",
+    "GatewayWriteCaps": "worker.executors._gateway_secrets",
+    "read_secrets_file": "worker.executors._gateway_secrets",
 }
 
 # Agent ``type`` -> the executor class, imported with the first lookup.

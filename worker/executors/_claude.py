@@ -24,13 +24,13 @@ from typing import Any
 from worker.agents import AgentDefinition
 from worker.exceptions import AgentConfigError, ExecutorError
 from worker.executors._cli import CliExecutor, CliInvocation, CliJob, model_error
+from worker.executors._cli_gateway import GATEWAY_SERVER
 from worker.executors._process import ProcessOutcome
 from worker.executors._transcript import CliTranscript, CliTurn
 from worker.loop import ToolCallRecord, ToolOutcome
 from worker.models import Usage
 from worker.task import Outcome
 
-GATEWAY_SERVER = "gateway"
 # Claude Code retries API errors many times by default (a 401 hung for minutes).
 MAX_RETRIES = "2"
 

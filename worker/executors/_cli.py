@@ -1,7 +1,8 @@
 """The CLI executors' shared run: scratch workspace, gateway, process, deadline, parse.
 
 run(request):  check the agent → find the binary → the provider credential →
-               scratch workspace + private dir → gateway spec (granted tools only) →
+               scratch workspace + private dir → the gateway (``_cli_gateway``: granted
+               tools only, secrets in a private file) →
                the CLI's command line (subclass) → run it in its own process group
                until it exits, the deadline, a cancel or a strict-grants violation →
                read the gateway's call log → parse the CLI's output (subclass) →
@@ -13,7 +14,6 @@ stdin) and ``parse`` (stdout into a CliTranscript); everything else is here.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -35,16 +35,14 @@ from worker.exceptions import (
     WorkerError,
 )
 from worker.executors._base import ExecutionRequest, Executor
-from worker.executors._gateway_link import (
-    GatewayActivity,
-    GatewaySpec,
-    GatewayWriteCaps,
-    gateway_capability,
-    gateway_command,
-    gateway_python_path,
-    gateway_secrets,
-    write_secrets_file,
+from worker.executors._call_log import GatewayActivity
+from worker.executors._cli_gateway import (
+    GatewayLaunch,
+    gateway_launch,
+    secrets_to_mask,
+    task_gateway,
 )
+from worker.executors._gateway_link import GatewaySpec
 from worker.executors._process import DEADLINE, ProcessOutcome, run_cli_process
 from worker.executors._provider import ProviderAccess, minimal_environment, provider_access
 from worker.executors._transcript import CliTranscript, RunContext, run_result
@@ -54,27 +52,10 @@ from worker.loop import EventBus, RunResult, log_observer
 from worker.models import Message
 from worker.redaction import Redactor
 from worker.task import Outcome
-from worker.write_caps import WriteCaps
 
 CANCELLED_TEXT = "The task was cancelled."
 _STDERR_TAIL_CHARS = 600
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GatewayLaunch:
-    """How the CLI starts ``mcp_servers.gateway``: its command and its environment block."""
-
-    command: list[str]
-    env: dict[str, str]
-
-    @property
-    def executable(self) -> str:
-        return self.command[0]
-
-    @property
-    def args(self) -> list[str]:
-        return self.command[1:]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,7 +167,6 @@ class CliExecutor(Executor):
         return result
 
     async def _run(self, request: ExecutionRequest, activity: GatewayActivity) -> CliTranscript:
-        limits = request.settings.limits
         self.check_agent(request.agent)
         executable = self._require_executable()
         access = provider_access(request.agent, request.worker_settings)
@@ -207,7 +187,10 @@ class CliExecutor(Executor):
             ) as private,
         ):
             deadline_epoch_s = task_deadline_epoch(request)
-            spec = self._gateway_spec(request, Path(private), deadline_epoch_s)
+            spec = (
+                task_gateway(request, Path(private), deadline_epoch_s) if self.speaks_mcp else None
+            )
+            limits = request.settings.limits
             job = CliJob(
                 request=request,
                 access=access,
@@ -218,29 +201,36 @@ class CliExecutor(Executor):
                 system=request.system,
                 max_turns=limits.max_iterations,
                 max_cost_usd=limits.max_cost_usd,
-                gateway=self._launch(spec, Path(workspace)) if spec is not None else None,
+                gateway=gateway_launch(spec, Path(workspace)) if spec is not None else None,
             )
-            invocation = self.invocation(job)
-            watcher = CliWatcher(request, spec.call_log if spec is not None else None, activity)
-            try:
-                outcome = await run_cli_process(
-                    invocation.argv,
-                    env=minimal_environment(workspace) | invocation.env,
-                    cwd=Path(workspace),
-                    stdin_data=invocation.stdin,
-                    timeout_s=max(0.0, deadline_epoch_s - time.time()),
-                    on_spawn=request.on_spawn,
-                    should_stop=watcher.check,
-                )
-            except OSError as exc:
-                raise ExecutorError(f"{self.name}: cannot start {executable}: {exc}") from exc
-            finally:
-                watcher.finish()
-            secrets = {}
-            if spec is not None and spec.secrets_file is not None:
-                secrets = gateway_secrets(spec.mcp_config, request.worker_settings)
-            redactor = Redactor([access.api_key, *secrets.values()])
+            outcome = await self._run_process(job, spec, activity, deadline_epoch_s)
+            redactor = Redactor([access.api_key, *secrets_to_mask(spec, request)])
             return self._transcript(job, outcome, activity, redactor)
+
+    async def _run_process(
+        self,
+        job: CliJob,
+        spec: GatewaySpec | None,
+        activity: GatewayActivity,
+        deadline_epoch_s: float,
+    ) -> ProcessOutcome:
+        """Run the CLI until it exits, the deadline, a cancel or a strict-grants violation."""
+        invocation = self.invocation(job)
+        watcher = CliWatcher(job.request, spec.call_log if spec is not None else None, activity)
+        try:
+            return await run_cli_process(
+                invocation.argv,
+                env=minimal_environment(str(job.workspace)) | invocation.env,
+                cwd=job.workspace,
+                stdin_data=invocation.stdin,
+                timeout_s=max(0.0, deadline_epoch_s - time.time()),
+                on_spawn=job.request.on_spawn,
+                should_stop=watcher.check,
+            )
+        except OSError as exc:
+            raise ExecutorError(f"{self.name}: cannot start {job.executable}: {exc}") from exc
+        finally:
+            watcher.finish()
 
     def _transcript(
         self, job: CliJob, outcome: ProcessOutcome, activity: GatewayActivity, redact: Redactor
@@ -302,63 +292,6 @@ class CliExecutor(Executor):
                 "installed on this worker (see `agent-worker executors`)"
             )
         return path
-
-    # --- the gateway -------------------------------------------------------------------------
-
-    def _gateway_spec(
-        self, request: ExecutionRequest, private: Path, deadline_epoch_s: float
-    ) -> GatewaySpec | None:
-        settings, grants = request.worker_settings, request.grants
-        if not self.speaks_mcp or settings.mcp_config is None:
-            return None
-        config = request.agent.config
-        if not grants.allowed:
-            return None  # no tool can be granted: no gateway, no tools
-        mcp_config = settings.mcp_config.resolve()
-        # The task's signed capability rides in the private secrets file, never the key.
-        secrets = gateway_secrets(mcp_config, settings) | gateway_capability(
-            settings.capability_key,
-            agent_id=config.name,
-            task_id=request.task.task_id,
-            grants=grants,
-            deadline_epoch_s=deadline_epoch_s,
-        )
-        # The agent's write caps and the fleet's Redis (a credential): the secrets file only.
-        caps = WriteCaps.of(request.agent, max_writes_per_post=settings.max_writes_per_post)
-        secrets |= GatewayWriteCaps.of(settings, caps).secrets()
-        secrets_file = None
-        if secrets:
-            secrets_file = private / "gateway-secrets.json"
-            write_secrets_file(secrets_file, secrets)
-        allowed_tools = request.task.constraints.allowed_tools
-        return GatewaySpec(
-            agent_id=config.name,
-            task_id=request.task.task_id,
-            mcp_config=mcp_config,
-            call_log=private / "gateway-calls.jsonl",
-            grants=tuple(sorted(grants.allowed)),
-            denied_grants=tuple(sorted(grants.denied)),
-            allowed_tools=tuple(allowed_tools) if allowed_tools is not None else None,
-            servers=tuple(config.capabilities.mcp_servers) or None,
-            strict_grants=request.settings.strict_grants,
-            deadline_epoch_s=deadline_epoch_s,
-            tool_timeout_s=request.settings.tool_timeout_cap_s,
-            max_output_chars=request.settings.tool_output_max_chars,
-            secrets_file=secrets_file,
-            workdir=Path.cwd(),
-            can_execute_tool=settings.can_execute_tool,
-            untrusted_nonce=request.untrusted_nonce,
-            require_capability=settings.capability_key is not None,
-        )
-
-    @staticmethod
-    def _launch(spec: GatewaySpec, workspace: Path) -> GatewayLaunch:
-        env = spec.environment() | {
-            "PATH": os.environ.get("PATH", os.defpath),
-            "HOME": str(workspace),
-            "PYTHONPATH": gateway_python_path(),
-        }
-        return GatewayLaunch(command=gateway_command(), env=env)
 
 
 def task_deadline_epoch(request: ExecutionRequest) -> float:

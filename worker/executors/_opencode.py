@@ -29,11 +29,11 @@ from typing import Any
 
 from worker.exceptions import ExecutorError, WorkerError
 from worker.executors._cli import CliExecutor, CliInvocation, CliJob, model_error
+from worker.executors._cli_gateway import GATEWAY_SERVER
 from worker.executors._process import ProcessOutcome
 from worker.executors._transcript import CliTranscript, CliTurn
 from worker.models import Usage
 
-GATEWAY_SERVER = "gateway"
 OPENAI_COMPATIBLE_PROVIDER = "worker-openai"
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from worker.exceptions import WorkerError
-from worker.executors._gateway_link import GatewayActivity
+from worker.executors._call_log import GatewayActivity
 from worker.loop import (
     EventBus,
     GrantDenied,

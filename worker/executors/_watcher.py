@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from worker.executors._base import ExecutionRequest
-from worker.executors._gateway_link import GatewayActivity, merge, read_call_log
+from worker.executors._call_log import GatewayActivity, merge, read_call_log
 from worker.executors._process import kill_gateway, kill_process_groups
 from worker.logs import log_event
 
