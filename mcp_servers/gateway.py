@@ -155,16 +155,83 @@ def build_server(
         from worker.tools import read_capability
 
         claims = read_capability(capability)
-    grants = (
-        claims.effective_grants()
-        if claims is not None
-        else EffectiveGrants(allowed=frozenset(spec.grants), denied=frozenset(spec.denied_grants))
+    setup = GatewaySetup(
+        spec=spec,
+        config=config,
+        capability=capability,
+        claims=claims,
+        redact=redact,
+        write_caps=write_caps,
+    )
+    return Server(
+        SERVER_NAME,
+        version="1",
+        instructions="The tools this agent holds grants for, on behalf of the Hub worker.",
+        lifespan=setup.open,
+        on_list_tools=_list_tools,
+        on_call_tool=_call_tool,
     )
 
+
+@dataclass(frozen=True, kw_only=True)
+class GatewaySetup:
+    """What ``build_server`` was given, opened into a ``Gateway`` when the CLI connects."""
+
+    spec: GatewaySpec
+    config: McpConfig
+    capability: str | None
+    claims: Capability | None
+    redact: Callable[[str], str]
+    write_caps: GatewayWriteCaps | None
+
     @asynccontextmanager
-    async def open_gateway(_: Server[Gateway]) -> AsyncIterator[Gateway]:
+    async def open(self, _: Server[Gateway]) -> AsyncIterator[Gateway]:
+        """The server's lifespan: the call log, the write caps' Redis, the toolbox."""
+        spec = self.spec
         call_log = CallLogWriter(spec.call_log)
         call_log.started(os.getpid())
+        redis = self.write_caps.connect() if self.write_caps is not None else None
+        try:
+            async with McpToolbox.open(
+                self.config,
+                grants=self.grants(),
+                allowed_tools=spec.allowed_tools,
+                servers=spec.servers or None,
+                auth_token=os.environ.get(MCP_AUTH_TOKEN) or None,
+                capability=self.capability,
+                on_spawn=call_log.spawned,
+            ) as toolbox:
+                yield Gateway(
+                    spec=spec,
+                    toolbox=toolbox,
+                    dispatcher=self.dispatcher(toolbox, call_log, redis),
+                    call_log=call_log,
+                    calls=itertools.count(1),
+                    capability=self.claims,
+                    redact=self.redact,
+                )
+        finally:
+            call_log.close()
+            if redis is not None:
+                redis.close()
+
+    def grants(self) -> EffectiveGrants:
+        """The capability's grants when there is one, else those of the environment block."""
+        if self.claims is not None:
+            return self.claims.effective_grants()
+        return EffectiveGrants(
+            allowed=frozenset(self.spec.grants), denied=frozenset(self.spec.denied_grants)
+        )
+
+    def dispatcher(
+        self, toolbox: McpToolbox, call_log: CallLogWriter, redis: Redis | None
+    ) -> ToolDispatcher:
+        """Every call's way, as in the native loop: write caps (with a Redis), arguments
+        redacted, an idempotency key from the call's content, then the grant check."""
+        spec = self.spec
+        tools: Toolbox = toolbox
+        if self.write_caps is not None and redis is not None:
+            tools = with_write_caps(toolbox, spec, self.write_caps, redis, call_log)
         events = EventBus(
             [
                 lambda event: _log_denial(call_log, event),
@@ -172,61 +239,28 @@ def build_server(
                 log_observer(task_id=spec.task_id, agent_id=spec.agent_id),
             ]
         )
-        redis = write_caps.connect() if write_caps is not None else None
-        try:
-            async with McpToolbox.open(
-                config,
-                grants=grants,
-                allowed_tools=spec.allowed_tools,
-                servers=spec.servers or None,
-                auth_token=os.environ.get(MCP_AUTH_TOKEN) or None,
-                capability=capability,
-                on_spawn=call_log.spawned,
-            ) as toolbox:
-                tools: Toolbox = toolbox
-                if write_caps is not None and redis is not None:
-                    tools = with_write_caps(toolbox, spec, write_caps, redis, call_log)
-                yield Gateway(
-                    spec=spec,
-                    toolbox=toolbox,
-                    dispatcher=ToolDispatcher(
-                        ContentKeyedToolbox(ArgumentRedactingToolbox(tools, redact)),
-                        task_id=spec.task_id,
-                        agent_id=spec.agent_id,
-                        events=events,
-                        # Strictness is the executor's to enforce: the call log tells it.
-                        strict_grants=False,
-                        max_output_chars=spec.max_output_chars,
-                        can_execute_tool=tool_check(spec),
-                    ),
-                    call_log=call_log,
-                    calls=itertools.count(1),
-                    capability=claims,
-                    redact=redact,
-                )
-        finally:
-            call_log.close()
-            if redis is not None:
-                redis.close()
+        return ToolDispatcher(
+            ContentKeyedToolbox(ArgumentRedactingToolbox(tools, self.redact)),
+            task_id=spec.task_id,
+            agent_id=spec.agent_id,
+            events=events,
+            # Strictness is the executor's to enforce: the call log tells it.
+            strict_grants=False,
+            max_output_chars=spec.max_output_chars,
+            can_execute_tool=tool_check(spec),
+        )
 
-    async def list_tools(
-        ctx: ServerRequestContext[Gateway], params: mcp_types.PaginatedRequestParams | None
-    ) -> mcp_types.ListToolsResult:
-        return mcp_types.ListToolsResult(tools=ctx.lifespan_context.tools())
 
-    async def call_tool(
-        ctx: ServerRequestContext[Gateway], params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult:
-        return await ctx.lifespan_context.call(params.name, params.arguments or {})
+async def _list_tools(
+    ctx: ServerRequestContext[Gateway], params: mcp_types.PaginatedRequestParams | None
+) -> mcp_types.ListToolsResult:
+    return mcp_types.ListToolsResult(tools=ctx.lifespan_context.tools())
 
-    return Server(
-        SERVER_NAME,
-        version="1",
-        instructions="The tools this agent holds grants for, on behalf of the Hub worker.",
-        lifespan=open_gateway,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
+
+async def _call_tool(
+    ctx: ServerRequestContext[Gateway], params: mcp_types.CallToolRequestParams
+) -> mcp_types.CallToolResult:
+    return await ctx.lifespan_context.call(params.name, params.arguments or {})
 
 
 def with_write_caps(
