@@ -41,7 +41,7 @@ class ToolIntent:
 
     @property
     def field(self) -> str:
-        return f"{self.step}:{self.index}"
+        return _intent_field(self.step, self.index)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -52,6 +52,11 @@ class ToolIntent:
             },
             separators=(",", ":"),
         )
+
+
+def _intent_field(step: int, index: int) -> str:
+    """The call's field in the task's intents hash."""
+    return f"{step}:{index}"
 
 
 def arguments_digest(tool: str, arguments: dict[str, Any]) -> str:
@@ -100,7 +105,7 @@ class RedisJournal:
 
     def intent(self, step: int, index: int) -> ToolIntent | None:
         """The intent recorded for that call by an earlier run, if any (None if unreadable)."""
-        raw = self._redis.hget(self._intents_key, f"{step}:{index}")
+        raw = self._redis.hget(self._intents_key, _intent_field(step, index))
         if raw is None:
             return None
         try:
