@@ -4,8 +4,8 @@ Run by the CLI itself (claude-code, opencode, goose), as its only MCP server:
 ``python -m mcp_servers.gateway --stdio``. Everything it needs comes from the
 environment block the CLI executor wrote (``worker.executors._gateway_link``):
 the agent and task, the effective grants, the task's ``allowed_tools``,
-``MCP_CONFIG``, and a file with ``MCP_AUTH_TOKEN`` and the tool credentials.
-Nothing comes from the model.
+``MCP_CONFIG``, and a file with ``MCP_AUTH_TOKEN`` and the tool credentials
+(``worker.executors._gateway_secrets``). Nothing comes from the model.
 
 It connects to the configured servers through the worker's own grant-checked
 ``McpToolbox``, offers only the tools the agent may use (``<server>__<tool>``
@@ -17,7 +17,8 @@ and the rest is forwarded with the worker's ``_meta`` identity (``agent_id``,
 ``task_id``, and ``idempotency_key = <task_id>:tool:<digest>:<k>`` for the k-th call of
 one tool with the same arguments: a CLI re-runs a task from the start, so a key must
 name the write, not its position; see ``worker.idempotency``).
-Each call is also written to the call log the executor reads after the run.
+Each call is also written to the call log the executor reads after the run
+(``worker.executors._call_log``).
 
 The agent's write caps hold here as in the native loop: with ``GATEWAY_WRITE_CAPS`` in
 the secrets file (the fleet's Redis and the caps), the hub server's ``create_post`` and

@@ -74,6 +74,7 @@ def _loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
                 "worker.agents",
                 "worker.executors._base",
                 "worker.executors._cli",
+                "worker.executors._cli_gateway",
                 # Only a task with a capability, write caps, or a stop signal needs these.
                 "redis",
                 "jwt",
