@@ -16,6 +16,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import anyio
 
+from worker._task_groups import background_task_group
 from worker.tools import Toolbox
 
 ToolboxFactory = Callable[[], AbstractAsyncContextManager[Toolbox]]
@@ -83,19 +84,10 @@ async def tools_opened_early(
         yield open_toolbox
         return
     held = _HeldToolbox(open_toolbox)
-    raised_in_block: BaseException | None = None
-    try:
-        async with anyio.create_task_group() as holder:
-            holder.start_soon(held.hold, name="toolbox opened early")
-            try:
-                yield held.use
-            finally:
-                held.release()
-    except BaseExceptionGroup as group:
-        # The holder never raises, so the group only wraps what the block raised: hand
-        # that back as it was, not wrapped.
-        if len(group.exceptions) != 1:
-            raise
-        raised_in_block = group.exceptions[0]
-    if raised_in_block is not None:
-        raise raised_in_block
+    # The holder never raises: what the block raises comes out as it was.
+    async with background_task_group() as holder:
+        holder.start_soon(held.hold, name="toolbox opened early")
+        try:
+            yield held.use
+        finally:
+            held.release()

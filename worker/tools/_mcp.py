@@ -50,6 +50,7 @@ from mcp.client import Client, Transport
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from worker._task_groups import background_task_group
 from worker.exceptions import ToolFailed, ToolNotFound, ToolServerDown
 from worker.logs import log_event
 from worker.models import ToolSpec
@@ -167,22 +168,13 @@ class McpToolbox:
             on_spawn=on_spawn,
             tool_list_ttl_s=tool_list_ttl_s,
         )
-        raised_in_block: BaseException | None = None
-        try:
-            async with anyio.create_task_group() as runners:
-                try:
-                    await toolbox._connect_all(runners)
-                    yield toolbox
-                finally:
-                    await toolbox._close_all(runners)
-        except BaseExceptionGroup as group:
-            # Runners never raise, so the group only wraps what the caller's block raised:
-            # hand that back as it was, not wrapped.
-            if len(group.exceptions) != 1:
-                raise
-            raised_in_block = group.exceptions[0]
-        if raised_in_block is not None:
-            raise raised_in_block
+        # Runners never raise: what the caller's block raises comes out as it was.
+        async with background_task_group() as runners:
+            try:
+                await toolbox._connect_all(runners)
+                yield toolbox
+            finally:
+                await toolbox._close_all(runners)
 
     # -- the Toolbox protocol ------------------------------------------------------------
 
