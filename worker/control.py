@@ -109,7 +109,7 @@ def cancel_task(redis: Redis, task_id: str) -> str:
     if status in {"queued", "scheduled", "deferred"}:
         from rq.serializers import JSONSerializer
 
-        from worker._worker_vetting import CappedJob, JobDataTooLarge
+        from worker.daemon import CappedJob, JobDataTooLarge
 
         try:
             CappedJob.fetch(task_id, connection=redis, serializer=JSONSerializer).cancel()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar, TypeVar
 
-from worker._worker import AgentWorker
+from worker.daemon import AgentWorker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RQ = str(Path(sys.executable).parent / "rq")
