@@ -7,10 +7,13 @@ that outlives the TTL keeps them), and are released explicitly when it ends.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -80,19 +83,52 @@ class Renewal:
                 return
 
 
-def lease_holder(pid: int) -> str:
-    """How a lease names the process holding it: ``host:pid``."""
-    return f"{socket.gethostname()}:{pid}"
+# Set while a task runs in a job thread of a worker process that runs several at once
+# (WORKER_CONCURRENCY above 1): there the pid alone does not tell one run from another.
+_IN_PROCESS_RUN: ContextVar[str | None] = ContextVar("in_process_run", default=None)
 
 
-def release_lease_of(redis: Redis, task_id: str, pid: int) -> bool:
-    """Free the task's lease if process ``pid`` of this host holds it; True if it did.
+@contextmanager
+def in_process_run(run_id: str) -> Iterator[None]:
+    """Run the code inside as one of several task runs of this process, named ``run_id``.
 
-    For the worker parent once it knows its job process is dead (killed, or taken
+    For the job threads of a concurrent worker: the lease holder names the run, and
+    the task does not watch for a dead worker parent (it has none of its own).
+    """
+    token = _IN_PROCESS_RUN.set(run_id)
+    try:
+        yield
+    finally:
+        _IN_PROCESS_RUN.reset(token)
+
+
+def running_in_process() -> bool:
+    """True inside ``in_process_run``: the task shares its process with the worker."""
+    return _IN_PROCESS_RUN.get() is not None
+
+
+def lease_holder(pid: int, run_id: str | None = None) -> str:
+    """How a lease names the run holding it: ``host:pid`` for a forked job process,
+    ``host:pid/run_id`` for one of the task runs of a concurrent worker process."""
+    holder = f"{socket.gethostname()}:{pid}"
+    return holder if run_id is None else f"{holder}/{run_id}"
+
+
+def current_lease_holder() -> str:
+    """The holder name of the task run calling it (its process, and its run when in-process)."""
+    return lease_holder(os.getpid(), _IN_PROCESS_RUN.get())
+
+
+def release_lease_of(redis: Redis, task_id: str, pid: int, run_id: str | None = None) -> bool:
+    """Free the task's lease if process ``pid`` of this host (run ``run_id`` in it, for an
+    in-process run) holds it; True if it did.
+
+    For the worker once it knows the run is dead (its job process killed, or taken
     down by a cold shutdown): the re-run then starts at once instead of waiting
     for the lease to expire.
     """
-    return bool(redis.eval(_RELEASE, 1, redis_keys.task_lease(task_id), lease_holder(pid)))
+    holder = lease_holder(pid, run_id)
+    return bool(redis.eval(_RELEASE, 1, redis_keys.task_lease(task_id), holder))
 
 
 class TaskLease:

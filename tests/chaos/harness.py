@@ -245,12 +245,14 @@ class ChaosStack:
         return wait_until(final_report, timeout_s, f"task {task_id} to end for good")
 
     def lease_holder_pid(self, task_id: str) -> int | None:
-        """The pid of the job process holding the task's lease (``host:pid``)."""
+        """The pid of the process running the task: the job process holding its lease
+        (``host:pid``), or the concurrent worker process running it in a thread
+        (``host:pid/run``)."""
         with contextlib.closing(self.connection()) as connection:
             holder = connection.get(redis_keys.task_lease(task_id))
         if not isinstance(holder, bytes):
             return None
-        return int(holder.decode().rpartition(":")[2])
+        return int(holder.decode().rpartition(":")[2].partition("/")[0])
 
     def outbox_size(self) -> int:
         with contextlib.closing(self.connection()) as connection:

@@ -19,6 +19,8 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from redis.exceptions import RedisError
@@ -111,21 +113,29 @@ class VettingWorker(OutageTolerantWorker):
 
     def run_vetted_job(self, job: Job, queue: Queue, check: JobCheck) -> None:
         """Run a job that passed vetting and settle it: here in rq's forked job process."""
+        with self._bookkeeping_ridden_out(job):
+            try:
+                super().execute_job(job, queue)
+            except SystemExit:
+                # rq's cold shutdown (a second SIGTERM/SIGINT) killed the job process.
+                execution = next((e for e in self.executions.values() if e.job_id == job.id), None)
+                self._hand_back_after_cold_shutdown(job, queue, execution, lease_pid=self.horse_pid)
+                raise
+        self._after_job(job, check)
+
+    @contextmanager
+    def _bookkeeping_ridden_out(self, job: Job) -> Iterator[None]:
+        """Around one run of a job: rq's bookkeeping failing on an outage is logged, not fatal."""
         try:
-            super().execute_job(job, queue)
+            yield
         except RedisError as exc:
             if not is_redis_outage(exc):
                 raise
-            # Only rq's bookkeeping around the job process can raise here; the job
-            # stays in the started registry and rq's maintenance settles it.
+            # Only rq's bookkeeping around the run can raise here; the job stays in
+            # the started registry and rq's maintenance settles it.
             log_event("job_bookkeeping_failed", level="error", job_id=job.id, error=str(exc))
-        except SystemExit:
-            # rq's cold shutdown (a second SIGTERM/SIGINT) killed the job process.
-            self._hand_back_after_cold_shutdown(job, queue)
-            raise
         finally:
             self._final_job_ids.discard(job.id)
-        self._after_job(job, check)
 
     def _clear_producer_control(self, job: Job) -> None:
         """Drop ``meta.requeue``/``meta.report`` a producer wrote: only the run sets them."""
@@ -214,18 +224,26 @@ class VettingWorker(OutageTolerantWorker):
         ):
             log_event("dead_job_lease_released", level="warning", task_id=job_id, pid=pid)
 
-    def _hand_back_after_cold_shutdown(self, job: Job, queue: Queue) -> None:
-        """Put a task killed by a cold shutdown back now (a retry, resuming from its checkpoint).
+    def _hand_back_after_cold_shutdown(
+        self,
+        job: Job,
+        queue: Queue,
+        execution: Execution | None,
+        *,
+        lease_pid: int,
+        run_id: str | None = None,
+    ) -> None:
+        """Put a task stopped by a cold shutdown back now (a retry, resuming from its checkpoint).
 
         rq leaves such a job in the started registry, and only maintenance run after
-        its heartbeat expired (a minute or more) would retry it.
+        its heartbeat expired (a minute or more) would retry it. ``lease_pid`` (and
+        ``run_id`` for a run in a job thread) name the run whose task lease is freed.
         """
-        execution = next((e for e in self.executions.values() if e.job_id == job.id), None)
         try:
-            if self.horse_pid:
-                release_lease_of(self.connection, job.id, self.horse_pid)
+            if lease_pid:
+                release_lease_of(self.connection, job.id, lease_pid, run_id)
             if job.get_status(refresh=True) is not JobStatus.STARTED:
-                return  # it ended just before the job process was killed
+                return  # it ended just before the cold shutdown
             self.handle_job_failure(
                 job,
                 queue,

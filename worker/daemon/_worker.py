@@ -35,8 +35,8 @@ from rq.serializers import JSONSerializer
 from rq.worker import DequeueStrategy
 
 from worker.checks import check_at_start
+from worker.daemon._concurrent import ConcurrentWorker
 from worker.daemon._logging import send_rq_logs_to_events
-from worker.daemon._one_job import VettingWorker
 from worker.daemon._vetting import CappedJob
 from worker.exceptions import ConfigurationError, WorkerError
 from worker.logs import log_event, set_level, set_redactor
@@ -57,7 +57,7 @@ __all__ = ["AgentWorker"]
 HEALTH_CHECK_TIMEOUT_S = 2.0
 
 
-class AgentWorker(VettingWorker):
+class AgentWorker(ConcurrentWorker):
     """The rq worker of the agent fleet; subclass it to extend ``allowed_functions`` (tests)."""
 
     # rq decompresses job data when it loads a job, before our vetting: capped there too.
@@ -142,6 +142,7 @@ class AgentWorker(VettingWorker):
             queues=self.queue_names(),
             metrics_port=self._metrics_port,
             scheduler=self.run_scheduler,
+            concurrency=self.concurrency,
             maintenance_interval_s=self.maintenance_interval,
         )
 
