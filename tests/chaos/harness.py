@@ -39,7 +39,7 @@ from rq.serializers import JSONSerializer
 from tests.support.devhub import DevHub
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
-from tests.support.workers import launch_worker, parse_events
+from tests.support.workers import TEST_CONCURRENCY_VARIABLE, launch_worker, parse_events
 from worker import redis_keys
 from worker.dev.devstack import ManagedProcess, python_module
 from worker.enqueue import enqueue_task
@@ -469,6 +469,17 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def concurrent_workers() -> bool:
+    """True when every worker runs its tasks in threads (AGENT_TEST_WORKER_CONCURRENCY)."""
+    return int(os.environ.get(TEST_CONCURRENCY_VARIABLE) or "1") > 1
+
+
+def worker_pid_of(runner_pid: int) -> int | None:
+    """The worker running a task, from the pid holding its lease: the parent of a forked
+    job process, or the process itself when it runs its tasks in threads."""
+    return runner_pid if concurrent_workers() else parent_pid(runner_pid)
 
 
 def parent_pid(pid: int) -> int | None:
