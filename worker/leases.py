@@ -17,6 +17,7 @@ from contextvars import ContextVar
 
 from redis import Redis
 from redis.exceptions import RedisError
+from rq.executions import Execution
 
 from worker import redis_keys
 from worker.logs import log_event
@@ -35,6 +36,15 @@ return 0
 # Release only a lease we hold: a copy that outlived its lease must not free another's.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+# Take over a lease from an in-process run whose rq execution is gone (KEYS[2]): its worker
+# died, and rq's heartbeats of that run stopped. Only if that run still holds it.
+_TAKE_OVER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
 return 0
 """
 # Extend a lease we hold, take it back if it lapsed unclaimed; 0 when another holds it.
@@ -114,6 +124,12 @@ def lease_holder(pid: int, run_id: str | None = None) -> str:
     return holder if run_id is None else f"{holder}/{run_id}"
 
 
+def run_of_holder(holder: str) -> str | None:
+    """The run id of an in-process run's holder name (``host:pid/run_id``), else None."""
+    _, separator, run_id = holder.rpartition(":")[2].partition("/")
+    return run_id if separator and run_id else None
+
+
 def current_lease_holder() -> str:
     """The holder name of the task run calling it (its process, and its run when in-process)."""
     return lease_holder(os.getpid(), _IN_PROCESS_RUN.get())
@@ -151,10 +167,31 @@ class TaskLease:
 
     def acquire(self) -> bool:
         taken = bool(self._redis.set(self._key, self._holder, nx=True, px=self._ttl_ms))
+        if not taken:
+            taken = self._take_over_from_dead_run()
         if taken and self._renew and self._renewal is None:
             self._renewal = Renewal(
                 f"task {self._task_id}", self.renew, interval_s=self._ttl_ms / 3000
             )
+        return taken
+
+    def _take_over_from_dead_run(self) -> bool:
+        """Take the lease of a run in a concurrent worker that died with it (SIGKILL, OOM).
+
+        No process is left to release it, and it would outlive the task's deadline. Such
+        a run is alive exactly as long as its rq execution, which its worker's heartbeats
+        keep: once rq let the execution expire (and re-enqueued the task), the lease is
+        free too. A forked job process (``host:pid``) releases its own or lets it lapse.
+        """
+        holder = self.holder()
+        run_id = run_of_holder(holder) if holder else None
+        if holder is None or run_id is None:
+            return False
+        execution_key = Execution(id=run_id, job_id=self._task_id, connection=self._redis).key
+        keys = (self._key, execution_key)
+        taken = bool(self._redis.eval(_TAKE_OVER, 2, *keys, holder, self._holder, self._ttl_ms))
+        if taken:
+            log_event("task_lease_taken_over", "warning", task=self._task_id, dead_holder=holder)
         return taken
 
     def renew(self) -> bool:

@@ -144,7 +144,8 @@ def test_cold_shutdown_hands_every_task_back_and_each_resumes_once(chaos: ChaosS
 def test_a_killed_worker_reruns_each_task_in_flight_once_from_its_checkpoint(
     chaos: ChaosStack,
 ) -> None:
-    doomed = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
+    # Heartbeats every 5 s: each execution expires about a minute after the last one.
+    doomed = chaos.start_worker("--job-monitoring-interval", "5", WORKER_CONCURRENCY=CONCURRENCY)
     markers = [f"sigkill-{n}" for n in range(3)]
     tasks = [chaos.notification(m, side_effect_then_slow(m)) for m in markers]
     for marker, task_id in zip(markers, tasks, strict=True):
@@ -156,9 +157,11 @@ def test_a_killed_worker_reruns_each_task_in_flight_once_from_its_checkpoint(
 
     os.kill(doomed.pid, signal.SIGKILL)
 
-    # Each execution expires on its own; rq's maintenance re-runs each task once.
+    # Each execution expires on its own; rq's maintenance re-runs each task once, and the
+    # re-run takes over the lease the dead run could not release.
     for marker, task_id in zip(markers, tasks, strict=True):
         assert_everything_happened_once(chaos, task_id, marker, timeout_s=150)
+        assert len(events_of(survivor, "task_lease_taken_over", task_id)) == 1
         assert len(events_of(survivor, "task_started", task_id)) == 1
         assert len(events_of(survivor, "task_completed", task_id)) == 1
         assert len(chaos.llm.requests(task_id)) == 3

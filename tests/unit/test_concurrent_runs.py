@@ -53,6 +53,7 @@ def test_two_runs_in_one_process_hold_leases_under_different_names() -> None:
 def test_a_second_copy_in_the_same_process_does_not_get_the_lease(
     redis: fakeredis.FakeRedis,
 ) -> None:
+    redis.set("rq:execution:t-1:exec-a", "alive")  # rq's execution of the first run
     with in_process_run("exec-a"):
         first = TaskLease(redis, "t-1", holder=current_lease_holder(), ttl_s=30, renew=False)
         assert first.acquire()
@@ -138,3 +139,28 @@ def test_the_tests_switch_makes_every_worker_concurrent(monkeypatch: pytest.Monk
     assert with_test_concurrency({"A": "1"}) == {"A": "1", "WORKER_CONCURRENCY": "8"}
     # A test that chose its own concurrency keeps it.
     assert with_test_concurrency({"WORKER_CONCURRENCY": "2"}) == {"WORKER_CONCURRENCY": "2"}
+
+
+def test_a_lease_of_a_run_whose_worker_died_is_taken_over_once_rq_let_it_expire(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    dead_holder = lease_holder(4242, "exec-dead")
+    redis.set(redis_keys.task_lease("t-1"), dead_holder)
+    execution_key = "rq:execution:t-1:exec-dead"
+    redis.set(execution_key, "alive")  # rq's heartbeats still keep the run's execution
+    rerun = TaskLease(redis, "t-1", holder=lease_holder(os.getpid(), "exec-new"), ttl_s=30)
+    try:
+        assert not rerun.acquire()
+
+        redis.delete(execution_key)  # its worker died: the heartbeats stopped, rq let it expire
+        assert rerun.acquire()
+        assert rerun.holder() == lease_holder(os.getpid(), "exec-new")
+    finally:
+        rerun.release()
+
+
+def test_a_forked_job_process_lease_is_never_taken_over(redis: fakeredis.FakeRedis) -> None:
+    redis.set(redis_keys.task_lease("t-1"), lease_holder(4242))
+    rerun = TaskLease(redis, "t-1", holder=lease_holder(os.getpid(), "exec-new"), ttl_s=30)
+    assert not rerun.acquire()
+    assert rerun.holder() == lease_holder(4242)
