@@ -17,7 +17,8 @@ from contextvars import ContextVar
 
 from redis import Redis
 from redis.exceptions import RedisError
-from rq.executions import Execution
+from rq.job import Job
+from rq.registry import StartedJobRegistry
 
 from worker import redis_keys
 from worker.logs import log_event
@@ -38,14 +39,15 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-# Take over a lease from an in-process run whose rq execution is gone (KEYS[2]): its worker
-# died, and rq's heartbeats of that run stopped. Only if that run still holds it.
+# Take over a lease from an in-process run that rq's started registry (KEYS[2]) no longer
+# holds as running (ARGV[4], expiry score after ARGV[5] = now): its worker died, its
+# heartbeats stopped, and rq called it abandoned. Only if that run still holds the lease.
 _TAKE_OVER = """
-if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
-end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local expires = redis.call('ZSCORE', KEYS[2], ARGV[4])
+if expires and tonumber(expires) > tonumber(ARGV[5]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
 """
 # Extend a lease we hold, take it back if it lapsed unclaimed; 0 when another holds it.
 _RENEW = """
@@ -179,17 +181,32 @@ class TaskLease:
         """Take the lease of a run in a concurrent worker that died with it (SIGKILL, OOM).
 
         No process is left to release it, and it would outlive the task's deadline. Such
-        a run is alive exactly as long as its rq execution, which its worker's heartbeats
-        keep: once rq let the execution expire (and re-enqueued the task), the lease is
-        free too. A forked job process (``host:pid``) releases its own or lets it lapse.
+        a run is alive exactly as long as rq holds its execution as running (its worker's
+        heartbeats keep it in the started registry): once rq called it abandoned (and
+        re-enqueued the task), the lease is free too. A forked job process (``host:pid``)
+        releases its own lease or lets it lapse.
         """
         holder = self.holder()
         run_id = run_of_holder(holder) if holder else None
-        if holder is None or run_id is None:
+        origin = self._redis.hget(Job.key_for(self._task_id), "origin") if run_id else None
+        if holder is None or run_id is None or origin is None:
             return False
-        execution_key = Execution(id=run_id, job_id=self._task_id, connection=self._redis).key
-        keys = (self._key, execution_key)
-        taken = bool(self._redis.eval(_TAKE_OVER, 2, *keys, holder, self._holder, self._ttl_ms))
+        queue_name = origin.decode() if isinstance(origin, bytes) else str(origin)
+        started = StartedJobRegistry(queue_name, connection=self._redis).key
+        execution = f"{self._task_id}:{run_id}"  # how rq names an execution in the registry
+        taken = bool(
+            self._redis.eval(
+                _TAKE_OVER,
+                2,
+                self._key,
+                started,
+                holder,
+                self._holder,
+                self._ttl_ms,
+                execution,
+                time.time(),
+            )
+        )
         if taken:
             log_event("task_lease_taken_over", "warning", task=self._task_id, dead_holder=holder)
         return taken

@@ -6,15 +6,21 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 import fakeredis
 import pytest
+from rq.executions import Execution
+from rq.job import Job
+from rq.queue import Queue
+from rq.registry import StartedJobRegistry
 from rq.timeouts import JobTimeoutException, TimerDeathPenalty, UnixSignalDeathPenalty
 
 from tests.support.workers import TEST_CONCURRENCY_VARIABLE, with_test_concurrency
 from worker import redis_keys
 from worker.control import LeaseLost, RedisControl, WorkerLost
 from worker.daemon import AgentWorker
+from worker.daemon._concurrent import InFlightJob
 from worker.leases import (
     TaskLease,
     current_lease_holder,
@@ -53,7 +59,8 @@ def test_two_runs_in_one_process_hold_leases_under_different_names() -> None:
 def test_a_second_copy_in_the_same_process_does_not_get_the_lease(
     redis: fakeredis.FakeRedis,
 ) -> None:
-    redis.set("rq:execution:t-1:exec-a", "alive")  # rq's execution of the first run
+    redis.hset("rq:job:t-1", "origin", "agents")  # the first run is rq's running execution
+    redis.zadd(StartedJobRegistry("agents", connection=redis).key, {"t-1:exec-a": time.time() + 60})
     with in_process_run("exec-a"):
         first = TaskLease(redis, "t-1", holder=current_lease_holder(), ttl_s=30, renew=False)
         assert first.acquire()
@@ -141,18 +148,21 @@ def test_the_tests_switch_makes_every_worker_concurrent(monkeypatch: pytest.Monk
     assert with_test_concurrency({"WORKER_CONCURRENCY": "2"}) == {"WORKER_CONCURRENCY": "2"}
 
 
-def test_a_lease_of_a_run_whose_worker_died_is_taken_over_once_rq_let_it_expire(
+def test_a_lease_of_a_run_whose_worker_died_is_taken_over_once_rq_called_it_abandoned(
     redis: fakeredis.FakeRedis,
 ) -> None:
     dead_holder = lease_holder(4242, "exec-dead")
     redis.set(redis_keys.task_lease("t-1"), dead_holder)
-    execution_key = "rq:execution:t-1:exec-dead"
-    redis.set(execution_key, "alive")  # rq's heartbeats still keep the run's execution
+    redis.hset("rq:job:t-1", "origin", "agents")
+    started = StartedJobRegistry("agents", connection=redis)
+    # rq's heartbeats of the run still keep its execution in the started registry.
+    redis.zadd(started.key, {"t-1:exec-dead": time.time() + 60})
     rerun = TaskLease(redis, "t-1", holder=lease_holder(os.getpid(), "exec-new"), ttl_s=30)
     try:
         assert not rerun.acquire()
 
-        redis.delete(execution_key)  # its worker died: the heartbeats stopped, rq let it expire
+        # Its worker died: no more heartbeats, and rq's maintenance dropped the execution.
+        redis.zrem(started.key, "t-1:exec-dead")
         assert rerun.acquire()
         assert rerun.holder() == lease_holder(os.getpid(), "exec-new")
     finally:
@@ -164,3 +174,19 @@ def test_a_forked_job_process_lease_is_never_taken_over(redis: fakeredis.FakeRed
     rerun = TaskLease(redis, "t-1", holder=lease_holder(os.getpid(), "exec-new"), ttl_s=30)
     assert not rerun.acquire()
     assert rerun.holder() == lease_holder(4242)
+
+
+def test_rqs_stop_job_cancels_a_task_running_in_a_job_thread() -> None:
+    connection = fakeredis.FakeRedis()
+    worker = AgentWorker(["agents"], connection=connection)
+    worker.concurrency = 4
+    job = Job.create("worker.jobs.run_task", args=[{}], id="t-1", connection=connection)
+    execution = Execution(id="exec-1", job_id="t-1", connection=connection)
+    worker._in_flight["exec-1"] = InFlightJob(
+        job=job, queue=Queue("agents", connection=connection), execution=execution
+    )
+
+    worker.request_stop_execution("exec-1")  # what rq's pubsub thread calls for `rq stop-job`
+
+    # A thread cannot be killed: the task is cancelled and stops at its next step.
+    assert connection.exists(redis_keys.cancel_flag("t-1")) == 1
