@@ -476,6 +476,19 @@ def concurrent_workers() -> bool:
     return int(os.environ.get(TEST_CONCURRENCY_VARIABLE) or "1") > 1
 
 
+def crash_recovery_args() -> tuple[str, ...]:
+    """Worker options for a test that kills a worker running its tasks in threads.
+
+    The tasks die with it, and only rq's abandoned-job recovery re-runs them: once each
+    execution's heartbeat expired (a minute after the last one) and a worker's maintenance
+    ran. Heartbeats every 5 s and maintenance every 2 s keep that inside a chaos task's
+    deadline. A forked job process is handed back by its own failure handling instead.
+    """
+    if not concurrent_workers():
+        return ()
+    return ("--job-monitoring-interval", "5", "--maintenance-interval", "2")
+
+
 def worker_pid_of(runner_pid: int) -> int | None:
     """The worker running a task, from the pid holding its lease: the parent of a forked
     job process, or the process itself when it runs its tasks in threads."""

@@ -17,7 +17,13 @@ import time
 
 import pytest
 
-from tests.chaos.harness import ChaosStack, concurrent_workers, pid_alive, wait_until
+from tests.chaos.harness import (
+    ChaosStack,
+    concurrent_workers,
+    crash_recovery_args,
+    pid_alive,
+    wait_until,
+)
 from worker import redis_keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
@@ -31,7 +37,7 @@ def side_effect_posts(chaos: ChaosStack, marker: str) -> list[dict[str, object]]
 
 
 def test_a_crash_between_the_call_and_its_checkpoint_repeats_nothing(chaos: ChaosStack) -> None:
-    worker = chaos.start_worker()
+    worker = chaos.start_worker(*crash_recovery_args())
     marker = "intent"
     create_post = {
         "name": "hub__create_post",
@@ -68,7 +74,7 @@ def test_a_crash_between_the_call_and_its_checkpoint_repeats_nothing(chaos: Chao
     # The task died with a concurrent worker: another one re-runs it once its execution expired.
     workers = [worker]
     if concurrent_workers():
-        workers.append(chaos.start_worker("--maintenance-interval", "2"))
+        workers.append(chaos.start_worker(*crash_recovery_args()))
     rerun_within_s = 180 if concurrent_workers() else 120
     assert chaos.wait_for_status(task_id, timeout_s=rerun_within_s) == "finished"
     report = chaos.report(task_id)
