@@ -142,6 +142,8 @@ class ConcurrentWorker(VettingWorker):
             # A burst worker stops at an empty queue, but a job in flight may still put
             # its task back (a retry, a requeue): look again once one of them ended.
             self._wait_for_a_job_to_end()
+            if self._stop_requested:
+                return None  # a warm shutdown came meanwhile: take nothing more
 
     def _wait_for_a_job_to_end(self) -> None:
         in_flight = len(self._in_flight)  # nothing is handed over meanwhile: only ends count
