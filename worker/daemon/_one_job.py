@@ -18,24 +18,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from redis.exceptions import RedisError
-from rq.defaults import DEFAULT_FAILURE_TTL
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
-from rq.registry import FailedJobRegistry
-from rq.utils import current_timestamp, now, utcformat
 
 from worker.agents import AgentStore
 from worker.control import LeaseLost
 from worker.daemon._children import kill_recorded_process_groups
 from worker.daemon._job_timeout import run_timeout_s
-from worker.daemon._outages import OutageTolerantWorker
+from worker.daemon._unloadable import UnloadableJobsWorker
 from worker.daemon._vetting import (
     JOB_CONTROL_FIELDS,
     CappedJob,
@@ -60,7 +56,7 @@ from worker.settings import settings_or_exit
 from worker.task import Outcome, parse_task
 
 
-class VettingWorker(OutageTolerantWorker):
+class VettingWorker(UnloadableJobsWorker):
     """rq's forking Worker, vetting every job before it runs and settling it after."""
 
     allowed_functions: ClassVar[frozenset[str]] = frozenset({JOB_FUNCTION})
@@ -320,59 +316,6 @@ class VettingWorker(OutageTolerantWorker):
             )
         finally:
             self._final_job_ids.discard(job.id)
-
-    def dequeue_job_and_maintain_ttl(
-        self, timeout: int | None, max_idle_time: int | None = None
-    ) -> tuple[Job, Queue] | None:
-        wait_s = 1.0
-        while True:
-            try:
-                result: tuple[Job, Queue] | None = super().dequeue_job_and_maintain_ttl(
-                    timeout, max_idle_time
-                )
-                return result
-            except Exception as exc:
-                if is_redis_outage(exc):
-                    # rq's own loop rides out only a lost connection; a refused BLMOVE (OOM,
-                    # READONLY) would end the worker ("unhandled exception, quitting").
-                    self._note_outage("dequeue", exc, retry_in_s=wait_s)
-                    time.sleep(wait_s)
-                    wait_s = min(
-                        wait_s * self.exponential_backoff_factor, self.max_connection_wait_time
-                    )
-                    continue
-                # rq tags a job hash it cannot even load with its id and queue; without
-                # this the parent would quit on one garbage hash (trap 4).
-                job_id, queue = getattr(exc, "job_id", None), getattr(exc, "queue", None)
-                if not isinstance(job_id, str) or not isinstance(queue, Queue):
-                    raise
-                self._fail_unloadable(job_id, queue, exc)
-
-    def _fail_unloadable(self, job_id: str, queue: Queue, exc: Exception) -> None:
-        reason = f"job hash cannot be loaded by rq: {type(exc).__name__}: {exc}"
-        log_event("job_undecodable", level="error", job_id=job_id, queue=queue.name, reason=reason)
-        worker_metrics().jobs_undecodable.inc()
-        failed_registry = FailedJobRegistry(queue=queue)
-
-        def record_failure() -> None:
-            with self.connection.pipeline(transaction=True) as pipe:
-                pipe.hset(
-                    Job.key_for(job_id),
-                    mapping={
-                        "status": JobStatus.FAILED.value,
-                        "exc_info": reason,
-                        "ended_at": utcformat(now()),
-                    },
-                )
-                pipe.zadd(failed_registry.key, {job_id: current_timestamp() + DEFAULT_FAILURE_TTL})
-                pipe.lrem(queue.intermediate_queue_key, 1, job_id)
-                pipe.execute()
-
-        self._until_redis_answers("fail_job", record_failure)
-
-    def _drop_from_intermediate(self, queue: Queue, job_id: str) -> None:
-        # rq's job process removes it when the job starts; a job that never starts must too.
-        self.connection.lrem(queue.intermediate_queue_key, 1, job_id)
 
     def handle_job_failure(
         self,
