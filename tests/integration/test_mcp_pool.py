@@ -24,7 +24,7 @@ from rq.serializers import JSONSerializer
 
 from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.workers import run_burst_worker
-from worker._worker_children import kill_recorded_process_groups, register_child_process
+from worker.daemon import kill_recorded_process_groups, register_child_process
 from worker.enqueue import _enqueue_call
 from worker.exceptions import ToolFailed, ToolServerDown
 from worker.task import parse_task

@@ -13,8 +13,8 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from worker._worker_logging import _one_line_task_failure
-from worker._worker_vetting import CappedJob
+from worker.daemon import CappedJob
+from worker.daemon._logging import _one_line_task_failure
 from worker.enqueue import enqueue_task
 from worker.operations import (
     StoredReport,

@@ -26,8 +26,8 @@ from rq.queue import Queue
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
-from worker._worker_vetting import CappedJob
 from worker.agents import AGENT_NAME_PATTERN, AgentStore
+from worker.daemon import CappedJob
 from worker.enqueue import (
     DEFAULT_QUEUE,
     DEFAULT_RESULT_TTL_S,

@@ -19,7 +19,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from worker._worker_vetting import CappedJob
+from worker.daemon import CappedJob
 from worker.operations._job_lookup import fetch_task_job
 from worker.operations._redis_option import redis_url_parser
 from worker.operations._session import open_session

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from worker._worker_vetting import CappedJob
+from worker.daemon import CappedJob
 from worker.operations._redis_option import use_redis_url
 from worker.redaction import Redactor, process_redactor
 from worker.redis_connection import connect

@@ -74,7 +74,7 @@ from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
 from worker import redis_keys
-from worker._worker_vetting import CappedJob
+from worker.daemon import CappedJob
 from worker.enqueue import DEFAULT_QUEUE
 from worker.loop import ResponseEntry, entry_from_json
 from worker.operations._dead_letters import dead_letter_count, newest_dead_letter

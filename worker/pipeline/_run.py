@@ -11,7 +11,6 @@ report nothing.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +26,7 @@ from worker.control import LeaseLost, WorkerLost
 from worker.deadlines import TaskDeadline, fix_task_deadline
 from worker.exceptions import InvalidTask, ModelError, ModelUnavailable
 from worker.executors import ExecutionRequest, Executor, executor_for
-from worker.leases import AgentSlots, TaskLease, lease_holder
+from worker.leases import AgentSlots, TaskLease, current_lease_holder
 from worker.logs import log_event
 from worker.loop import RunResult, expired_result
 from worker.models import aclose_shared_http_clients
@@ -156,7 +155,7 @@ class TaskRun:
         """
         settings = self._rt.settings
         ttl = agent.config.limits.max_duration_s + settings.job_timeout_grace_s
-        lease = TaskLease(self._rt.redis, task.task_id, holder=_holder(), ttl_s=ttl)
+        lease = TaskLease(self._rt.redis, task.task_id, holder=current_lease_holder(), ttl_s=ttl)
         limit = agent.config.behavior.max_concurrent
         slots = AgentSlots(self._rt.redis, task.agent_id, limit=limit, ttl_s=ttl)
         claims: list[tuple[Callable[[], bool], Callable[[], None], str]] = [
@@ -278,10 +277,6 @@ class TaskRun:
 def _smallest(*values: float | None) -> float | None:
     present = [value for value in values if value is not None]
     return min(present) if present else None
-
-
-def _holder() -> str:
-    return lease_holder(os.getpid())
 
 
 async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:
