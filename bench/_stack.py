@@ -66,6 +66,13 @@ _SYSTEM_PROMPT = (
 )
 
 
+def has_concurrent_worker() -> bool:
+    """Whether this code has ``WORKER_CONCURRENCY`` (several tasks at once in one worker)."""
+    from worker.settings import Settings
+
+    return "worker_concurrency" in Settings.model_fields
+
+
 def write_agents(directory: Path) -> Path:
     """An AGENTS_DIR holding the bench agent; returns it."""
     agent_dir = directory / "agents" / BENCH_AGENT
