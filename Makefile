@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean redis-check
+.PHONY: demo test test-concurrent lint typecheck unit bench clean redis-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The worker end-to-end and chaos tests a second time, every worker with WORKER_CONCURRENCY.
+CONCURRENT_TESTS := tests/chaos tests/integration/test_worker_e2e.py \
+	tests/integration/test_agent_worker.py tests/integration/test_settling.py \
+	tests/integration/test_redis_refusals.py
+
 test: $(STAMP) redis-check lint typecheck
 	$(BIN)/pytest -q
+	$(MAKE) test-concurrent
+
+test-concurrent: $(STAMP) redis-check
+	AGENT_TEST_WORKER_CONCURRENCY=4 $(BIN)/pytest -q $(CONCURRENT_TESTS)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker._worker import AgentWorker, register_child_process
     from worker.checks import CheckReport, run_checks
+    from worker.daemon import AgentWorker, register_child_process
     from worker.enqueue import EnqueueResult, enqueue_task
 
 _LAZY = {
-    "AgentWorker": "worker._worker",
+    "AgentWorker": "worker.daemon",
     "CheckReport": "worker.checks",
     "EnqueueResult": "worker.enqueue",
     "enqueue_task": "worker.enqueue",
-    "register_child_process": "worker._worker",
+    "register_child_process": "worker.daemon",
     "run_checks": "worker.checks",
 }
 

@@ -7,7 +7,7 @@ import os
 from redis import Redis
 
 from worker import redis_keys
-from worker.leases import lease_holder
+from worker.leases import current_lease_holder, running_in_process
 from worker.loop import Control
 
 # Requests outlive a task by this much at most, so a typo'd id leaves nothing behind for long.
@@ -51,7 +51,9 @@ class RedisControl:
 
     Also checks, at every step, that the worker parent is still alive (a job
     process orphaned by a killed worker must stop before its re-run starts) and
-    that no other copy took the task's lease (``LeaseLost``).
+    that no other copy took the task's lease (``LeaseLost``). A task run in a thread
+    of the worker process itself dies with it: it has no parent of its own to watch
+    (``watch_parent=None`` decides by that).
     """
 
     def __init__(
@@ -59,7 +61,7 @@ class RedisControl:
         redis: Redis,
         task_id: str,
         *,
-        watch_parent: bool = True,
+        watch_parent: bool | None = None,
         lease_holder_name: str | None = None,
     ) -> None:
         self._redis = redis
@@ -67,8 +69,10 @@ class RedisControl:
         self._cancel_key = redis_keys.cancel_flag(task_id)
         self._steer_key = redis_keys.steer_messages(task_id)
         self._lease_key = redis_keys.task_lease(task_id)
-        # The job process that runs the task holds its lease (worker.jobs takes it).
-        self._holder = lease_holder_name or lease_holder(os.getpid())
+        # The run of the task holds its lease (worker.pipeline takes it).
+        self._holder = lease_holder_name or current_lease_holder()
+        if watch_parent is None:
+            watch_parent = not running_in_process()
         self._parent = os.getppid() if watch_parent else None
 
     async def poll(self) -> Control:
@@ -109,7 +113,7 @@ def cancel_task(redis: Redis, task_id: str) -> str:
     if status in {"queued", "scheduled", "deferred"}:
         from rq.serializers import JSONSerializer
 
-        from worker._worker_vetting import CappedJob, JobDataTooLarge
+        from worker.daemon import CappedJob, JobDataTooLarge
 
         try:
             CappedJob.fetch(task_id, connection=redis, serializer=JSONSerializer).cancel()

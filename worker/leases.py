@@ -7,13 +7,17 @@ that outlives the TTL keeps them), and are released explicitly when it ends.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from redis import Redis
 from redis.exceptions import RedisError
+from rq.executions import Execution
 
 from worker import redis_keys
 from worker.logs import log_event
@@ -32,6 +36,15 @@ return 0
 # Release only a lease we hold: a copy that outlived its lease must not free another's.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+# Take over a lease from an in-process run whose rq execution is gone (KEYS[2]): its worker
+# died, and rq's heartbeats of that run stopped. Only if that run still holds it.
+_TAKE_OVER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
 return 0
 """
 # Extend a lease we hold, take it back if it lapsed unclaimed; 0 when another holds it.
@@ -80,19 +93,58 @@ class Renewal:
                 return
 
 
-def lease_holder(pid: int) -> str:
-    """How a lease names the process holding it: ``host:pid``."""
-    return f"{socket.gethostname()}:{pid}"
+# Set while a task runs in a job thread of a worker process that runs several at once
+# (WORKER_CONCURRENCY above 1): there the pid alone does not tell one run from another.
+_IN_PROCESS_RUN: ContextVar[str | None] = ContextVar("in_process_run", default=None)
 
 
-def release_lease_of(redis: Redis, task_id: str, pid: int) -> bool:
-    """Free the task's lease if process ``pid`` of this host holds it; True if it did.
+@contextmanager
+def in_process_run(run_id: str) -> Iterator[None]:
+    """Run the code inside as one of several task runs of this process, named ``run_id``.
 
-    For the worker parent once it knows its job process is dead (killed, or taken
+    For the job threads of a concurrent worker: the lease holder names the run, and
+    the task does not watch for a dead worker parent (it has none of its own).
+    """
+    token = _IN_PROCESS_RUN.set(run_id)
+    try:
+        yield
+    finally:
+        _IN_PROCESS_RUN.reset(token)
+
+
+def running_in_process() -> bool:
+    """True inside ``in_process_run``: the task shares its process with the worker."""
+    return _IN_PROCESS_RUN.get() is not None
+
+
+def lease_holder(pid: int, run_id: str | None = None) -> str:
+    """How a lease names the run holding it: ``host:pid`` for a forked job process,
+    ``host:pid/run_id`` for one of the task runs of a concurrent worker process."""
+    holder = f"{socket.gethostname()}:{pid}"
+    return holder if run_id is None else f"{holder}/{run_id}"
+
+
+def run_of_holder(holder: str) -> str | None:
+    """The run id of an in-process run's holder name (``host:pid/run_id``), else None."""
+    _, separator, run_id = holder.rpartition(":")[2].partition("/")
+    return run_id if separator and run_id else None
+
+
+def current_lease_holder() -> str:
+    """The holder name of the task run calling it (its process, and its run when in-process)."""
+    return lease_holder(os.getpid(), _IN_PROCESS_RUN.get())
+
+
+def release_lease_of(redis: Redis, task_id: str, pid: int, run_id: str | None = None) -> bool:
+    """Free the task's lease if process ``pid`` of this host (run ``run_id`` in it, for an
+    in-process run) holds it; True if it did.
+
+    For the worker once it knows the run is dead (its job process killed, or taken
     down by a cold shutdown): the re-run then starts at once instead of waiting
     for the lease to expire.
     """
-    return bool(redis.eval(_RELEASE, 1, redis_keys.task_lease(task_id), lease_holder(pid)))
+    holder = lease_holder(pid, run_id)
+    return bool(redis.eval(_RELEASE, 1, redis_keys.task_lease(task_id), holder))
 
 
 class TaskLease:
@@ -115,10 +167,31 @@ class TaskLease:
 
     def acquire(self) -> bool:
         taken = bool(self._redis.set(self._key, self._holder, nx=True, px=self._ttl_ms))
+        if not taken:
+            taken = self._take_over_from_dead_run()
         if taken and self._renew and self._renewal is None:
             self._renewal = Renewal(
                 f"task {self._task_id}", self.renew, interval_s=self._ttl_ms / 3000
             )
+        return taken
+
+    def _take_over_from_dead_run(self) -> bool:
+        """Take the lease of a run in a concurrent worker that died with it (SIGKILL, OOM).
+
+        No process is left to release it, and it would outlive the task's deadline. Such
+        a run is alive exactly as long as its rq execution, which its worker's heartbeats
+        keep: once rq let the execution expire (and re-enqueued the task), the lease is
+        free too. A forked job process (``host:pid``) releases its own or lets it lapse.
+        """
+        holder = self.holder()
+        run_id = run_of_holder(holder) if holder else None
+        if holder is None or run_id is None:
+            return False
+        execution_key = Execution(id=run_id, job_id=self._task_id, connection=self._redis).key
+        keys = (self._key, execution_key)
+        taken = bool(self._redis.eval(_TAKE_OVER, 2, *keys, holder, self._holder, self._ttl_ms))
+        if taken:
+            log_event("task_lease_taken_over", "warning", task=self._task_id, dead_holder=holder)
         return taken
 
     def renew(self) -> bool:

@@ -27,9 +27,9 @@ from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
 from worker._job_lookup import fetch_task_job
-from worker._worker_vetting import CappedJob
 from worker.agents import AGENT_NAME_PATTERN, AgentStore
 from worker.cli import redis_url_parser, use_redis_url
+from worker.daemon import CappedJob
 from worker.enqueue import (
     DEFAULT_QUEUE,
     DEFAULT_RESULT_TTL_S,

@@ -20,8 +20,8 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from worker._job_lookup import fetch_task_job
-from worker._worker_vetting import CappedJob
 from worker.cli import redis_url_parser
+from worker.daemon import CappedJob
 from worker.redaction import process_redactor
 from worker.settings import settings_or_exit
 

@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     agent_cache_ttl_s: int = Field(default=300, ge=0)
     result_ttl_s: int = Field(default=7 * 86_400, ge=60)
     job_timeout_grace_s: int = Field(default=60, ge=5)
+    # Tasks one worker process runs at once: 1 forks a job process per task (rq's way).
+    worker_concurrency: int = Field(default=1, ge=1, le=1000)
     tool_output_max_chars: int = Field(default=20_000, ge=200)
     context_budget_chars: int = Field(default=200_000, ge=1_000)
     max_same_call_repeats: int = Field(default=3, ge=1)

@@ -77,8 +77,8 @@ from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
 from worker import redis_keys
-from worker._worker_vetting import CappedJob
 from worker.cli import redis_url_parser
+from worker.daemon import CappedJob
 from worker.dead_letters import dead_letter_count, newest_dead_letter
 from worker.enqueue import DEFAULT_QUEUE
 from worker.loop import ResponseEntry, entry_from_json

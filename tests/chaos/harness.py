@@ -39,7 +39,7 @@ from rq.serializers import JSONSerializer
 from tests.support.devhub import DevHub
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
-from tests.support.workers import launch_worker, parse_events
+from tests.support.workers import TEST_CONCURRENCY_VARIABLE, launch_worker, parse_events
 from worker import redis_keys
 from worker.dev.devstack import ManagedProcess, python_module
 from worker.enqueue import enqueue_task
@@ -245,12 +245,14 @@ class ChaosStack:
         return wait_until(final_report, timeout_s, f"task {task_id} to end for good")
 
     def lease_holder_pid(self, task_id: str) -> int | None:
-        """The pid of the job process holding the task's lease (``host:pid``)."""
+        """The pid of the process running the task: the job process holding its lease
+        (``host:pid``), or the concurrent worker process running it in a thread
+        (``host:pid/run``)."""
         with contextlib.closing(self.connection()) as connection:
             holder = connection.get(redis_keys.task_lease(task_id))
         if not isinstance(holder, bytes):
             return None
-        return int(holder.decode().rpartition(":")[2])
+        return int(holder.decode().rpartition(":")[2].partition("/")[0])
 
     def outbox_size(self) -> int:
         with contextlib.closing(self.connection()) as connection:
@@ -467,6 +469,17 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def concurrent_workers() -> bool:
+    """True when every worker runs its tasks in threads (AGENT_TEST_WORKER_CONCURRENCY)."""
+    return int(os.environ.get(TEST_CONCURRENCY_VARIABLE) or "1") > 1
+
+
+def worker_pid_of(runner_pid: int) -> int | None:
+    """The worker running a task, from the pid holding its lease: the parent of a forked
+    job process, or the process itself when it runs its tasks in threads."""
+    return runner_pid if concurrent_workers() else parent_pid(runner_pid)
 
 
 def parent_pid(pid: int) -> int | None:

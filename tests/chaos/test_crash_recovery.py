@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.harness import ChaosStack, parent_pid, pid_alive, wait_until
+from tests.chaos.harness import (
+    ChaosStack,
+    concurrent_workers,
+    parent_pid,
+    pid_alive,
+    wait_until,
+    worker_pid_of,
+)
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 
@@ -53,9 +60,11 @@ def wait_for_model_requests(chaos: ChaosStack, task_id: str, count: int) -> None
     wait_until(lambda: len(chaos.llm.requests(task_id)) >= count, 60, f"{count} model requests")
 
 
-def assert_everything_happened_once(chaos: ChaosStack, task_id: str, marker: str) -> None:
+def assert_everything_happened_once(
+    chaos: ChaosStack, task_id: str, marker: str, *, timeout_s: float = 90
+) -> None:
     """The guarantees of a crash: one tool effect, one reply, one consumption record."""
-    assert chaos.wait_for_status(task_id, timeout_s=90) == "finished"
+    assert chaos.wait_for_status(task_id, timeout_s=timeout_s) == "finished"
     report = chaos.report(task_id)
     assert report["outcome"] == "completed", report
     state = chaos.hub_state()
@@ -76,6 +85,9 @@ def assert_everything_happened_once(chaos: ChaosStack, task_id: str, marker: str
     assert report["tool_calls"] >= 1
 
 
+# A worker running its tasks in threads has no job process to kill: killing the process
+# that runs the task kills the worker (test_concurrent.py: every task in flight re-runs).
+@pytest.mark.skipif(concurrent_workers(), reason="no job process: see test_concurrent.py")
 def test_killed_job_process_is_rerun_from_its_checkpoint(chaos: ChaosStack) -> None:
     worker = chaos.start_worker()
     marker = "horse-kill"
@@ -106,25 +118,28 @@ def test_killed_worker_leaves_the_task_to_another_worker_without_two_copies(
     wait_for_model_requests(chaos, task_id, 2)
     horse = chaos.lease_holder_pid(task_id)
     assert horse is not None
-    (doomed,) = [w for w in workers if w.pid == parent_pid(horse)]
+    (doomed,) = [w for w in workers if w.pid == worker_pid_of(horse)]
     (survivor,) = [w for w in workers if w is not doomed]
 
     os.kill(doomed.pid, signal.SIGKILL)
 
     # The orphaned job process finishes the step it is in, sees its worker gone at the
-    # next step boundary and stops, leaving the rest to the surviving worker.
+    # next step boundary and stops, leaving the rest to the surviving worker. A task run
+    # in a thread of the worker dies with it, mid-step.
     wait_until(lambda: not pid_alive(horse), 60, "the orphaned job process to stop")
     assert_everything_happened_once(chaos, task_id, marker)
     assert len(chaos.llm.requests(task_id)) == 3
     orphan_tools = [e for e in doomed.events("tool_call") if e["task"] == task_id]
-    assert [e["tool"] for e in orphan_tools] == ["hub__create_post", "hub__search_posts"]
+    orphan_steps = ["hub__create_post"] + ([] if concurrent_workers() else ["hub__search_posts"])
+    assert [e["tool"] for e in orphan_tools] == orphan_steps
     assert [e for e in survivor.events("tool_call") if e["task"] == task_id] == []
     # Never two copies at once: the survivor began after the orphan's last step.
     (rerun,) = [e for e in survivor.events("task_started") if e["task"] == task_id]
     assert rerun["ts"] > orphan_tools[-1]["ts"]
     assert [e["task"] for e in survivor.events("task_completed")] == [task_id]
     assert doomed.events("task_completed") == []
-    assert any("WorkerLost" in str(e.get("message")) for e in doomed.events("rq_log"))
+    if not concurrent_workers():
+        assert any("WorkerLost" in str(e.get("message")) for e in doomed.events("rq_log"))
 
 
 def test_warm_shutdown_finishes_the_task_then_exits_0(chaos: ChaosStack) -> None:
@@ -153,7 +168,7 @@ def test_cold_shutdown_hands_the_task_back_and_it_resumes_elsewhere(chaos: Chaos
     wait_for_model_requests(chaos, task_id, 2)
     horse = chaos.lease_holder_pid(task_id)
     assert horse is not None
-    (stopping,) = [w for w in workers if w.pid == parent_pid(horse)]
+    (stopping,) = [w for w in workers if w.pid == worker_pid_of(horse)]
     (replacement,) = [w for w in workers if w is not stopping]
 
     stopping.send(signal.SIGTERM)

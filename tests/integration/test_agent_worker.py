@@ -26,7 +26,7 @@ from tests.support import jobs
 from tests.support.redis_server import free_port, running_redis
 from tests.support.workers import TestAgentWorker, run_burst_worker, running_worker, wait_until
 from worker import logs
-from worker._worker import AgentWorker
+from worker.daemon import AgentWorker
 from worker.enqueue import JOB_FUNCTION, _enqueue_call
 from worker.task import parse_task
 

@@ -34,10 +34,10 @@ from tests.support.redis_server import RedisServer, running_redis
 from tests.support.scripted_llm import ScriptedLlm
 from tests.support.sentinel import MASTER_NAME, SentinelRedis, running_sentinel_redis
 from tests.support.workers import wait_until
-from worker._worker import patient_redis_retry
 from worker.dev.devstack import DevStack, running_stack
 from worker.enqueue import enqueue_task
 from worker.redis_connection import SentinelPrimaryConnection, connect, is_sentinel_managed
+from worker.redis_faults import patient_redis_retry
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration

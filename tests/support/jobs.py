@@ -14,7 +14,7 @@ from typing import Any
 from rq import get_current_job
 from rq.job import Job
 
-from worker._worker import register_child_process
+from worker.daemon import register_child_process
 from worker.exceptions import InvalidTask
 from worker.metrics import JobMetrics
 

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar, TypeVar
 
-from worker._worker import AgentWorker
+from worker.daemon import AgentWorker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RQ = str(Path(sys.executable).parent / "rq")
 QUEUE = "agents"
 WORKER_CLASS = "tests.support.workers.TestAgentWorker"
+# Set (to a number above 1) to run every worker the tests start with WORKER_CONCURRENCY:
+# `make test` runs the worker end-to-end and chaos tests a second time so.
+TEST_CONCURRENCY_VARIABLE = "AGENT_TEST_WORKER_CONCURRENCY"
 
 T = TypeVar("T")
 
@@ -37,6 +40,14 @@ class TestAgentWorker(AgentWorker):
         "tests.support.jobs.spawn_child",
         "tests.support.jobs.ask_requeue",
     }
+
+
+def with_test_concurrency(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with WORKER_CONCURRENCY from AGENT_TEST_WORKER_CONCURRENCY, unless a test set it."""
+    concurrency = os.environ.get(TEST_CONCURRENCY_VARIABLE)
+    if not concurrency or "WORKER_CONCURRENCY" in env:
+        return dict(env)
+    return {**env, "WORKER_CONCURRENCY": concurrency}
 
 
 def rq_worker_command(*args: str, burst: bool = False) -> list[str]:
@@ -59,7 +70,7 @@ def launch_worker(
     return subprocess.Popen(
         rq_worker_command(*args, burst=burst),
         cwd=cwd,
-        env=dict(env),
+        env=with_test_concurrency(env),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=stderr,
@@ -74,7 +85,7 @@ def run_burst(
     return subprocess.run(
         rq_worker_command(*args, burst=True),
         cwd=cwd,
-        env=dict(env),
+        env=with_test_concurrency(env),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

@@ -14,8 +14,8 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
 from worker import cli
-from worker._worker_logging import _one_line_task_failure
-from worker._worker_vetting import CappedJob
+from worker.daemon import CappedJob
+from worker.daemon._logging import _one_line_task_failure
 from worker.enqueue import enqueue_task
 from worker.operations import failed_task_ids, requeue_failed
 from worker.reports import StoredReport, find_report, render_report

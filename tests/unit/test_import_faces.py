@@ -45,13 +45,13 @@ def _loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
                 "redis",
                 "jwt",
                 "mcp",
-                "worker._worker",
+                "worker.daemon._worker",
                 "worker.jobs",
             ),
         ),
         (
             "import worker",
-            ("rq", "prometheus_client", "hub_client", "redis", "worker._worker"),
+            ("rq", "prometheus_client", "hub_client", "redis", "worker.daemon._worker"),
         ),
         (
             "import worker.tools",
@@ -67,7 +67,7 @@ def _loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
                 "rq",
                 "prometheus_client",
                 "hub_client",
-                "worker._worker",
+                "worker.daemon._worker",
                 "worker.jobs",
                 "worker.metrics",
                 "worker.agents",
@@ -82,7 +82,7 @@ def test_import_does_not_load_heavy_modules(statement: str, not_loaded: tuple[st
 
 
 def test_lazy_names_resolve_to_their_modules() -> None:
-    from worker._worker import AgentWorker
+    from worker.daemon import AgentWorker
     from worker.executors._base import NativeExecutor
     from worker.tools._mcp import McpToolbox
 

@@ -9,13 +9,20 @@ from worker.settings import load_settings
 
 
 def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("REDIS_URL", "METRICS_PORT", "ERRORS_AGENT_ID", "STRICT_GRANTS"):
+    for name in (
+        "REDIS_URL",
+        "METRICS_PORT",
+        "ERRORS_AGENT_ID",
+        "STRICT_GRANTS",
+        "WORKER_CONCURRENCY",
+    ):
         monkeypatch.delenv(name, raising=False)
     settings = load_settings()
     assert settings.redis_url == "redis://127.0.0.1:6379/0"
     assert settings.metrics_port == 9108
     assert settings.errors_agent_id == "agent-worker"
     assert settings.strict_grants is False
+    assert settings.worker_concurrency == 1  # rq's fork per job unless asked
 
 
 @pytest.mark.parametrize(
@@ -26,6 +33,7 @@ def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
         ("STRICT_GRANTS", "maybe"),
         ("LOG_LEVEL", "chatty"),
         ("REQUEUE_MAX_ATTEMPTS", "-1"),
+        ("WORKER_CONCURRENCY", "0"),
     ],
 )
 def test_an_invalid_value_names_the_variable(

@@ -12,7 +12,7 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from worker._worker_vetting import (
+from worker.daemon._vetting import (
     DEFAULT_MAX_JOB_DATA_BYTES,
     CappedJob,
     JobDataTooLarge,

@@ -10,7 +10,6 @@ report nothing.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +25,7 @@ from worker.control import LeaseLost, WorkerLost
 from worker.deadlines import TaskDeadline, fix_task_deadline
 from worker.exceptions import InvalidTask, ModelError, ModelUnavailable
 from worker.executors import ExecutionRequest, executor_for
-from worker.leases import AgentSlots, TaskLease, lease_holder
+from worker.leases import AgentSlots, TaskLease, current_lease_holder
 from worker.logs import log_event
 from worker.loop import RunResult, expired_result
 from worker.models import aclose_shared_http_clients
@@ -263,7 +262,7 @@ def _smallest(*values: float | None) -> float | None:
 
 
 def _holder() -> str:
-    return lease_holder(os.getpid())
+    return current_lease_holder()
 
 
 async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:

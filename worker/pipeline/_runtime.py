@@ -16,9 +16,8 @@ from redis import Redis
 
 from hub_client import HubClient
 from worker._tls import client_ssl_context
-from worker._worker_children import register_child_process
-from worker._worker_vetting import job_attempt
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
+from worker.daemon import job_attempt, register_child_process
 from worker.deadlines import read_task_deadline
 from worker.exceptions import ConfigurationError
 from worker.hooks import load_can_execute_tool

@@ -1,59 +1,42 @@
-"""AgentWorker: rq's forking Worker made safe to run agent tasks (docs/contract.md).
-
-Select it with ``RQ_WORKER_CLASS=worker.AgentWorker`` and start ``rq worker agents``.
-Per job, the parent process:
+"""One job as the worker runs it: vetted before anything runs, settled after (README: Operations).
 
     check the raw job against the allow-list   (refuse or fail it, never import it)
     drop a producer's meta.requeue/report      (only the job itself sets them)
     make sure rq's timeout covers the deadline (rq's kill is only a backstop)
     give an agent task its crash re-runs       (rq retries a killed or abandoned job)
-    fork and monitor the job process           (rq)
-    apply the job's metrics                    (the job process never touches them)
+    run it                                     (rq's fork and monitor, or a job thread)
+    apply the job's metrics                    (the run never touches them)
     kill process groups the job left behind
     re-enqueue the task if the job asked for it
 
-Around that loop it always runs rq's scheduler (delayed requeues), a shorter
-maintenance interval, a metrics endpoint, and it rides out Redis restarts and
-refused writes (OOM, READONLY, LOADING: ``worker.redis_faults``). rq loads jobs
-through ``CappedJob``, so a job hash cannot expand beyond JOB_DATA_MAX_BYTES.
+``run_vetted_job`` is the one step a subclass changes (``ConcurrentWorker`` runs the job
+in a thread of the worker process instead of rq's forked job process).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from prometheus_client import write_to_textfile
-from redis import ConnectionPool, Redis
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
-from rq.connections import parse_connection
-from rq.defaults import (
-    DEFAULT_FAILURE_TTL,
-    DEFAULT_LOGGING_DATE_FORMAT,
-    DEFAULT_LOGGING_FORMAT,
-    DEFAULT_MAINTENANCE_TASK_INTERVAL,
-)
+from rq.defaults import DEFAULT_FAILURE_TTL
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.registry import FailedJobRegistry
-from rq.serializers import JSONSerializer
 from rq.utils import current_timestamp, now, utcformat
-from rq.worker import DequeueStrategy
 
-from worker._job_timeout import run_timeout_s
-from worker._worker_children import kill_recorded_process_groups, register_child_process
-from worker._worker_logging import send_rq_logs_to_events
-from worker._worker_outages import OutageTolerantWorker
-from worker._worker_vetting import (
+from worker.agents import AgentStore
+from worker.control import LeaseLost
+from worker.daemon._children import kill_recorded_process_groups
+from worker.daemon._job_timeout import run_timeout_s
+from worker.daemon._outages import OutageTolerantWorker
+from worker.daemon._vetting import (
     JOB_CONTROL_FIELDS,
     CappedJob,
     JobCheck,
@@ -61,9 +44,6 @@ from worker._worker_vetting import (
     check_job,
     producer_control_fields,
 )
-from worker.agents import AgentStore
-from worker.checks import check_at_start
-from worker.control import LeaseLost
 from worker.enqueue import (
     DEFAULT_MAX_DURATION_S,
     DEFAULT_RESULT_TTL_S,
@@ -71,43 +51,19 @@ from worker.enqueue import (
     JOB_FUNCTION,
     enqueue_task,
 )
-from worker.exceptions import ConfigurationError, InvalidTask, WorkerError
+from worker.exceptions import InvalidTask
 from worker.leases import release_lease_of
-from worker.logs import log_event, set_level, set_redactor
-from worker.metrics import (
-    apply_job_metrics,
-    start_metrics_server,
-    stop_metrics_server,
-    sweep_job_metrics,
-    worker_metrics,
-)
-from worker.outbox import drain_outbox_now
-from worker.redaction import process_redactor
-from worker.redis_connection import require_matching_worker_connection
-from worker.redis_faults import (
-    is_redis_outage,
-    patient_redis_retry,
-)
+from worker.logs import log_event
+from worker.metrics import apply_job_metrics, worker_metrics
+from worker.redis_faults import is_redis_outage
 from worker.settings import settings_or_exit
 from worker.task import Outcome, parse_task
 
-__all__ = ["AgentWorker", "patient_redis_retry", "register_child_process"]
 
-HEALTH_CHECK_TIMEOUT_S = 2.0
-
-
-class AgentWorker(OutageTolerantWorker):
-    """The rq worker of the agent fleet; subclass it to extend ``allowed_functions`` (tests)."""
+class VettingWorker(OutageTolerantWorker):
+    """rq's forking Worker, vetting every job before it runs and settling it after."""
 
     allowed_functions: ClassVar[frozenset[str]] = frozenset({JOB_FUNCTION})
-    # rq decompresses job data when it loads a job, before our vetting: capped there too.
-    job_class = CappedJob
-    # rq's 600 s lets a job orphaned by a dead parent run twice for ten minutes (trap 9).
-    default_maintenance_interval_s: ClassVar[int] = 60
-    # Delayed requeues only run when a scheduler runs (trap 10): always run one.
-    run_scheduler: ClassVar[bool] = True
-    # Metrics a dead parent never applied are swept by any worker after this long.
-    metrics_sweep_after_s: ClassVar[float] = 120.0
     # A failure with one of these outcomes would fail the same way again (trap 11).
     never_retried_outcomes: ClassVar[frozenset[str]] = frozenset(
         {Outcome.INVALID_TASK, Outcome.AUTONOMY_VIOLATION, Outcome.MODEL_ERROR}
@@ -119,148 +75,15 @@ class AgentWorker(OutageTolerantWorker):
     # retries_left to 0 before failing).
     crash_reruns: ClassVar[int] = 3
 
-    def __init__(self, queues: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         # No side effects here: `rq info` and Worker.all() instantiate this class (trap 1).
-        kwargs["serializer"] = JSONSerializer
-        # rq's CLI always passes its default job class; ours caps what a job hash expands to.
-        if kwargs.get("job_class") in (None, Job, "rq.job.Job"):
-            kwargs["job_class"] = CappedJob
-        maintenance_interval = kwargs.get("maintenance_interval", DEFAULT_MAINTENANCE_TASK_INTERVAL)
-        if maintenance_interval == DEFAULT_MAINTENANCE_TASK_INTERVAL:
-            kwargs["maintenance_interval"] = self.default_maintenance_interval_s
-        # rq's CLI hands over pickle queues; by name they are rebuilt with our serializer.
-        super().__init__(_queue_names(queues), *args, **kwargs)
+        super().__init__(*args, **kwargs)
         self._timeout_grace_s: int = DEFAULT_TIMEOUT_GRACE_S
         self._result_ttl_s: int = DEFAULT_RESULT_TTL_S
-        self._metrics_port: int | None = None
-        # Jobs whose failure must not be retried; the job process inherits it at fork.
+        # Jobs whose failure must not be retried; a forked job process inherits it. Read and
+        # written from job threads too: single set operations, atomic under the GIL.
         self._final_job_ids: set[str] = set()
         self._agents: AgentStore | None = None  # made on first use, never in __init__
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def work(
-        self,
-        burst: bool = False,
-        logging_level: str | None = None,
-        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
-        log_format: str = DEFAULT_LOGGING_FORMAT,
-        max_jobs: int | None = None,
-        max_idle_time: int | None = None,
-        with_scheduler: bool = False,
-        dequeue_strategy: DequeueStrategy = DequeueStrategy.DEFAULT,
-    ) -> bool:
-        worked: bool = super().work(
-            burst=burst,
-            logging_level=logging_level,
-            date_format=date_format,
-            log_format=log_format,
-            max_jobs=max_jobs,
-            max_idle_time=max_idle_time,
-            with_scheduler=with_scheduler or self.run_scheduler,
-            dequeue_strategy=dequeue_strategy,
-        )
-        return worked
-
-    def bootstrap(
-        self,
-        logging_level: str | None = "INFO",
-        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
-        log_format: str = DEFAULT_LOGGING_FORMAT,
-    ) -> None:
-        settings = settings_or_exit()
-        _require_sentinel_connection_if_configured(self.connection)
-        # Before rq forks anything: job processes and rq's scheduler inherit the retry.
-        self.connection.set_retry(patient_redis_retry())
-        set_level(settings.log_level)
-        set_redactor(process_redactor(settings.secret_values()))
-        send_rq_logs_to_events()
-        self._timeout_grace_s = settings.job_timeout_grace_s
-        self._result_ttl_s = settings.result_ttl_s
-        CappedJob.max_data_bytes = settings.job_data_max_bytes
-        self._import_job_modules()
-        # The checks of `agent-worker check`; an error stops here. The definitions they read
-        # are cached in Redis for the first tasks, so each is read (and warns) once.
-        check_at_start(settings, agent_cache=self.connection)
-        self._preload_configuration()
-        super().bootstrap(logging_level, date_format, log_format)
-        self._metrics_port = start_metrics_server(
-            settings.metrics_port,
-            self._health_check_client,
-            queue_names=self.queue_names(),
-            host=settings.metrics_host,
-        )
-        log_event(
-            "worker_started",
-            worker=self.name,
-            pid=os.getpid(),
-            queues=self.queue_names(),
-            metrics_port=self._metrics_port,
-            scheduler=self.run_scheduler,
-            maintenance_interval_s=self.maintenance_interval,
-        )
-
-    def _import_job_modules(self) -> None:
-        """Import the allowed job functions' modules once, here, instead of in every job.
-
-        Each job process is a fork of this one: without this, every job would
-        pay seconds of imports (provider SDKs, MCP). Only names from the
-        allow-list are imported, never a name read from a job.
-        """
-        modules = sorted({name.rpartition(".")[0] for name in self.allowed_functions})
-        for module in modules:
-            try:
-                importlib.import_module(module)
-            except Exception as exc:
-                # The job will fail visibly in rq; the worker still serves the rest.
-                log_event("job_module_import_failed", level="error", module=module, error=str(exc))
-
-    def _preload_configuration(self) -> None:
-        """Parse MCP_CONFIG, GRANT_POLICY and PRICES_FILE once; a bad file stops start-up."""
-        from worker.pipeline import preload
-
-        try:
-            preload()
-        except WorkerError as exc:
-            print(f"agent-worker: {exc.message}", file=sys.stderr)
-            raise SystemExit(2) from None
-
-    def teardown(self) -> None:
-        try:
-            super().teardown()  # type: ignore[no-untyped-call]
-        finally:
-            if not self.is_horse:
-                self._write_metrics_textfile()
-                stop_metrics_server()
-                log_event("worker_stopped", worker=self.name, pid=os.getpid())
-
-    def _write_metrics_textfile(self) -> None:
-        """For burst or cron workers nobody scrapes: the textfile-collector convention."""
-        path = settings_or_exit().metrics_textfile
-        if path is None:
-            return
-        try:
-            write_to_textfile(str(path), worker_metrics().registry)
-        except OSError as exc:
-            log_event("metrics_textfile_failed", level="error", path=str(path), error=str(exc))
-
-    @property
-    def dequeue_timeout(self) -> int:
-        # rq blocks up to worker_ttl - 15 s (405 s) on an idle queue; waking up every
-        # maintenance interval keeps maintenance and the scheduler check at their pace.
-        return max(1, min(self.worker_ttl - 15, self.maintenance_interval))
-
-    def _health_check_client(self) -> Redis:
-        """A client to the worker's Redis with short timeouts, for scrapes and /healthz."""
-        redis_class, connection_class, connection_kwargs = parse_connection(self.connection)
-        connection_kwargs.update(
-            socket_timeout=HEALTH_CHECK_TIMEOUT_S,
-            socket_connect_timeout=HEALTH_CHECK_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 0),
-        )
-        pool = ConnectionPool(connection_class=connection_class, **connection_kwargs)
-        client: Redis = redis_class(connection_pool=pool)
-        return client
 
     # -- one job ---------------------------------------------------------------------------
 
@@ -286,21 +109,33 @@ class AgentWorker(OutageTolerantWorker):
         self._clear_producer_control(job)
         self._cover_deadline(job, check)
         self._allow_crash_reruns(job, check)
+        self.run_vetted_job(job, queue, check)
+
+    def run_vetted_job(self, job: Job, queue: Queue, check: JobCheck) -> None:
+        """Run a job that passed vetting and settle it: here in rq's forked job process."""
+        with self._bookkeeping_ridden_out(job):
+            try:
+                super().execute_job(job, queue)
+            except SystemExit:
+                # rq's cold shutdown (a second SIGTERM/SIGINT) killed the job process.
+                execution = next((e for e in self.executions.values() if e.job_id == job.id), None)
+                self._hand_back_after_cold_shutdown(job, queue, execution, lease_pid=self.horse_pid)
+                raise
+        self._after_job(job, check)
+
+    @contextmanager
+    def _bookkeeping_ridden_out(self, job: Job) -> Iterator[None]:
+        """Around one run of a job: rq's bookkeeping failing on an outage is logged, not fatal."""
         try:
-            super().execute_job(job, queue)
+            yield
         except RedisError as exc:
             if not is_redis_outage(exc):
                 raise
-            # Only rq's bookkeeping around the job process can raise here; the job
-            # stays in the started registry and rq's maintenance settles it.
+            # Only rq's bookkeeping around the run can raise here; the job stays in
+            # the started registry and rq's maintenance settles it.
             log_event("job_bookkeeping_failed", level="error", job_id=job.id, error=str(exc))
-        except SystemExit:
-            # rq's cold shutdown (a second SIGTERM/SIGINT) killed the job process.
-            self._hand_back_after_cold_shutdown(job, queue)
-            raise
         finally:
             self._final_job_ids.discard(job.id)
-        self._after_job(job, check)
 
     def _clear_producer_control(self, job: Job) -> None:
         """Drop ``meta.requeue``/``meta.report`` a producer wrote: only the run sets them."""
@@ -389,18 +224,26 @@ class AgentWorker(OutageTolerantWorker):
         ):
             log_event("dead_job_lease_released", level="warning", task_id=job_id, pid=pid)
 
-    def _hand_back_after_cold_shutdown(self, job: Job, queue: Queue) -> None:
-        """Put a task killed by a cold shutdown back now (a retry, resuming from its checkpoint).
+    def _hand_back_after_cold_shutdown(
+        self,
+        job: Job,
+        queue: Queue,
+        execution: Execution | None,
+        *,
+        lease_pid: int,
+        run_id: str | None = None,
+    ) -> None:
+        """Put a task stopped by a cold shutdown back now (a retry, resuming from its checkpoint).
 
         rq leaves such a job in the started registry, and only maintenance run after
-        its heartbeat expired (a minute or more) would retry it.
+        its heartbeat expired (a minute or more) would retry it. ``lease_pid`` (and
+        ``run_id`` for a run in a job thread) name the run whose task lease is freed.
         """
-        execution = next((e for e in self.executions.values() if e.job_id == job.id), None)
         try:
-            if self.horse_pid:
-                release_lease_of(self.connection, job.id, self.horse_pid)
+            if lease_pid:
+                release_lease_of(self.connection, job.id, lease_pid, run_id)
             if job.get_status(refresh=True) is not JobStatus.STARTED:
-                return  # it ended just before the job process was killed
+                return  # it ended just before the cold shutdown
             self.handle_job_failure(
                 job,
                 queue,
@@ -571,23 +414,3 @@ class AgentWorker(OutageTolerantWorker):
         except (RedisError, ValueError):
             return False
         return isinstance(report, dict) and report.get("outcome") in self.never_retried_outcomes
-
-    # -- our own Redis housekeeping (maintenance; outages are ridden out around it) --------
-
-    def maintain_own_data(self) -> None:
-        sweep_job_metrics(self.connection, older_than_s=self.metrics_sweep_after_s)
-        drain_outbox_now(self.connection)
-
-
-def _require_sentinel_connection_if_configured(connection: Redis) -> None:
-    """With REDIS_SENTINELS set, rq must have built a Sentinel-managed connection (RQ_CONFIG)."""
-    try:
-        require_matching_worker_connection(connection, settings_or_exit())
-    except ConfigurationError as exc:
-        print(f"agent-worker: {exc.message}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def _queue_names(queues: Any) -> list[str]:
-    listed: Sequence[Any] = [queues] if isinstance(queues, str | Queue) else list(queues)
-    return [queue.name if isinstance(queue, Queue) else str(queue) for queue in listed]

@@ -1,0 +1,168 @@
+"""Several tasks in flight in one worker process (WORKER_CONCURRENCY): they overlap, each
+completes exactly once under its own rq execution, heartbeats keep every one alive, and a
+warm stop, a cold stop or a SIGKILL of the worker settles each of them exactly once."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+from rq.registry import StartedJobRegistry
+
+from tests.chaos.harness import ChaosStack, WorkerProcess, wait_until
+from tests.chaos.test_crash_recovery import (
+    assert_everything_happened_once,
+    side_effect_then_slow,
+    wait_for_model_requests,
+    wait_for_side_effect,
+)
+from worker.enqueue import DEFAULT_QUEUE
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
+
+CONCURRENCY = "4"
+
+
+def started_executions(chaos: ChaosStack) -> dict[str, list[str]]:
+    """rq's started registry: the execution ids of each running job."""
+    with contextlib.closing(chaos.connection()) as connection:
+        registry = StartedJobRegistry(DEFAULT_QUEUE, connection=connection)
+        pairs = registry.get_job_and_execution_ids(cleanup=False)
+    executions: dict[str, list[str]] = {}
+    for job_id, execution_id in pairs:
+        executions.setdefault(job_id, []).append(execution_id)
+    return executions
+
+
+def events_of(worker: WorkerProcess, name: str, task_id: str) -> list[dict[str, Any]]:
+    return [e for e in worker.events(name) if e.get("task", e.get("task_id")) == task_id]
+
+
+def all_in_flight(chaos: ChaosStack, task_ids: list[str]) -> bool:
+    return all(chaos.lease_holder_pid(task_id) for task_id in task_ids)
+
+
+def test_tasks_overlap_in_one_worker_process_and_each_completes_once(chaos: ChaosStack) -> None:
+    worker = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
+    tasks = [
+        chaos.notification(f"side-{n}", [{"text": f"Answer {n}", "delay_s": 8}]) for n in range(4)
+    ]
+
+    wait_until(lambda: all_in_flight(chaos, tasks), 60, "four tasks in flight")
+    # All four run in the worker's own process, each under its own rq execution.
+    assert {chaos.lease_holder_pid(task_id) for task_id in tasks} == {worker.pid}
+    executions = started_executions(chaos)
+    assert sorted(executions) == sorted(tasks)
+    assert all(len(ids) == 1 for ids in executions.values())
+    assert len({ids[0] for ids in executions.values()}) == 4
+
+    for task_id in tasks:
+        assert chaos.wait_for_status(task_id, timeout_s=90) == "finished"
+    started = [events_of(worker, "task_started", task_id) for task_id in tasks]
+    completed = [events_of(worker, "task_completed", task_id) for task_id in tasks]
+    assert all(len(events) == 1 for events in started + completed)
+    # Side by side: every task started before the first one completed.
+    assert max(e[0]["ts"] for e in started) < min(e[0]["ts"] for e in completed)
+    for n, task_id in enumerate(tasks):
+        post_id = chaos.job(task_id).args[0]["post_id"]
+        assert [r["content"] for r in chaos.replies_to(post_id)] == [f"Answer {n}"]
+        assert len(chaos.consumption_of(task_id)) == 1
+    assert started_executions(chaos) == {}
+    assert worker.alive()
+
+
+def test_heartbeats_keep_every_task_in_flight_alive(chaos: ChaosStack) -> None:
+    worker = chaos.start_worker("--job-monitoring-interval", "1", WORKER_CONCURRENCY=CONCURRENCY)
+    tasks = [chaos.notification(f"beat-{n}", [{"text": "Done", "delay_s": 8}]) for n in range(3)]
+    wait_until(lambda: all_in_flight(chaos, tasks), 60, "three tasks in flight")
+
+    first = execution_heartbeats(chaos, tasks)
+    time.sleep(3)
+    later = execution_heartbeats(chaos, tasks)
+
+    # Each execution's own heartbeat moved on while its task waited for the model.
+    assert all(later[task_id] > first[task_id] for task_id in tasks), (first, later)
+    for task_id in tasks:
+        assert chaos.wait_for_status(task_id, timeout_s=90) == "finished"
+    assert worker.events("heartbeat_failed") == []
+
+
+def execution_heartbeats(chaos: ChaosStack, task_ids: list[str]) -> dict[str, float]:
+    """The last heartbeat rq recorded for the one execution of each task."""
+    executions = started_executions(chaos)
+    beats: dict[str, float] = {}
+    with contextlib.closing(chaos.connection()) as connection:
+        for task_id in task_ids:
+            (execution_id,) = executions[task_id]
+            raw = connection.hget(f"rq:execution:{task_id}:{execution_id}", "last_heartbeat")
+            beats[task_id] = float(raw or 0)
+    return beats
+
+
+def test_warm_shutdown_lets_every_task_in_flight_finish(chaos: ChaosStack) -> None:
+    worker = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
+    tasks = [chaos.notification(f"warm-{n}", [{"text": "Done", "delay_s": 5}]) for n in range(3)]
+    wait_until(lambda: all_in_flight(chaos, tasks), 60, "three tasks in flight")
+
+    worker.send(signal.SIGTERM)
+
+    assert worker.wait_exit(90) == 0
+    (asked,) = [e for e in worker.events("rq_log") if "warm shut down" in e["message"]]
+    for task_id in tasks:
+        (completed,) = events_of(worker, "task_completed", task_id)
+        assert asked["ts"] < completed["ts"]  # the signal came mid-task
+        assert chaos.status(task_id) == "finished"
+        assert len(chaos.consumption_of(task_id)) == 1
+
+
+def test_cold_shutdown_hands_every_task_back_and_each_resumes_once(chaos: ChaosStack) -> None:
+    stopping = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
+    markers = [f"cold-{n}" for n in range(2)]
+    tasks = [chaos.notification(m, side_effect_then_slow(m)) for m in markers]
+    for marker, task_id in zip(markers, tasks, strict=True):
+        wait_for_side_effect(chaos, marker)
+        wait_for_model_requests(chaos, task_id, 2)
+    replacement = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
+
+    stopping.send(signal.SIGTERM)
+    time.sleep(1.5)  # rq ignores a second signal within 1 s of the first
+    stopping.send(signal.SIGTERM)
+
+    stopping.wait_exit(60)
+    handed_back = {e["task_id"] for e in stopping.events("task_handed_back")}
+    assert handed_back == set(tasks)
+    for marker, task_id in zip(markers, tasks, strict=True):
+        assert_everything_happened_once(chaos, task_id, marker)
+        assert len(events_of(replacement, "task_completed", task_id)) == 1
+    assert stopping.events("task_completed") == []
+
+
+def test_a_killed_worker_reruns_each_task_in_flight_once_from_its_checkpoint(
+    chaos: ChaosStack,
+) -> None:
+    # Heartbeats every 5 s: each execution expires about a minute after the last one.
+    doomed = chaos.start_worker("--job-monitoring-interval", "5", WORKER_CONCURRENCY=CONCURRENCY)
+    markers = [f"sigkill-{n}" for n in range(3)]
+    tasks = [chaos.notification(m, side_effect_then_slow(m)) for m in markers]
+    for marker, task_id in zip(markers, tasks, strict=True):
+        wait_for_side_effect(chaos, marker)
+        wait_for_model_requests(chaos, task_id, 2)
+    assert {chaos.lease_holder_pid(task_id) for task_id in tasks} == {doomed.pid}
+    # Started only now, so that the doomed worker holds all three.
+    survivor = chaos.start_worker("--maintenance-interval", "2", WORKER_CONCURRENCY=CONCURRENCY)
+
+    os.kill(doomed.pid, signal.SIGKILL)
+
+    # Each execution expires on its own; rq's maintenance re-runs each task once, and the
+    # re-run takes over the lease the dead run could not release.
+    for marker, task_id in zip(markers, tasks, strict=True):
+        assert_everything_happened_once(chaos, task_id, marker, timeout_s=150)
+        assert len(events_of(survivor, "task_lease_taken_over", task_id)) == 1
+        assert len(events_of(survivor, "task_started", task_id)) == 1
+        assert len(events_of(survivor, "task_completed", task_id)) == 1
+        assert len(chaos.llm.requests(task_id)) == 3
+    assert doomed.events("task_completed") == []

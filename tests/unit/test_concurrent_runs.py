@@ -1,0 +1,166 @@
+"""What a task run in a job thread of a concurrent worker changes: its lease names the run,
+it watches no parent, rq's timeout reaches its thread, and the tests' concurrency switch."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import fakeredis
+import pytest
+from rq.timeouts import JobTimeoutException, TimerDeathPenalty, UnixSignalDeathPenalty
+
+from tests.support.workers import TEST_CONCURRENCY_VARIABLE, with_test_concurrency
+from worker import redis_keys
+from worker.control import LeaseLost, RedisControl, WorkerLost
+from worker.daemon import AgentWorker
+from worker.leases import (
+    TaskLease,
+    current_lease_holder,
+    in_process_run,
+    lease_holder,
+    release_lease_of,
+    running_in_process,
+)
+
+
+@pytest.fixture
+def redis() -> fakeredis.FakeRedis:
+    return fakeredis.FakeRedis()
+
+
+def test_a_forked_job_process_holds_leases_as_host_and_pid() -> None:
+    assert current_lease_holder() == f"{socket.gethostname()}:{os.getpid()}"
+    assert not running_in_process()
+
+
+def test_two_runs_in_one_process_hold_leases_under_different_names() -> None:
+    with in_process_run("exec-a"):
+        first = current_lease_holder()
+        assert running_in_process()
+    with in_process_run("exec-b"):
+        second = current_lease_holder()
+    assert (
+        first
+        == lease_holder(os.getpid(), "exec-a")
+        == f"{socket.gethostname()}:{os.getpid()}/exec-a"
+    )
+    assert first != second
+    assert not running_in_process()  # the mark ends with its block
+
+
+def test_a_second_copy_in_the_same_process_does_not_get_the_lease(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    redis.set("rq:execution:t-1:exec-a", "alive")  # rq's execution of the first run
+    with in_process_run("exec-a"):
+        first = TaskLease(redis, "t-1", holder=current_lease_holder(), ttl_s=30, renew=False)
+        assert first.acquire()
+    with in_process_run("exec-b"):
+        second = TaskLease(redis, "t-1", holder=current_lease_holder(), ttl_s=30, renew=False)
+        assert not second.acquire()
+
+
+def test_the_worker_frees_only_the_lease_of_the_run_it_names(redis: fakeredis.FakeRedis) -> None:
+    with in_process_run("exec-a"):
+        assert TaskLease(
+            redis, "t-1", holder=current_lease_holder(), ttl_s=30, renew=False
+        ).acquire()
+
+    assert not release_lease_of(redis, "t-1", os.getpid())  # the process alone is not the run
+    assert not release_lease_of(redis, "t-1", os.getpid(), "exec-b")
+    assert release_lease_of(redis, "t-1", os.getpid(), "exec-a")
+    assert redis.exists(redis_keys.task_lease("t-1")) == 0
+
+
+@pytest.mark.anyio
+async def test_a_run_in_the_worker_process_watches_no_parent_and_checks_its_own_lease(
+    redis: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with in_process_run("exec-a"):
+        control = RedisControl(redis, "t-1")
+    # The worker's own parent (a shell, systemd) going away means nothing to the task.
+    monkeypatch.setattr(os, "getppid", lambda: 424242)
+    redis.set(redis_keys.task_lease("t-1"), lease_holder(os.getpid(), "exec-a"))
+    assert not (await control.poll()).cancelled
+    redis.set(redis_keys.task_lease("t-1"), lease_holder(os.getpid(), "exec-b"))
+    with pytest.raises(LeaseLost, match="exec-b"):
+        await control.poll()
+
+
+@pytest.mark.anyio
+async def test_a_forked_job_process_still_stops_when_its_worker_is_gone(
+    redis: fakeredis.FakeRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control = RedisControl(redis, "t-1")
+    monkeypatch.setattr(os, "getppid", lambda: 424242)
+    with pytest.raises(WorkerLost):
+        await control.poll()
+
+
+def test_rqs_timeout_reaches_a_job_thread_through_a_timer() -> None:
+    worker = AgentWorker(["agents"], connection=fakeredis.FakeRedis())
+    seen: list[type] = []
+    outcome: list[str] = []
+
+    def job_thread() -> None:
+        penalty = worker.death_penalty_class
+        seen.append(penalty)
+        try:
+            with penalty(1, JobTimeoutException, job_id="t-1"):
+                threading.Event().wait(5)  # sleeps in slices: the timer's exception lands
+                for _ in range(10_000_000):
+                    pass
+            outcome.append("ran to the end")
+        except JobTimeoutException:
+            outcome.append("timed out")
+
+    thread = threading.Thread(target=job_thread)
+    thread.start()
+    thread.join(10)
+    assert worker.death_penalty_class is UnixSignalDeathPenalty  # rq's SIGALRM, main thread
+    assert seen == [TimerDeathPenalty]
+    assert outcome == ["timed out"]
+
+
+def test_a_new_worker_runs_one_job_at_a_time_until_it_reads_its_settings() -> None:
+    # `rq info` and Worker.all() build the class: no settings read, nothing started.
+    worker = AgentWorker(["agents"], connection=fakeredis.FakeRedis())
+    assert worker.concurrency == 1 and not worker.concurrent
+    started = [t.name for t in threading.enumerate() if t.name.startswith(("job ", "heartbeats"))]
+    assert started == []
+
+
+def test_the_tests_switch_makes_every_worker_concurrent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TEST_CONCURRENCY_VARIABLE, raising=False)
+    assert with_test_concurrency({"A": "1"}) == {"A": "1"}
+    monkeypatch.setenv(TEST_CONCURRENCY_VARIABLE, "8")
+    assert with_test_concurrency({"A": "1"}) == {"A": "1", "WORKER_CONCURRENCY": "8"}
+    # A test that chose its own concurrency keeps it.
+    assert with_test_concurrency({"WORKER_CONCURRENCY": "2"}) == {"WORKER_CONCURRENCY": "2"}
+
+
+def test_a_lease_of_a_run_whose_worker_died_is_taken_over_once_rq_let_it_expire(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    dead_holder = lease_holder(4242, "exec-dead")
+    redis.set(redis_keys.task_lease("t-1"), dead_holder)
+    execution_key = "rq:execution:t-1:exec-dead"
+    redis.set(execution_key, "alive")  # rq's heartbeats still keep the run's execution
+    rerun = TaskLease(redis, "t-1", holder=lease_holder(os.getpid(), "exec-new"), ttl_s=30)
+    try:
+        assert not rerun.acquire()
+
+        redis.delete(execution_key)  # its worker died: the heartbeats stopped, rq let it expire
+        assert rerun.acquire()
+        assert rerun.holder() == lease_holder(os.getpid(), "exec-new")
+    finally:
+        rerun.release()
+
+
+def test_a_forked_job_process_lease_is_never_taken_over(redis: fakeredis.FakeRedis) -> None:
+    redis.set(redis_keys.task_lease("t-1"), lease_holder(4242))
+    rerun = TaskLease(redis, "t-1", holder=lease_holder(os.getpid(), "exec-new"), ttl_s=30)
+    assert not rerun.acquire()
+    assert rerun.holder() == lease_holder(4242)

@@ -1,0 +1,229 @@
+"""AgentWorker: rq's Worker made safe to run agent tasks (docs/contract.md).
+
+Select it with ``RQ_WORKER_CLASS=worker.AgentWorker`` and start ``rq worker agents``.
+Each job is vetted and settled by the parent (``worker.daemon._one_job``) and runs in a
+forked job process, or, with WORKER_CONCURRENCY above 1, in one of that many job threads
+of the worker process (``worker.daemon._concurrent``).
+
+Around that loop it always runs rq's scheduler (delayed requeues), a shorter
+maintenance interval, a metrics endpoint, and it rides out Redis restarts and
+refused writes (OOM, READONLY, LOADING: ``worker.redis_faults``). rq loads jobs
+through ``CappedJob``, so a job hash cannot expand beyond JOB_DATA_MAX_BYTES.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from prometheus_client import write_to_textfile
+from redis import ConnectionPool, Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from rq.connections import parse_connection
+from rq.defaults import (
+    DEFAULT_LOGGING_DATE_FORMAT,
+    DEFAULT_LOGGING_FORMAT,
+    DEFAULT_MAINTENANCE_TASK_INTERVAL,
+)
+from rq.job import Job
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
+from rq.worker import DequeueStrategy
+
+from worker.checks import check_at_start
+from worker.daemon._concurrent import ConcurrentWorker
+from worker.daemon._logging import send_rq_logs_to_events
+from worker.daemon._vetting import CappedJob
+from worker.exceptions import ConfigurationError, WorkerError
+from worker.logs import log_event, set_level, set_redactor
+from worker.metrics import (
+    start_metrics_server,
+    stop_metrics_server,
+    sweep_job_metrics,
+    worker_metrics,
+)
+from worker.outbox import drain_outbox_now
+from worker.redaction import process_redactor
+from worker.redis_connection import require_matching_worker_connection
+from worker.redis_faults import patient_redis_retry
+from worker.settings import settings_or_exit
+
+__all__ = ["AgentWorker"]
+
+HEALTH_CHECK_TIMEOUT_S = 2.0
+
+
+class AgentWorker(ConcurrentWorker):
+    """The rq worker of the agent fleet; subclass it to extend ``allowed_functions`` (tests)."""
+
+    # rq decompresses job data when it loads a job, before our vetting: capped there too.
+    job_class = CappedJob
+    # rq's 600 s lets a job orphaned by a dead parent run twice for ten minutes (trap 9).
+    default_maintenance_interval_s: ClassVar[int] = 60
+    # Delayed requeues only run when a scheduler runs (trap 10): always run one.
+    run_scheduler: ClassVar[bool] = True
+    # Metrics a dead parent never applied are swept by any worker after this long.
+    metrics_sweep_after_s: ClassVar[float] = 120.0
+
+    def __init__(self, queues: Any, *args: Any, **kwargs: Any) -> None:
+        # No side effects here: `rq info` and Worker.all() instantiate this class (trap 1).
+        kwargs["serializer"] = JSONSerializer
+        # rq's CLI always passes its default job class; ours caps what a job hash expands to.
+        if kwargs.get("job_class") in (None, Job, "rq.job.Job"):
+            kwargs["job_class"] = CappedJob
+        maintenance_interval = kwargs.get("maintenance_interval", DEFAULT_MAINTENANCE_TASK_INTERVAL)
+        if maintenance_interval == DEFAULT_MAINTENANCE_TASK_INTERVAL:
+            kwargs["maintenance_interval"] = self.default_maintenance_interval_s
+        # rq's CLI hands over pickle queues; by name they are rebuilt with our serializer.
+        super().__init__(_queue_names(queues), *args, **kwargs)
+        self._metrics_port: int | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def work(
+        self,
+        burst: bool = False,
+        logging_level: str | None = None,
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+        max_jobs: int | None = None,
+        max_idle_time: int | None = None,
+        with_scheduler: bool = False,
+        dequeue_strategy: DequeueStrategy = DequeueStrategy.DEFAULT,
+    ) -> bool:
+        worked: bool = super().work(
+            burst=burst,
+            logging_level=logging_level,
+            date_format=date_format,
+            log_format=log_format,
+            max_jobs=max_jobs,
+            max_idle_time=max_idle_time,
+            with_scheduler=with_scheduler or self.run_scheduler,
+            dequeue_strategy=dequeue_strategy,
+        )
+        return worked
+
+    def bootstrap(
+        self,
+        logging_level: str | None = "INFO",
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+    ) -> None:
+        settings = settings_or_exit()
+        _require_sentinel_connection_if_configured(self.connection)
+        # Before rq forks anything: job processes and rq's scheduler inherit the retry.
+        self.connection.set_retry(patient_redis_retry())
+        set_level(settings.log_level)
+        set_redactor(process_redactor(settings.secret_values()))
+        send_rq_logs_to_events()
+        self._timeout_grace_s = settings.job_timeout_grace_s
+        self._result_ttl_s = settings.result_ttl_s
+        CappedJob.max_data_bytes = settings.job_data_max_bytes
+        self._import_job_modules()
+        # The checks of `agent-worker check`; an error stops here. The definitions they read
+        # are cached in Redis for the first tasks, so each is read (and warns) once.
+        check_at_start(settings, agent_cache=self.connection)
+        self._preload_configuration()
+        super().bootstrap(logging_level, date_format, log_format)
+        self._metrics_port = start_metrics_server(
+            settings.metrics_port,
+            self._health_check_client,
+            queue_names=self.queue_names(),
+            host=settings.metrics_host,
+        )
+        log_event(
+            "worker_started",
+            worker=self.name,
+            pid=os.getpid(),
+            queues=self.queue_names(),
+            metrics_port=self._metrics_port,
+            scheduler=self.run_scheduler,
+            concurrency=self.concurrency,
+            maintenance_interval_s=self.maintenance_interval,
+        )
+
+    def _import_job_modules(self) -> None:
+        """Import the allowed job functions' modules once, here, instead of in every job.
+
+        Each job process is a fork of this one: without this, every job would
+        pay seconds of imports (provider SDKs, MCP). Only names from the
+        allow-list are imported, never a name read from a job.
+        """
+        modules = sorted({name.rpartition(".")[0] for name in self.allowed_functions})
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:
+                # The job will fail visibly in rq; the worker still serves the rest.
+                log_event("job_module_import_failed", level="error", module=module, error=str(exc))
+
+    def _preload_configuration(self) -> None:
+        """Parse MCP_CONFIG, GRANT_POLICY and PRICES_FILE once; a bad file stops start-up."""
+        from worker.pipeline import preload
+
+        try:
+            preload()
+        except WorkerError as exc:
+            print(f"agent-worker: {exc.message}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()  # type: ignore[no-untyped-call]
+        finally:
+            if not self.is_horse:
+                self._write_metrics_textfile()
+                stop_metrics_server()
+                log_event("worker_stopped", worker=self.name, pid=os.getpid())
+
+    def _write_metrics_textfile(self) -> None:
+        """For burst or cron workers nobody scrapes: the textfile-collector convention."""
+        path = settings_or_exit().metrics_textfile
+        if path is None:
+            return
+        try:
+            write_to_textfile(str(path), worker_metrics().registry)
+        except OSError as exc:
+            log_event("metrics_textfile_failed", level="error", path=str(path), error=str(exc))
+
+    @property
+    def dequeue_timeout(self) -> int:
+        # rq blocks up to worker_ttl - 15 s (405 s) on an idle queue; waking up every
+        # maintenance interval keeps maintenance and the scheduler check at their pace.
+        return max(1, min(self.worker_ttl - 15, self.maintenance_interval))
+
+    def _health_check_client(self) -> Redis:
+        """A client to the worker's Redis with short timeouts, for scrapes and /healthz."""
+        redis_class, connection_class, connection_kwargs = parse_connection(self.connection)
+        connection_kwargs.update(
+            socket_timeout=HEALTH_CHECK_TIMEOUT_S,
+            socket_connect_timeout=HEALTH_CHECK_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
+        )
+        pool = ConnectionPool(connection_class=connection_class, **connection_kwargs)
+        client: Redis = redis_class(connection_pool=pool)
+        return client
+
+    # -- our own Redis housekeeping (maintenance; outages are ridden out around it) --------
+
+    def maintain_own_data(self) -> None:
+        sweep_job_metrics(self.connection, older_than_s=self.metrics_sweep_after_s)
+        drain_outbox_now(self.connection)
+
+
+def _require_sentinel_connection_if_configured(connection: Redis) -> None:
+    """With REDIS_SENTINELS set, rq must have built a Sentinel-managed connection (RQ_CONFIG)."""
+    try:
+        require_matching_worker_connection(connection, settings_or_exit())
+    except ConfigurationError as exc:
+        print(f"agent-worker: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _queue_names(queues: Any) -> list[str]:
+    listed: Sequence[Any] = [queues] if isinstance(queues, str | Queue) else list(queues)
+    return [queue.name if isinstance(queue, Queue) else str(queue) for queue in listed]
