@@ -19,6 +19,7 @@ the ideal is the lower of the latency bound (N / model time per task) and the
 CPU bound (cores / CPU seconds per task, all processes). A row stops early, and
 says why, before worker memory passes ``BENCH_MEMORY_CAP_MB`` (default 10,000)
 or the machine's available memory falls under 3 GB: the machine must not swap.
+``BENCH_IN_FLIGHT_KINDS=concurrent`` (or ``pool``) runs one kind of mechanism only.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ MEMORY_EVERY_S = 4.0
 READY_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 60.0
 MEMORY_CAP_MB = float(os.environ.get("BENCH_MEMORY_CAP_MB", "10000"))
+# A subset of mechanisms by kind, comma-separated (default: every one this code has).
+KINDS = os.environ.get("BENCH_IN_FLIGHT_KINDS", "pool,concurrent").split(",")
 MIN_AVAILABLE_MB = 3_000.0
 QUEUE = "agents"
 
@@ -95,7 +98,7 @@ def mechanisms() -> list[Mechanism]:
             Mechanism("1 x rq worker, WORKER_CONCURRENCY=N", "concurrent", 1),
             Mechanism("2 x rq worker, WORKER_CONCURRENCY=N/2", "concurrent", 2),
         ]
-    return found
+    return [mechanism for mechanism in found if mechanism.kind in KINDS]
 
 
 @dataclass
