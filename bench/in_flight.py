@@ -19,7 +19,8 @@ the ideal is the lower of the latency bound (N / model time per task) and the
 CPU bound (cores / CPU seconds per task, all processes). A row stops early, and
 says why, before worker memory passes ``BENCH_MEMORY_CAP_MB`` (default 10,000)
 or the machine's available memory falls under 3 GB: the machine must not swap.
-``BENCH_IN_FLIGHT_KINDS=concurrent`` (or ``pool``) runs one kind of mechanism only.
+``BENCH_IN_FLIGHT_KINDS=concurrent`` (or ``pool``) runs one kind of mechanism only,
+``BENCH_IN_FLIGHT_TARGETS=200,500`` other targets.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,11 +52,12 @@ from bench._stack import (
     BenchStack,
     bench_stack,
     has_concurrent_worker,
+    parse_events,
     stack_pids,
 )
 from worker import redis_keys
 
-TARGETS = (50, 200, 500)
+TARGETS = tuple(int(n) for n in os.environ.get("BENCH_IN_FLIGHT_TARGETS", "50,200,500").split(","))
 QUICK_TARGETS = (20,)
 LLM_LATENCY_S = 5.0
 RAMP_S = 20.0
@@ -302,10 +306,23 @@ def _run_row(bench: BenchStack, mechanism: Mechanism, target: int, window_s: flo
             row.stopped = str(reason)
         finally:
             _stop(bench, processes)
+        row.notes += _failure_reasons(Path(logdir))
     if row.window is not None:
         _count_window(bench, row, row.window)
     _forget_runs(bench)
     return row
+
+
+def _failure_reasons(logdir: Path, shown: int = 3) -> list[str]:
+    """The commonest reasons of the row's failed tasks, from the workers' task_failed events."""
+    reasons: Counter[str] = Counter()
+    for log in logdir.glob("*.log"):
+        for event in parse_events(log.read_text(errors="replace")):
+            if event.get("event") == "task_failed":
+                error = event.get("error") or {}
+                detail = str(error.get("message", ""))[:100] if isinstance(error, dict) else ""
+                reasons[f"{event.get('outcome')}/{event.get('code')}: {detail}"] += 1
+    return [f"{count} failed: {reason}" for reason, count in reasons.most_common(shown)]
 
 
 def _would_exceed(previous: RowResult | None, target: int) -> str:
@@ -332,7 +349,19 @@ def benchmark(*, quick: bool = False) -> list[Table]:
                     continue
                 previous = _run_row(bench, mechanism, target, window_s)
                 results.append((mechanism, previous))
+                _progress(mechanism, previous)
     return [_table(results, window_s)]
+
+
+def _progress(mechanism: Mechanism, row: RowResult) -> None:
+    """One line per row on stderr: a full run takes minutes."""
+    in_flight = statistics.median(row.in_flight) if row.in_flight else 0
+    print(
+        f"   in_flight: {mechanism.label} at {row.target}: {in_flight:.0f} in flight, "
+        f"{row.tasks_per_s:.2f} tasks/s {row.stopped}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _table(results: Sequence[tuple[Mechanism, RowResult]], window_s: float) -> Table:
