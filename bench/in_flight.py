@@ -25,10 +25,8 @@ or the machine's available memory falls under 3 GB: the machine must not swap.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,20 +40,17 @@ from pathlib import Path
 
 from rq.registry import StartedJobRegistry
 
+from bench._fleet import QUEUE, Mechanism, forget_runs, mechanisms, start_fleet, stop_fleet
 from bench._procs import Memory, available_memory_mb, memory, process_tree, tree_cpu_seconds
 from bench._report import Table
 from bench._stack import (
     BENCH_AGENT,
-    REPO_ROOT,
-    RQ,
     STEPS_PER_TASK,
     BenchStack,
     bench_stack,
-    has_concurrent_worker,
     parse_events,
     stack_pids,
 )
-from worker import redis_keys
 
 TARGETS = tuple(int(n) for n in os.environ.get("BENCH_IN_FLIGHT_TARGETS", "50,200,500").split(","))
 QUICK_TARGETS = (20,)
@@ -66,43 +61,8 @@ QUICK_WINDOW_S = 20.0
 SAMPLE_EVERY_S = 1.0
 MEMORY_EVERY_S = 4.0
 READY_TIMEOUT_S = 240.0
-STOP_TIMEOUT_S = 60.0
 MEMORY_CAP_MB = float(os.environ.get("BENCH_MEMORY_CAP_MB", "10000"))
-# A subset of mechanisms by kind, comma-separated (default: every one this code has).
-KINDS = os.environ.get("BENCH_IN_FLIGHT_KINDS", "pool,concurrent").split(",")
 MIN_AVAILABLE_MB = 3_000.0
-QUEUE = "agents"
-
-
-@dataclass(frozen=True)
-class Mechanism:
-    """One way of keeping N tasks in flight: the commands it starts for a target N."""
-
-    label: str
-    kind: str  # "pool" or "concurrent"
-    processes: int = 1
-
-    def commands(self, target: int, redis_url: str) -> list[tuple[list[str], dict[str, str]]]:
-        if self.kind == "pool":
-            argv = [RQ, "worker-pool", QUEUE, "-n", str(target), "-w", "worker.AgentWorker"]
-            return [([*argv, "-u", redis_url], {})]
-        per_process = math.ceil(target / self.processes)
-        env = {"WORKER_CONCURRENCY": str(per_process)}
-        return [([RQ, "worker", QUEUE], env) for _ in range(self.processes)]
-
-    def registered_workers(self, target: int) -> int:
-        return target if self.kind == "pool" else self.processes
-
-
-def mechanisms() -> list[Mechanism]:
-    """The pool always; the concurrent worker only where this code has the setting."""
-    found = [Mechanism("rq worker-pool -n N (fork per job)", "pool")]
-    if has_concurrent_worker():
-        found += [
-            Mechanism("1 x rq worker, WORKER_CONCURRENCY=N", "concurrent", 1),
-            Mechanism("2 x rq worker, WORKER_CONCURRENCY=N/2", "concurrent", 2),
-        ]
-    return [mechanism for mechanism in found if mechanism.kind in KINDS]
 
 
 @dataclass
@@ -150,26 +110,6 @@ def _over_cap(sample: Memory) -> str:
 def _tasks_needed(target: int, window_s: float) -> int:
     """Enough tasks that the queue is not empty before the window ends."""
     return target + math.ceil(target / (STEPS_PER_TASK * LLM_LATENCY_S) * (RAMP_S + window_s + 10))
-
-
-def _start(
-    bench: BenchStack, mechanism: Mechanism, target: int, logdir: Path
-) -> list[subprocess.Popen[bytes]]:
-    processes = []
-    for index, (argv, extra) in enumerate(mechanism.commands(target, bench.stack.redis_url)):
-        with open(logdir / f"worker-{index}.log", "wb") as log:
-            processes.append(
-                subprocess.Popen(
-                    argv,
-                    cwd=REPO_ROOT,
-                    env=bench.worker_env(**extra),
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )
-    return processes
 
 
 def _wait_ready(
@@ -259,43 +199,10 @@ def _epoch(rq_timestamp: bytes) -> float:
     return datetime.fromisoformat(rq_timestamp.decode().replace("Z", "+00:00")).timestamp()
 
 
-def _stop(bench: BenchStack, processes: list[subprocess.Popen[bytes]]) -> None:
-    """Drop what is still queued, stop warm (running tasks finish), kill what is left."""
-    bench.redis.delete(f"rq:queue:{QUEUE}")
-    roots = [process.pid for process in processes]
-    for pid in roots:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline and any(p.poll() is None for p in processes):
-        time.sleep(0.5)
-    for pid in process_tree(roots):
-        _signal(pid, signal.SIGKILL)
-    for process in processes:
-        process.wait()
-
-
-def _forget_runs(bench: BenchStack) -> None:
-    """Delete rq's jobs, registries and workers, and the agent's running slots and leases.
-
-    A killed task leaves them behind, and the next row counts in-flight tasks
-    and ended jobs from a clean slate.
-    """
-    patterns = ("rq:*", f"{redis_keys.PREFIX}agent-running:*", f"{redis_keys.PREFIX}lease:*")
-    for pattern in patterns:
-        keys = list(bench.redis.scan_iter(match=pattern, count=1000))
-        for start in range(0, len(keys), 500):
-            bench.redis.delete(*keys[start : start + 500])
-
-
-def _signal(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signum)
-
-
 def _run_row(bench: BenchStack, mechanism: Mechanism, target: int, window_s: float) -> RowResult:
     row = RowResult(target=target)
     with tempfile.TemporaryDirectory(prefix="bench-in-flight-") as logdir:
-        processes = _start(bench, mechanism, target, Path(logdir))
+        processes = start_fleet(bench, mechanism, target, Path(logdir))
         try:
             _wait_ready(bench, processes, mechanism.registered_workers(target), row)
             # Queued only now: workers that start early would otherwise compete with
@@ -305,11 +212,11 @@ def _run_row(bench: BenchStack, mechanism: Mechanism, target: int, window_s: flo
         except MemoryCapReached as reason:
             row.stopped = str(reason)
         finally:
-            _stop(bench, processes)
+            stop_fleet(bench, processes)
         row.notes += _failure_reasons(Path(logdir))
     if row.window is not None:
         _count_window(bench, row, row.window)
-    _forget_runs(bench)
+    forget_runs(bench)
     return row
 
 
@@ -340,7 +247,7 @@ def benchmark(*, quick: bool = False) -> list[Table]:
     window_s = QUICK_WINDOW_S if quick else WINDOW_S
     results: list[tuple[Mechanism, RowResult]] = []
     with bench_stack(llm_latency_s=LLM_LATENCY_S) as bench:
-        _forget_runs(bench)
+        forget_runs(bench)
         for mechanism in mechanisms():
             previous: RowResult | None = None
             for target in targets:
@@ -413,7 +320,12 @@ def _table(results: Sequence[tuple[Mechanism, RowResult]], window_s: float) -> T
         table.notes += [f"{mechanism.label} at {row.target}: {note}" for note in row.notes]
         if row.failed:
             table.notes.append(f"{mechanism.label} at {row.target}: {row.failed} task(s) failed")
-    table.notes += [
+    table.notes += _explanations(window_s)
+    return table
+
+
+def _explanations(window_s: float) -> list[str]:
+    return [
         f"window {window_s:.0f} s after a {RAMP_S:.0f} s ramp; tasks/s counts each task by the "
         "share of its run inside the window; task s: median started-to-ended; start s: until "
         "every worker had registered with rq.",
@@ -424,4 +336,3 @@ def _table(results: Sequence[tuple[Mechanism, RowResult]], window_s: float) -> T
         "servers, scripted endpoint, redis); of ideal: tasks/s / the lower bound.",
         "the machine is shared: other load lowers the CPU bound these numbers assume.",
     ]
-    return table
