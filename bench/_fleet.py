@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from worker import redis_keys
 QUEUE = "agents"
 STOP_TIMEOUT_S = 60.0
 # A subset of mechanisms by kind, comma-separated (default: every one this code has).
-KINDS = os.environ.get("BENCH_IN_FLIGHT_KINDS", "pool,concurrent").split(",")
+KINDS = os.environ.get("BENCH_IN_FLIGHT_KINDS", "pool,preloaded-pool,concurrent").split(",")
 
 
 @dataclass(frozen=True)
@@ -30,24 +31,30 @@ class Mechanism:
     """One way of keeping N tasks in flight: the commands it starts for a target N."""
 
     label: str
-    kind: str  # "pool" or "concurrent"
+    kind: str  # "pool", "preloaded-pool" or "concurrent"
     processes: int = 1
 
     def commands(self, target: int, redis_url: str) -> list[tuple[list[str], dict[str, str]]]:
-        if self.kind == "pool":
-            argv = [RQ, "worker-pool", QUEUE, "-n", str(target), "-w", "worker.AgentWorker"]
-            return [([*argv, "-u", redis_url], {})]
+        if self.kind.endswith("pool"):
+            pool = [RQ, "worker-pool"]
+            if self.kind == "preloaded-pool":
+                pool = [sys.executable, "-m", "bench._preloaded_pool"]
+            argv = [*pool, QUEUE, "-n", str(target), "-w", "worker.AgentWorker", "-u", redis_url]
+            return [(argv, {})]
         per_process = math.ceil(target / self.processes)
         env = {"WORKER_CONCURRENCY": str(per_process)}
         return [([RQ, "worker", QUEUE], env) for _ in range(self.processes)]
 
     def registered_workers(self, target: int) -> int:
-        return target if self.kind == "pool" else self.processes
+        return self.processes if self.kind == "concurrent" else target
 
 
 def mechanisms() -> list[Mechanism]:
-    """The pool always; the concurrent worker only where this code has the setting."""
-    found = [Mechanism("rq worker-pool -n N (fork per job)", "pool")]
+    """The pools always; the concurrent worker only where this code has the setting."""
+    found = [
+        Mechanism("rq worker-pool -n N (fork per job)", "pool"),
+        Mechanism("same, preloaded parent (bench._preloaded_pool)", "preloaded-pool"),
+    ]
     if has_concurrent_worker():
         found += [
             Mechanism("1 x rq worker, WORKER_CONCURRENCY=N", "concurrent", 1),
