@@ -23,42 +23,56 @@ from worker import redis_keys
 QUEUE = "agents"
 STOP_TIMEOUT_S = 60.0
 # A subset of mechanisms by kind, comma-separated (default: every one this code has).
-KINDS = os.environ.get("BENCH_IN_FLIGHT_KINDS", "pool,preloaded-pool,concurrent").split(",")
+KINDS = os.environ.get(
+    "BENCH_IN_FLIGHT_KINDS", "pool,preloaded-pool,concurrent,pool-concurrent"
+).split(",")
 
 
 @dataclass(frozen=True)
 class Mechanism:
-    """One way of keeping N tasks in flight: the commands it starts for a target N."""
+    """One way of keeping N tasks in flight: the commands it starts for a target N.
+
+    ``launcher`` is "rq worker" (separate processes), "pool" (``rq worker-pool``)
+    or "preloaded-pool" (``bench._preloaded_pool``); ``processes`` None means one
+    forking worker per task in flight, a number that many concurrent workers of
+    N/processes tasks each. ``kind`` names it for ``BENCH_IN_FLIGHT_KINDS``.
+    """
 
     label: str
-    kind: str  # "pool", "preloaded-pool" or "concurrent"
-    processes: int = 1
+    kind: str
+    launcher: str
+    processes: int | None = None
 
     def commands(self, target: int, redis_url: str) -> list[tuple[list[str], dict[str, str]]]:
-        if self.kind.endswith("pool"):
-            pool = [RQ, "worker-pool"]
-            if self.kind == "preloaded-pool":
-                pool = [sys.executable, "-m", "bench._preloaded_pool"]
-            argv = [*pool, QUEUE, "-n", str(target), "-w", "worker.AgentWorker", "-u", redis_url]
-            return [(argv, {})]
-        per_process = math.ceil(target / self.processes)
-        env = {"WORKER_CONCURRENCY": str(per_process)}
-        return [([RQ, "worker", QUEUE], env) for _ in range(self.processes)]
+        workers = self.registered_workers(target)
+        env = {}
+        if self.processes is not None:
+            env["WORKER_CONCURRENCY"] = str(math.ceil(target / self.processes))
+        if self.launcher == "rq worker":
+            return [([RQ, "worker", QUEUE], env) for _ in range(workers)]
+        pool = [RQ, "worker-pool"]
+        if self.launcher == "preloaded-pool":
+            pool = [sys.executable, "-m", "bench._preloaded_pool"]
+        argv = [*pool, QUEUE, "-n", str(workers), "-w", "worker.AgentWorker", "-u", redis_url]
+        return [(argv, env)]
 
     def registered_workers(self, target: int) -> int:
-        return self.processes if self.kind == "concurrent" else target
+        return target if self.processes is None else self.processes
 
 
 def mechanisms() -> list[Mechanism]:
     """The pools always; the concurrent worker only where this code has the setting."""
     found = [
-        Mechanism("rq worker-pool -n N (fork per job)", "pool"),
-        Mechanism("same, preloaded parent (bench._preloaded_pool)", "preloaded-pool"),
+        Mechanism("rq worker-pool -n N (fork per job)", "pool", "pool"),
+        Mechanism("same, preloaded parent", "preloaded-pool", "preloaded-pool"),
     ]
     if has_concurrent_worker():
         found += [
-            Mechanism("1 x rq worker, WORKER_CONCURRENCY=N", "concurrent", 1),
-            Mechanism("2 x rq worker, WORKER_CONCURRENCY=N/2", "concurrent", 2),
+            Mechanism("1 x rq worker, WORKER_CONCURRENCY=N", "concurrent", "rq worker", 1),
+            Mechanism("2 x rq worker, WORKER_CONCURRENCY=N/2", "concurrent", "rq worker", 2),
+            Mechanism(
+                "preloaded pool -n 2, CONCURRENCY=N/2", "pool-concurrent", "preloaded-pool", 2
+            ),
         ]
     return [mechanism for mechanism in found if mechanism.kind in KINDS]
 

@@ -10,7 +10,8 @@ endpoint) with enough tasks queued to keep every slot busy:
   job) from one parent; and the same from a parent that imported the job modules
   and parsed the configuration before forking (``bench._preloaded_pool``);
 - the concurrent worker (``WORKER_CONCURRENCY``), when the code has it: P
-  ``rq worker agents`` processes each running N/P tasks at once.
+  ``rq worker agents`` processes each running N/P tasks at once, and both: the
+  preloaded pool of 2 concurrent workers.
 
 Each row samples the tasks in flight (rq's StartedJobRegistry) every second, the
 memory of every worker process including job processes (RSS, PSS, USS from
@@ -20,7 +21,8 @@ the ideal is the lower of the latency bound (N / model time per task) and the
 CPU bound (cores / CPU seconds per task, all processes). A row stops early, and
 says why, before worker memory passes ``BENCH_MEMORY_CAP_MB`` (default 10,000)
 or the machine's available memory falls under 3 GB: the machine must not swap.
-``BENCH_IN_FLIGHT_KINDS=concurrent`` (``pool``, ``preloaded-pool``) runs some kinds only,
+``BENCH_IN_FLIGHT_KINDS=concurrent`` (``pool``, ``preloaded-pool``, ``pool-concurrent``)
+runs some kinds only,
 ``BENCH_IN_FLIGHT_TARGETS=200,500`` other targets.
 """
 
