@@ -23,6 +23,7 @@ BENCHMARKS = (
     "end_to_end",
     "memory",
     "scaling",
+    "in_flight",
 )
 
 

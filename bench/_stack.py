@@ -54,8 +54,8 @@ interests:
   communities: [m/general]
 behavior:
   max_iterations: 6
-  # Many tasks of this one agent run at once in the scaling benchmark.
-  max_concurrent: 64
+  # Many tasks of this one agent run at once in the scaling and in-flight benchmarks.
+  max_concurrent: 1000
 limits:
   max_tokens: 100000
   max_duration_s: 120
@@ -64,6 +64,13 @@ _SYSTEM_PROMPT = (
     "You are bench-agent. Read the thread you are mentioned in, look for related posts, "
     "then answer in two or three sentences.\n"
 )
+
+
+def has_concurrent_worker() -> bool:
+    """Whether this code has ``WORKER_CONCURRENCY`` (several tasks at once in one worker)."""
+    from worker.settings import Settings
+
+    return "worker_concurrency" in Settings.model_fields
 
 
 def write_agents(directory: Path) -> Path:
@@ -372,22 +379,6 @@ def require_completed(times: Sequence[JobTimes]) -> None:
     if failed:
         details = ", ".join(f"{t.job_id}: {t.status}/{t.outcome}" for t in failed[:5])
         raise RuntimeError(f"{len(failed)} bench task(s) did not complete: {details}")
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int, *, with_children: bool = True) -> float:
-    """CPU time (user + system) of a process, plus its waited-for children's; 0 if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # After "(comm)": state is field 3 of stat(5), so utime (14) is index 11 here.
-    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
-    ticks = utime + stime + (cutime + cstime if with_children else 0)
-    return ticks / _CLOCK_TICKS
 
 
 def stack_pids(bench: BenchStack) -> dict[str, int]:

@@ -3,6 +3,7 @@
 - ``PhaseTimedWorker``: the stock worker plus ``bench_phase`` events timing each
   phase of a job (fork, agent load, Hub requests, MCP toolbox open and close).
 - ``InProcessAgentWorker``: runs each job in the worker process, as rq's SimpleWorker.
+- ``PhaseTimedInProcessWorker``: the phase timers on the in-process variant.
 - ``NoPreloadWorker``: the stock worker without its preloading before the fork.
 
 This module imports nothing heavy at the top, so that ``NoPreloadWorker``'s parent
@@ -123,6 +124,24 @@ class InProcessAgentWorker(AgentWorker):
     def monitor_work_horse(self, job: Job, queue: Queue, execution: Any) -> None:
         # rq's forking parent drops the job's execution here; the job already removed it.
         self.executions.pop(execution.id, None)
+
+
+class PhaseTimedInProcessWorker(PhaseTimedWorker):
+    """The phase timers on a worker running each job in its own process (no fork).
+
+    It logs the fork phases as a fork-free run has them: the job starts where
+    the fork would be (0 ms), and "exit" is the return from the job.
+    """
+
+    def fork_work_horse(self, job: Job, queue: Queue) -> None:
+        # The timers name their task from RQ_JOB_ID, which rq sets only in a job process.
+        os.environ["RQ_JOB_ID"] = job.id
+        log_phase("fork_to_child", time.perf_counter())
+        self.perform_job(job, queue, self.execution)  # type: ignore[arg-type]
+
+    def monitor_work_horse(self, job: Job, queue: Queue, execution: Any) -> None:
+        self.executions.pop(execution.id, None)
+        log_event("bench_phase", phase="child_exited", task=job.id, at=time.time())
 
 
 class NoPreloadWorker(AgentWorker):

@@ -16,12 +16,12 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from bench._procs import cpu_seconds
 from bench._report import Summary, Table
 from bench._stack import (
     STEPS_PER_TASK,
     BenchStack,
     bench_stack,
-    cpu_seconds,
     job_times,
     require_completed,
     running_workers,

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
+from bench._procs import memory, process_tree, tree_cpu_seconds
 from bench.loop_overhead import LoopRun, run
 
 
@@ -24,3 +29,18 @@ async def test_wider_steps_run_every_requested_tool_call() -> None:
     result = await run(3, tool_calls_per_step=3)
 
     assert result.tool_calls == 6
+
+
+def test_process_tree_finds_a_child_and_reads_its_memory_and_cpu() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        tree = process_tree([os.getpid()])
+        used = memory([child.pid])
+
+        assert child.pid in tree
+        assert used.processes == 1
+        assert used.rss_mb >= used.pss_mb >= used.uss_mb > 0
+        assert tree_cpu_seconds(tree) > 0
+    finally:
+        child.kill()
+        child.wait()

@@ -276,6 +276,22 @@ def test_scrape_without_redis_still_answers(
     assert events(log_lines, "metrics_redis_unavailable")
 
 
+def test_each_label_set_is_one_series_without_a_created_twin() -> None:
+    metrics = WorkerMetrics()
+    recorded = JobMetrics()
+    one_of_each(recorded)
+    recorded.apply_locally(metrics)
+
+    text = generate_latest(metrics.registry).decode()
+
+    assert "_created" not in text
+    tasks = [line for line in text.splitlines() if line.startswith("agent_tasks")]
+    assert tasks == [
+        'agent_tasks_total{agent="devops-agent",outcome="completed",type="notification"} 1.0'
+    ]
+    assert value(metrics, "agent_task_duration_seconds_count", type="notification") == 1
+
+
 def test_exposition_passes_promtool(redis: fakeredis.FakeRedis) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:

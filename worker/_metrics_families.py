@@ -1,0 +1,78 @@
+"""The metric families the worker exports: names, help, labels, buckets (a contract).
+
+The README's Observability section lists these names and labels; dashboards
+and alerts in deploy/ read them. ``worker.metrics`` builds its metric objects
+from these tables and accepts nothing outside them from a job process.
+"""
+
+from __future__ import annotations
+
+# name -> (help, label names); the names and labels the README lists are a contract.
+COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "agent_tasks_total": (
+        "Tasks finished, by agent, task type and outcome.",
+        ("agent", "type", "outcome"),
+    ),
+    "agent_llm_calls_total": (
+        "LLM calls, by provider, model and status.",
+        ("provider", "model", "status"),
+    ),
+    "agent_llm_tokens_total": (
+        "LLM tokens, by model and direction (input or output).",
+        ("model", "direction"),
+    ),
+    "agent_cost_usd_total": (
+        "LLM cost in US dollars of tasks with known prices, by agent.",
+        ("agent",),
+    ),
+    "agent_tool_calls_total": (
+        "Tool calls, by MCP server, tool and outcome.",
+        ("server", "tool", "outcome"),
+    ),
+    "agent_grant_denials_total": (
+        "Tool calls refused for a missing grant, by agent and tool.",
+        ("agent", "tool"),
+    ),
+    "agent_errors_posted_total": ("Failed tasks posted to m/agent-errors.", ()),
+    # Lost connections and refused writes (OOM, READONLY, LOADING) alike: both are waited out.
+    "agent_redis_unavailable_total": (
+        "Waits of the worker for a Redis that was unreachable or refused writes, by kind.",
+        ("kind",),
+    ),
+    "agent_outbox_dead_letters_total": (
+        "Hub writes given up (refused by the Hub, or out of attempts), by kind.",
+        ("kind",),
+    ),
+    "agent_hub_writes_refused_total": (
+        "Hub writes the worker refused for an agent's write caps, by agent, kind and reason.",
+        ("agent", "kind", "reason"),
+    ),
+    "agent_budget_check_unreachable_total": (
+        "Budget checks the Hub did not answer, by agent (BUDGET_UNREACHABLE says what follows).",
+        ("agent",),
+    ),
+}
+# name -> (help, label names, buckets)
+HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
+    "agent_task_duration_seconds": (
+        "Wall-clock duration of tasks, by task type.",
+        ("type",),
+        (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600),
+    ),
+    "agent_loop_iterations": (
+        "Loop iterations per task, by task type.",
+        ("type",),
+        (1, 2, 3, 5, 8, 10, 15, 20, 30, 50),
+    ),
+    "agent_tool_call_duration_seconds": (
+        "Duration of tool calls, by MCP server.",
+        ("server",),
+        (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    ),
+}
+UNDECODABLE_JOBS = "agent_jobs_undecodable_total"
+# Distinct values a label fed by names from outside may take in one worker (a backstop:
+# the job side already maps made-up tools and invalid tasks to one value); later ones
+# are counted as "other", so no input can grow the series without bound.
+LABEL_VALUE_CAPS = {"tool": 256, "agent": 1024, "model": 128}
+OTHER_LABEL = "other"
