@@ -10,6 +10,7 @@ import time
 
 import fakeredis
 import pytest
+from redis import Redis
 from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
@@ -190,3 +191,17 @@ def test_rqs_stop_job_cancels_a_task_running_in_a_job_thread() -> None:
 
     # A thread cannot be killed: the task is cancelled and stops at its next step.
     assert connection.exists(redis_keys.cancel_flag("t-1")) == 1
+
+
+@pytest.mark.parametrize(("concurrency", "expected"), [(1, 100), (40, 100), (500, 1016)])
+def test_the_redis_pool_lets_every_task_in_flight_connect_at_once(
+    concurrency: int, expected: int
+) -> None:
+    # redis-py's pool stops at 100 connections: 500 tasks in one process ran out of them.
+    connection = Redis()  # no server needed: only the pool's size is read
+    worker = AgentWorker(["agents"], connection=connection)
+    worker.concurrency = concurrency
+
+    worker._size_connection_pool()
+
+    assert connection.connection_pool.max_connections == expected
