@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from redis import Redis
 from redis.exceptions import RedisError
 
-from worker import redis_keys
 from worker._metrics_collector import QueueCollector, WithoutCreatedSeries
 from worker._metrics_families import (
     COUNTERS,
@@ -31,6 +30,7 @@ from worker._metrics_families import (
 )
 from worker._metrics_server import start_server, stop_servers
 from worker.logs import log_event
+from worker.redis_io import keys as redis_keys
 
 JOB_METRICS_TTL_S = 86_400
 
@@ -87,7 +87,7 @@ class WorkerMetrics:
         return tuple(bounded)
 
     def redis_unavailable(self, kind: str) -> None:
-        """One wait for Redis (``kind`` from ``worker.redis_faults.outage_kind``)."""
+        """One wait for Redis (``kind`` from ``worker.redis_io._faults.outage_kind``)."""
         self._counters["agent_redis_unavailable_total"][0].labels(kind).inc()
 
     def apply(self, batch: Mapping[str, Any]) -> None:

@@ -19,7 +19,7 @@ class Settings(BaseSettings):
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Redis Sentinel (host:port,host:port): the fleet's Redis is the primary they name;
-    # REDIS_URL then gives only credentials, database and TLS (worker.redis_connection).
+    # REDIS_URL then gives only credentials, database and TLS (worker.redis_io._connection).
     redis_sentinels: str | None = None
     redis_sentinel_master: str = Field(default="mymaster", min_length=1)
     redis_sentinel_password: SecretStr | None = None
@@ -133,7 +133,7 @@ class Settings(BaseSettings):
     @field_validator("redis_sentinels")
     @classmethod
     def _sentinel_addresses(cls, value: str | None) -> str | None:
-        from worker.redis_connection import parse_sentinel_addresses
+        from worker.redis_io import parse_sentinel_addresses
 
         if value is not None and value.strip():
             parse_sentinel_addresses(value)

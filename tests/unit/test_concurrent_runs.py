@@ -17,7 +17,6 @@ from rq.registry import StartedJobRegistry
 from rq.timeouts import JobTimeoutException, TimerDeathPenalty, UnixSignalDeathPenalty
 
 from tests.support.workers import TEST_CONCURRENCY_VARIABLE, with_test_concurrency
-from worker import redis_keys
 from worker.control import LeaseLost, RedisControl, WorkerLost
 from worker.daemon import AgentWorker
 from worker.daemon._concurrent import InFlightJob
@@ -29,6 +28,7 @@ from worker.leases import (
     release_lease_of,
     running_in_process,
 )
+from worker.redis_io import keys as redis_keys
 
 
 @pytest.fixture

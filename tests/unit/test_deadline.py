@@ -12,7 +12,6 @@ import pytest
 
 from hub_client import HubClient
 from tests.unit.test_jobs import DEMO_AGENTS, HUB_KEY, Harness, notification
-from worker import redis_keys
 from worker.agents import AgentStore
 from worker.checkpoints import RedisJournal
 from worker.daemon import run_timeout_s
@@ -20,6 +19,7 @@ from worker.deadlines import fix_task_deadline, forget_task_deadline, read_task_
 from worker.exceptions import ModelUnavailable
 from worker.loop import AgentLoop, LoopSettings, ResponseEntry, RunLimits, RunResult
 from worker.models import Message, ModelRequest, ModelResponse, ScriptedModel, Turn, Usage
+from worker.redis_io import keys as redis_keys
 from worker.task import Outcome, Task, parse_task
 from worker.tools import LocalTool, LocalToolbox
 

@@ -19,7 +19,6 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from worker import redis_keys
 from worker.checkpoints import RedisJournal
 from worker.control import LeaseLost, RedisControl
 from worker.idempotency import (
@@ -29,13 +28,14 @@ from worker.idempotency import (
 )
 from worker.leases import AgentSlots, TaskLease
 from worker.models._types import ToolSpec
-from worker.redis_faults import (
+from worker.redis_io import (
     RedisOutage,
     is_redis_outage,
     outage_kind,
     patient_redis_retry,
     until_redis_answers,
 )
+from worker.redis_io import keys as redis_keys
 from worker.tools._base import CallContext, Granted, Resolution, ToolResult
 
 # The shortest lease TaskLease takes (1 s): renewed every third of it.

@@ -17,7 +17,6 @@ import httpx2
 import pytest
 
 from hub_client import HubClient
-from worker import redis_keys
 from worker.operations import (
     dead_letter_count,
     drop_dead_letters,
@@ -26,6 +25,7 @@ from worker.operations import (
     replay_dead_letter,
 )
 from worker.outbox import HubWriter, OutboxItem, drain, outbox_size, park
+from worker.redis_io import keys as redis_keys
 
 pytestmark = pytest.mark.anyio
 

@@ -9,9 +9,9 @@ from typing import Any
 import fakeredis
 import pytest
 
-from worker import redis_keys
 from worker.metrics import JobMetrics
 from worker.models import ToolSpec
+from worker.redis_io import keys as redis_keys
 from worker.tools import CallContext, Granted, Resolution, ToolResult
 from worker.write_caps import (
     CappedToolbox,

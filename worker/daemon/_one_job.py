@@ -51,7 +51,7 @@ from worker.exceptions import InvalidTask
 from worker.leases import release_lease_of
 from worker.logs import log_event
 from worker.metrics import apply_job_metrics, worker_metrics
-from worker.redis_faults import is_redis_outage
+from worker.redis_io import is_redis_outage
 from worker.settings import settings_or_exit
 from worker.task import Outcome, parse_task
 

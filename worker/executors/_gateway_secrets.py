@@ -160,7 +160,7 @@ class GatewayWriteCaps:
 
     def connect(self) -> Redis:
         """A client to the fleet's Redis, built as the worker builds its own."""
-        from worker.redis_connection import connect
+        from worker.redis_io import connect
         from worker.settings import Settings
 
         password = self.redis_sentinel_password

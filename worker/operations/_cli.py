@@ -48,7 +48,7 @@ def _package_version() -> str:
 
 
 def _redis() -> Redis:
-    from worker.redis_connection import connect
+    from worker.redis_io import connect
 
     return connect()
 

@@ -28,8 +28,7 @@ from worker.loop import CanExecuteTool
 from worker.metrics import JobMetrics
 from worker.models import Model, PriceTable, create_model, load_price_table, warm_up_providers
 from worker.redaction import Redactor, process_redactor
-from worker.redis_connection import connect
-from worker.redis_faults import patient_redis_retry
+from worker.redis_io import connect, patient_redis_retry
 from worker.settings import Settings, settings
 from worker.task import Task
 from worker.tools import (
