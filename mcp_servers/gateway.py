@@ -58,6 +58,7 @@ from worker.executors import (
     read_secrets_file,
 )
 from worker.hooks import load_can_execute_tool
+from worker.hub_writes import CappedToolbox, WriteLedger
 from worker.idempotency import ContentKeyedToolbox
 from worker.logs import log_event, set_redactor
 from worker.loop import (
@@ -72,7 +73,6 @@ from worker.loop import (
 from worker.models import ToolCall
 from worker.redaction import process_redactor
 from worker.tools import EffectiveGrants, McpConfig, McpToolbox, Toolbox, load_mcp_config
-from worker.write_caps import CappedToolbox, WriteLedger
 
 # It starts once per CLI task: capabilities (PyJWT, cryptography) load only when the task
 # has one, the HTTP serving helpers only when a signal asks it to stop.

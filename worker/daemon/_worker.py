@@ -38,6 +38,7 @@ from worker.daemon._concurrent import ConcurrentWorker
 from worker.daemon._logging import send_rq_logs_to_events
 from worker.daemon._vetting import CappedJob
 from worker.exceptions import ConfigurationError, WorkerError
+from worker.hub_writes import drain_outbox_now
 from worker.logs import log_event, set_level, set_redactor
 from worker.metrics import (
     start_metrics_server,
@@ -46,7 +47,6 @@ from worker.metrics import (
     worker_metrics,
 )
 from worker.operations import check_at_start
-from worker.outbox import drain_outbox_now
 from worker.redaction import process_redactor
 from worker.redis_io import patient_redis_retry, require_matching_worker_connection
 from worker.settings import settings_or_exit

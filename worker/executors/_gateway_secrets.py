@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from worker.write_caps import WriteCaps
+from worker.hub_writes import WriteCaps
 
 # The gateway imports this module at every start: what only the worker side, or only a
 # gateway with write caps, uses is imported where it is used.
