@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from worker.checkpoints import RedisJournal, ToolIntent, arguments_digest
+from worker.coordination import RedisJournal, ToolIntent, arguments_digest
 from worker.logs import log_event
 from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
 

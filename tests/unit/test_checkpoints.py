@@ -9,7 +9,7 @@ import fakeredis
 import pytest
 
 from worker import logs
-from worker.checkpoints import RedisJournal
+from worker.coordination import RedisJournal
 from worker.loop import (
     JournalEntry,
     LoopState,

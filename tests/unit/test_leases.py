@@ -19,14 +19,12 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from worker.checkpoints import RedisJournal
-from worker.control import LeaseLost, RedisControl
+from worker.coordination import AgentSlots, LeaseLost, RedisControl, RedisJournal, TaskLease
 from worker.idempotency import (
     ContentKeyedToolbox,
     IntentJournalingToolbox,
     content_key,
 )
-from worker.leases import AgentSlots, TaskLease
 from worker.models._types import ToolSpec
 from worker.redis_io import (
     RedisOutage,

@@ -9,8 +9,7 @@ from __future__ import annotations
 from hub_client import BudgetHealth, HubClient, HubError, HubNotFound, Post
 from worker import context
 from worker.agents import AgentDefinition
-from worker.checkpoints import RedisJournal
-from worker.control import RedisControl
+from worker.coordination import RedisControl, RedisJournal
 from worker.exceptions import InvalidTask
 from worker.executors import ExecutionRequest
 from worker.logs import log_event

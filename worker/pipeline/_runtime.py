@@ -17,8 +17,8 @@ from redis import Redis
 from hub_client import HubClient
 from worker._tls import client_ssl_context
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
+from worker.coordination import read_task_deadline
 from worker.daemon import job_attempt, register_child_process
-from worker.deadlines import read_task_deadline
 from worker.exceptions import ConfigurationError
 from worker.hooks import load_can_execute_tool
 from worker.idempotency import journal_tool_intents

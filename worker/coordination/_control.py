@@ -6,7 +6,7 @@ import os
 
 from redis import Redis
 
-from worker.leases import current_lease_holder, running_in_process
+from worker.coordination._leases import current_lease_holder, running_in_process
 from worker.loop import Control
 from worker.redis_io import keys as redis_keys
 
