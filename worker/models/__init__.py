@@ -2,7 +2,8 @@
 
 The providers load their SDKs (seconds of imports) only when first used, so
 that commands like ``agent-worker cancel`` never pay for them; the worker
-parent imports them once before it forks.
+parent imports them once before it forks. ``FleetLimiter`` shares the providers'
+rate limits across the fleet through Redis.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         provider_credentials,
     )
     from worker.models._fallback import FallbackModel
+    from worker.models._limiter import FleetLimiter, RateLimitedModel, RateLimits
     from worker.models._openai import OpenAIModel
     from worker.models._prices import ModelPrice, PriceTable
     from worker.models._retry import AttemptGate, RetryingModel, RetryPolicy
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "AnthropicModel": "worker.models._anthropic",
     "FallbackModel": "worker.models._fallback",
+    "FleetLimiter": "worker.models._limiter",
+    "RateLimitedModel": "worker.models._limiter",
+    "RateLimits": "worker.models._limiter",
     "ModelPrice": "worker.models._prices",
     "OpenAIModel": "worker.models._openai",
     "PriceTable": "worker.models._prices",
@@ -66,6 +71,7 @@ __all__ = [
     "AnthropicModel",
     "AttemptGate",
     "FallbackModel",
+    "FleetLimiter",
     "Message",
     "Model",
     "ModelBoundary",
@@ -75,6 +81,8 @@ __all__ = [
     "ModelWrapper",
     "OpenAIModel",
     "PriceTable",
+    "RateLimitedModel",
+    "RateLimits",
     "RetryPolicy",
     "RetryingModel",
     "ScriptedModel",

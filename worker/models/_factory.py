@@ -25,7 +25,7 @@ from worker.models._types import Model
 from worker.settings import Settings
 
 if TYPE_CHECKING:
-    from worker.limiter import FleetLimiter
+    from worker.models._limiter import FleetLimiter
 
 
 @dataclass(frozen=True, slots=True)

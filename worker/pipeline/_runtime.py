@@ -22,11 +22,18 @@ from worker.daemon import job_attempt, register_child_process
 from worker.exceptions import ConfigurationError
 from worker.hooks import load_can_execute_tool
 from worker.idempotency import journal_tool_intents
-from worker.limiter import FleetLimiter, RateLimits
 from worker.logs import set_redactor
 from worker.loop import CanExecuteTool
 from worker.metrics import JobMetrics
-from worker.models import Model, PriceTable, create_model, load_price_table, warm_up_providers
+from worker.models import (
+    FleetLimiter,
+    Model,
+    PriceTable,
+    RateLimits,
+    create_model,
+    load_price_table,
+    warm_up_providers,
+)
 from worker.redaction import Redactor, process_redactor
 from worker.redis_io import connect, patient_redis_retry
 from worker.settings import Settings, settings

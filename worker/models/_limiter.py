@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from worker.exceptions import ModelUnavailable
 from worker.logs import log_event
-from worker.models import Model, ModelRequest, ModelResponse, ModelWrapper, Usage
+from worker.models._types import Model, ModelRequest, ModelResponse, ModelWrapper, Usage
 from worker.redis_io import keys as redis_keys
 
 # Token bucket: refill by elapsed time, take `cost` if there is enough, else say how long to
