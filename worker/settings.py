@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     # When the Hub's budget endpoint does not answer: run the task anyway, or requeue it.
     budget_unreachable: Literal["run", "refuse"] = "run"
     # package.module:function asked before every tool call (native loop and the CLI
-    # gateway): None allows, a string refuses (worker.hooks). Imported once, at start.
+    # gateway): None allows, a string refuses (worker.tools._hooks). Imported once, at start.
     can_execute_tool: str | None = None
 
     @field_validator("log_level", mode="before")
@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     @field_validator("can_execute_tool")
     @classmethod
     def _tool_check(cls, value: str | None) -> str | None:
-        from worker.hooks import load_can_execute_tool
+        from worker.tools import load_can_execute_tool
 
         if value is None or not value.strip():
             return None

@@ -45,13 +45,12 @@ from worker.executors._cli_gateway import gateway_python_path
 from worker.executors._gateway_link import GatewaySpec
 from worker.executors._gateway_secrets import CAPABILITY, gateway_capability, write_secrets_file
 from worker.hub_writes import CappedToolbox, WriteCaps, WriteLedger, counted_refusals
-from worker.idempotency import content_key
 from worker.loop import GrantDenied, LoopEvent, LoopSettings, RunLimits, ToolCalled
 from worker.metrics import JobMetrics
 from worker.models import Message, ScriptedModel, Turn
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import Toolbox
+from worker.tools import Toolbox, content_key
 from worker.tools._config import load_mcp_config
 from worker.tools._grants import EffectiveGrants
 from worker.tools._mcp import McpToolbox

@@ -20,8 +20,6 @@ from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
 from worker.coordination import read_task_deadline
 from worker.daemon import job_attempt, register_child_process
 from worker.exceptions import ConfigurationError
-from worker.hooks import load_can_execute_tool
-from worker.idempotency import journal_tool_intents
 from worker.logs import set_redactor
 from worker.loop import CanExecuteTool
 from worker.metrics import JobMetrics
@@ -45,6 +43,8 @@ from worker.tools import (
     McpConfig,
     McpToolbox,
     Toolbox,
+    journal_tool_intents,
+    load_can_execute_tool,
     load_grant_policy,
     load_mcp_config,
     mint_capability,
@@ -265,7 +265,7 @@ def build_runtime(
 def runtime_for_job(job: Any) -> TaskRuntime:
     """The runtime for the current rq job (or for a direct call outside rq).
 
-    Every tool call journals its intent before it runs (``worker.idempotency``),
+    Every tool call journals its intent before it runs (``worker.tools._idempotency``),
     and the connection waits out Redis outages and refused writes like the worker's.
     """
     if job is None:
