@@ -47,7 +47,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from worker.context import UntrustedBlocks
 from worker.exceptions import ConfigurationError
 from worker.executors import (
     CAPABILITY,
@@ -68,7 +67,7 @@ from worker.loop import (
     ToolDispatcher,
     log_observer,
 )
-from worker.models import ToolCall
+from worker.models import ToolCall, UntrustedBlocks
 from worker.redaction import process_redactor
 from worker.tools import (
     ContentKeyedToolbox,

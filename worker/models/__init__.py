@@ -3,7 +3,8 @@
 The providers load their SDKs (seconds of imports) only when first used, so
 that commands like ``agent-worker cancel`` never pay for them; the worker
 parent imports them once before it forks. ``FleetLimiter`` shares the providers'
-rate limits across the fleet through Redis.
+rate limits across the fleet through Redis. ``UntrustedBlocks`` delimits what others
+wrote (threads, feeds, tool results) so the model reads it as data.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from worker.models._types import (
     ToolSpec,
     Usage,
 )
+from worker.models._untrusted import UNTRUSTED_TAG, UntrustedBlocks
 
 if TYPE_CHECKING:
     from worker.models._anthropic import AnthropicModel
@@ -68,6 +70,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
+    "UNTRUSTED_TAG",
     "AnthropicModel",
     "AttemptGate",
     "FallbackModel",
@@ -90,6 +93,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Turn",
+    "UntrustedBlocks",
     "Usage",
     "aclose_shared_http_clients",
     "create_model",
