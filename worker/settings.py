@@ -143,7 +143,7 @@ class Settings(BaseSettings):
     @field_validator("provider_base_urls", mode="before")
     @classmethod
     def _provider_base_urls(cls, value: object) -> object:
-        from worker._endpoints import base_url_allow_list, split_list_setting
+        from worker._network import base_url_allow_list, split_list_setting
 
         urls = split_list_setting(value, "PROVIDER_BASE_URLS")
         return base_url_allow_list(urls) if isinstance(urls, list) else urls
@@ -151,7 +151,7 @@ class Settings(BaseSettings):
     @field_validator("agent_key_envs", mode="before")
     @classmethod
     def _agent_key_envs(cls, value: object) -> object:
-        from worker._endpoints import (
+        from worker._network import (
             agent_key_allow_list,
             split_list_setting,
             worker_secret_variables,

@@ -19,7 +19,7 @@ import anyio
 import httpx2
 
 from hub_client import BudgetHealth, HubClient, HubError, HubUnavailable
-from worker._tls import client_ssl_context
+from worker._network import client_ssl_context
 from worker.agents import AgentDefinition
 from worker.coordination import (
     AgentSlots,

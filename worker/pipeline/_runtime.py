@@ -15,7 +15,7 @@ from typing import Any
 from redis import Redis
 
 from hub_client import HubClient
-from worker._tls import client_ssl_context
+from worker._network import client_ssl_context
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
 from worker.coordination import read_task_deadline
 from worker.daemon import job_attempt, register_child_process
