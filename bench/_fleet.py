@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench._procs import process_tree
 from bench._stack import REPO_ROOT, RQ, BenchStack, has_concurrent_worker
-from worker import redis_keys
+from worker.redis_io import keys as redis_keys
 
 QUEUE = "agents"
 STOP_TIMEOUT_S = 60.0

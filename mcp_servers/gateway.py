@@ -16,7 +16,7 @@ without its grant ``Error: Missing grant <grant>`` (never executed; logged as
 and the rest is forwarded with the worker's ``_meta`` identity (``agent_id``,
 ``task_id``, and ``idempotency_key = <task_id>:tool:<digest>:<k>`` for the k-th call of
 one tool with the same arguments: a CLI re-runs a task from the start, so a key must
-name the write, not its position; see ``worker.idempotency``).
+name the write, not its position; see ``worker.tools._idempotency``).
 Each call is also written to the call log the executor reads after the run
 (``worker.executors._call_log``).
 
@@ -47,7 +47,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from worker.context import UntrustedBlocks
 from worker.exceptions import ConfigurationError
 from worker.executors import (
     CAPABILITY,
@@ -57,8 +56,7 @@ from worker.executors import (
     GatewayWriteCaps,
     read_secrets_file,
 )
-from worker.hooks import load_can_execute_tool
-from worker.idempotency import ContentKeyedToolbox
+from worker.hub_writes import CappedToolbox, WriteLedger
 from worker.logs import log_event, set_redactor
 from worker.loop import (
     ArgumentRedactingToolbox,
@@ -69,10 +67,17 @@ from worker.loop import (
     ToolDispatcher,
     log_observer,
 )
-from worker.models import ToolCall
+from worker.models import ToolCall, UntrustedBlocks
 from worker.redaction import process_redactor
-from worker.tools import EffectiveGrants, McpConfig, McpToolbox, Toolbox, load_mcp_config
-from worker.write_caps import CappedToolbox, WriteLedger
+from worker.tools import (
+    ContentKeyedToolbox,
+    EffectiveGrants,
+    McpConfig,
+    McpToolbox,
+    Toolbox,
+    load_can_execute_tool,
+    load_mcp_config,
+)
 
 # It starts once per CLI task: capabilities (PyJWT, cryptography) load only when the task
 # has one, the HTTP serving helpers only when a signal asks it to stop.

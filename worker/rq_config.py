@@ -3,7 +3,7 @@
 rq reads the UPPERCASE names of this module to build the worker's Redis
 connection (``REDIS_URL``, or ``SENTINEL`` when ``REDIS_SENTINELS`` is set), so
 ``rq worker``, ``rq info`` and every ``agent-worker`` command reach the same Redis
-through ``worker.redis_connection``. ``RQ_REDIS_URL`` or ``--url`` would override it:
+through ``worker.redis_io._connection``. ``RQ_REDIS_URL`` or ``--url`` would override it:
 leave them unset. A bad setting stops rq here with one line naming the variable.
 """
 
@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from worker.exceptions import ConfigurationError
-from worker.redis_connection import rq_connection_settings
+from worker.redis_io import rq_connection_settings
 from worker.settings import settings_or_exit
 
 

@@ -19,7 +19,7 @@ class Settings(BaseSettings):
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Redis Sentinel (host:port,host:port): the fleet's Redis is the primary they name;
-    # REDIS_URL then gives only credentials, database and TLS (worker.redis_connection).
+    # REDIS_URL then gives only credentials, database and TLS (worker.redis_io._connection).
     redis_sentinels: str | None = None
     redis_sentinel_master: str = Field(default="mymaster", min_length=1)
     redis_sentinel_password: SecretStr | None = None
@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     # When the Hub's budget endpoint does not answer: run the task anyway, or requeue it.
     budget_unreachable: Literal["run", "refuse"] = "run"
     # package.module:function asked before every tool call (native loop and the CLI
-    # gateway): None allows, a string refuses (worker.hooks). Imported once, at start.
+    # gateway): None allows, a string refuses (worker.tools._hooks). Imported once, at start.
     can_execute_tool: str | None = None
 
     @field_validator("log_level", mode="before")
@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     @field_validator("can_execute_tool")
     @classmethod
     def _tool_check(cls, value: str | None) -> str | None:
-        from worker.hooks import load_can_execute_tool
+        from worker.tools import load_can_execute_tool
 
         if value is None or not value.strip():
             return None
@@ -133,7 +133,7 @@ class Settings(BaseSettings):
     @field_validator("redis_sentinels")
     @classmethod
     def _sentinel_addresses(cls, value: str | None) -> str | None:
-        from worker.redis_connection import parse_sentinel_addresses
+        from worker.redis_io import parse_sentinel_addresses
 
         if value is not None and value.strip():
             parse_sentinel_addresses(value)
@@ -143,7 +143,7 @@ class Settings(BaseSettings):
     @field_validator("provider_base_urls", mode="before")
     @classmethod
     def _provider_base_urls(cls, value: object) -> object:
-        from worker._endpoints import base_url_allow_list, split_list_setting
+        from worker._network import base_url_allow_list, split_list_setting
 
         urls = split_list_setting(value, "PROVIDER_BASE_URLS")
         return base_url_allow_list(urls) if isinstance(urls, list) else urls
@@ -151,7 +151,7 @@ class Settings(BaseSettings):
     @field_validator("agent_key_envs", mode="before")
     @classmethod
     def _agent_key_envs(cls, value: object) -> object:
-        from worker._endpoints import (
+        from worker._network import (
             agent_key_allow_list,
             split_list_setting,
             worker_secret_variables,

@@ -40,9 +40,9 @@ from tests.support.devhub import DevHub
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
 from tests.support.workers import TEST_CONCURRENCY_VARIABLE, launch_worker, parse_events
-from worker import redis_keys
 from worker.dev.devstack import ManagedProcess, python_module
 from worker.enqueue import enqueue_task
+from worker.redis_io import keys as redis_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT = "chaos-agent"

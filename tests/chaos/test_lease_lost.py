@@ -12,7 +12,7 @@ from rq.serializers import JSONSerializer
 
 from tests.chaos.harness import ChaosStack, wait_until
 from tests.support.workers import QUEUE
-from worker import redis_keys
+from worker.redis_io import keys as redis_keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
 

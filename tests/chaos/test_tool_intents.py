@@ -24,7 +24,7 @@ from tests.chaos.harness import (
     pid_alive,
     wait_until,
 )
-from worker import redis_keys
+from worker.redis_io import keys as redis_keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 

@@ -28,7 +28,6 @@ from worker import settings as worker_settings
 from worker.agents import AgentConfig, AgentDefinition, AgentStore
 from worker.dev.scripted_endpoint import ScriptedEndpoint
 from worker.executors import ExecutionRequest, OpenCodeExecutor
-from worker.idempotency import content_key
 from worker.jobs import TaskRuntime, execute_task
 from worker.loop import LoopSettings, RunLimits
 from worker.metrics import JobMetrics
@@ -36,7 +35,7 @@ from worker.models import Message
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import EffectiveGrants
+from worker.tools import EffectiveGrants, content_key
 
 pytestmark = [
     pytest.mark.integration,

@@ -44,17 +44,16 @@ from worker.executors._call_log import read_call_log
 from worker.executors._cli_gateway import gateway_python_path
 from worker.executors._gateway_link import GatewaySpec
 from worker.executors._gateway_secrets import CAPABILITY, gateway_capability, write_secrets_file
-from worker.idempotency import content_key
+from worker.hub_writes import CappedToolbox, WriteCaps, WriteLedger, counted_refusals
 from worker.loop import GrantDenied, LoopEvent, LoopSettings, RunLimits, ToolCalled
 from worker.metrics import JobMetrics
 from worker.models import Message, ScriptedModel, Turn
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import Toolbox
+from worker.tools import Toolbox, content_key
 from worker.tools._config import load_mcp_config
 from worker.tools._grants import EffectiveGrants
 from worker.tools._mcp import McpToolbox
-from worker.write_caps import CappedToolbox, WriteCaps, WriteLedger, counted_refusals
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

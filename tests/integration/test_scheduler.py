@@ -23,7 +23,6 @@ from rq.serializers import JSONSerializer
 
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.workers import REPO_ROOT, parse_events, run_burst, wait_until, worker_env
-from worker import redis_keys
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.operations import (
     AgentState,
@@ -34,6 +33,7 @@ from worker.operations import (
     agent_state_key,
     exploration_task_id,
 )
+from worker.redis_io import keys as redis_keys
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from tests.support.scripted_llm import running_scripted_llm
 from tests.support.workers import REPO_ROOT, run_burst, running_worker, wait_until, worker_env
 from worker.agents import AgentStore
 from worker.enqueue import _enqueue_call, enqueue_task
-from worker.outbox import OutboxItem, park
+from worker.hub_writes import OutboxItem, park
 from worker.task import parse_task
 
 pytestmark = pytest.mark.integration

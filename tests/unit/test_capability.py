@@ -9,7 +9,7 @@ import jwt
 import pytest
 
 from worker.agents import AgentConfig, AgentDefinition
-from worker.deadlines import fix_task_deadline
+from worker.coordination import fix_task_deadline
 from worker.pipeline._runtime import _capability
 from worker.settings import Settings
 from worker.task import Task

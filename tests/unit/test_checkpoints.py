@@ -8,8 +8,8 @@ import json
 import fakeredis
 import pytest
 
-from worker import logs, redis_keys
-from worker.checkpoints import RedisJournal
+from worker import logs
+from worker.coordination import RedisJournal
 from worker.loop import (
     JournalEntry,
     LoopState,
@@ -23,6 +23,7 @@ from worker.loop import (
 )
 from worker.loop._entry_json import _entry_from_version_1
 from worker.models import Message, ModelResponse, StopReason, ToolCall, Usage
+from worker.redis_io import keys as redis_keys
 
 RESPONSE = ResponseEntry(
     step=1,

@@ -18,18 +18,20 @@ from rq.registry import StartedJobRegistry
 from rq.timeouts import JobTimeoutException, TimerDeathPenalty, UnixSignalDeathPenalty
 
 from tests.support.workers import TEST_CONCURRENCY_VARIABLE, with_test_concurrency
-from worker import redis_keys
-from worker.control import LeaseLost, RedisControl, WorkerLost
-from worker.daemon import AgentWorker
-from worker.daemon._concurrent import InFlightJob
-from worker.leases import (
+from worker.coordination import (
+    LeaseLost,
+    RedisControl,
     TaskLease,
+    WorkerLost,
     current_lease_holder,
     in_process_run,
     lease_holder,
     release_lease_of,
     running_in_process,
 )
+from worker.daemon import AgentWorker
+from worker.daemon._concurrent import InFlightJob
+from worker.redis_io import keys as redis_keys
 
 
 @pytest.fixture

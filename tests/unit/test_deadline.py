@@ -12,14 +12,18 @@ import pytest
 
 from hub_client import HubClient
 from tests.unit.test_jobs import DEMO_AGENTS, HUB_KEY, Harness, notification
-from worker import redis_keys
 from worker.agents import AgentStore
-from worker.checkpoints import RedisJournal
+from worker.coordination import (
+    RedisJournal,
+    fix_task_deadline,
+    forget_task_deadline,
+    read_task_deadline,
+)
 from worker.daemon import run_timeout_s
-from worker.deadlines import fix_task_deadline, forget_task_deadline, read_task_deadline
 from worker.exceptions import ModelUnavailable
 from worker.loop import AgentLoop, LoopSettings, ResponseEntry, RunLimits, RunResult
 from worker.models import Message, ModelRequest, ModelResponse, ScriptedModel, Turn, Usage
+from worker.redis_io import keys as redis_keys
 from worker.task import Outcome, Task, parse_task
 from worker.tools import LocalTool, LocalToolbox
 

@@ -15,7 +15,7 @@ from worker.exceptions import (
     ModelRequestError,
     ModelUnavailable,
 )
-from worker.limiter import FleetLimiter, RateLimits
+from worker.models import FleetLimiter, RateLimits
 from worker.models import _factory as factory
 from worker.models._anthropic import AnthropicModel
 from worker.models._factory import aclose_shared_http_clients, create_model, shared_http_client

@@ -21,11 +21,7 @@ from worker.executors._gateway_secrets import (
     read_secrets_file,
     write_secrets_file,
 )
-from worker.metrics import JobMetrics
-from worker.models import ToolSpec
-from worker.settings import Settings
-from worker.tools import CallContext, Granted, Resolution, ToolResult
-from worker.write_caps import (
+from worker.hub_writes import (
     RefusalReason,
     Reservation,
     WriteCaps,
@@ -34,6 +30,10 @@ from worker.write_caps import (
     WriteRefused,
     counted_refusals,
 )
+from worker.metrics import JobMetrics
+from worker.models import ToolSpec
+from worker.settings import Settings
+from worker.tools import CallContext, Granted, Resolution, ToolResult
 
 REDIS_URL = "redis://:redis-password-for-caps-0123456789@10.0.0.9:6390/3"
 CAPS = WriteCaps(max_daily_comments=2, max_writes_per_post=1)

@@ -80,7 +80,7 @@ def _loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
                 "jwt",
                 "pydantic_settings",
                 "worker.settings",
-                "worker.redis_connection",
+                "worker.redis_io._connection",
                 "mcp_servers._serving",
             ),
         ),

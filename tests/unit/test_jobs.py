@@ -15,14 +15,13 @@ import pytest
 from hub_client import HubClient
 from hub_client.devhub import create_app
 from worker.agents import AgentDefinition, AgentStore
-from worker.checkpoints import RedisJournal
+from worker.coordination import AgentSlots, RedisJournal, TaskLease
 from worker.exceptions import ModelAuthError, ModelUnavailable
+from worker.hub_writes import drain, outbox_size
 from worker.jobs import TaskRuntime, TaskVerdict, execute_task
-from worker.leases import AgentSlots, TaskLease
 from worker.loop import ResponseEntry, ToolCallRecord, ToolEntry, ToolOutcome
 from worker.metrics import JobMetrics
 from worker.models import ModelResponse, ScriptedModel, StopReason, ToolCall, Turn, Usage
-from worker.outbox import drain, outbox_size
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome, Task

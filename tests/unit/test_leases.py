@@ -19,22 +19,20 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from worker import redis_keys
-from worker.checkpoints import RedisJournal
-from worker.control import LeaseLost, RedisControl
-from worker.idempotency import (
-    ContentKeyedToolbox,
-    IntentJournalingToolbox,
-    content_key,
-)
-from worker.leases import AgentSlots, TaskLease
+from worker.coordination import AgentSlots, LeaseLost, RedisControl, RedisJournal, TaskLease
 from worker.models._types import ToolSpec
-from worker.redis_faults import (
+from worker.redis_io import (
     RedisOutage,
     is_redis_outage,
     outage_kind,
     patient_redis_retry,
     until_redis_answers,
+)
+from worker.redis_io import keys as redis_keys
+from worker.tools import (
+    ContentKeyedToolbox,
+    IntentJournalingToolbox,
+    content_key,
 )
 from worker.tools._base import CallContext, Granted, Resolution, ToolResult
 

@@ -8,8 +8,17 @@ import fakeredis
 import pytest
 
 from worker.exceptions import ModelUnavailable
-from worker.limiter import FleetLimiter, RateLimitedModel, RateLimits
-from worker.models import Message, ModelRequest, ModelResponse, ScriptedModel, Turn, Usage
+from worker.models import (
+    FleetLimiter,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    RateLimitedModel,
+    RateLimits,
+    ScriptedModel,
+    Turn,
+    Usage,
+)
 from worker.models._retry import RetryingModel
 
 pytestmark = pytest.mark.anyio

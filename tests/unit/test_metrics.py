@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import Metric
 from redis import Redis
 
 from tests.support.redis_server import free_port
-from worker import logs, redis_keys
+from worker import logs
 from worker.metrics import (
     JobMetrics,
     WorkerMetrics,
@@ -26,6 +26,7 @@ from worker.metrics import (
     stop_metrics_server,
     sweep_job_metrics,
 )
+from worker.redis_io import keys as redis_keys
 
 CONTRACT = {
     ("agent_tasks", "counter", ("agent", "type", "outcome")),

@@ -19,7 +19,6 @@ from hub_client import HubClient
 from hub_client.devhub import create_app
 from mcp_servers.gateway import Gateway
 from worker.agents import AgentDefinition, AgentStore
-from worker.context import UntrustedBlocks
 from worker.exceptions import ModelUnavailable, ToolFailed
 from worker.executors._gateway_link import GatewaySpec
 from worker.jobs import TaskRuntime, execute_task
@@ -34,6 +33,7 @@ from worker.models import (
     ToolCall,
     ToolSpec,
     Turn,
+    UntrustedBlocks,
 )
 from worker.redaction import MASK, Redactor
 from worker.settings import Settings

@@ -11,10 +11,10 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tests.unit.test_jobs import Harness, notification
-from worker.checkpoints import RedisJournal
+from worker.coordination import RedisJournal
+from worker.hub_writes import outbox_size
 from worker.models import Turn
 from worker.operations import list_dead_letters
-from worker.outbox import outbox_size
 from worker.task import Outcome
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""worker.redis_connection: one factory for rq's connection and ours, plain or Sentinel-managed.
+"""worker.redis_io._connection: one factory for rq's connection and ours, plain or Sentinel-managed.
 
 No server is contacted here: building a client (plain or Sentinel) is lazy.
 The failover itself is tests/integration/test_sentinel.py.
@@ -13,7 +13,7 @@ import pytest
 from redis import Redis
 
 from worker.exceptions import ConfigurationError
-from worker.redis_connection import (
+from worker.redis_io import (
     SentinelPrimaryConnection,
     SentinelPrimarySSLConnection,
     connect,

@@ -17,7 +17,6 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.serializers import JSONSerializer
 
 from hub_client import AgentSummary, HubUnavailable
-from worker import redis_keys
 from worker.agents import AgentStore
 from worker.enqueue import JOB_FUNCTION
 from worker.operations import (
@@ -33,6 +32,7 @@ from worker.operations import (
     run_forever,
     run_once,
 )
+from worker.redis_io import keys as redis_keys
 
 INTERVAL_S = 60.0
 START = 1_800_000_000.0  # a slot boundary: 30_000_000 * 60

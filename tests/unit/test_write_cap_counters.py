@@ -9,11 +9,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from worker import redis_keys
-from worker.metrics import JobMetrics
-from worker.models import ToolSpec
-from worker.tools import CallContext, Granted, Resolution, ToolResult
-from worker.write_caps import (
+from worker.hub_writes import (
     CappedToolbox,
     RefusalReason,
     Reservation,
@@ -23,6 +19,10 @@ from worker.write_caps import (
     WriteRefused,
     counted_refusals,
 )
+from worker.metrics import JobMetrics
+from worker.models import ToolSpec
+from worker.redis_io import keys as redis_keys
+from worker.tools import CallContext, Granted, Resolution, ToolResult
 
 # Today: Redis expires the day's counters by the real clock.
 NOON = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)

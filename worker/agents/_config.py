@@ -111,7 +111,7 @@ class Discovery(_Section):
 
 
 class PostingLimits(_Section):
-    """Botburrow ``behavior.limits``; the worker enforces them fleet-wide (worker.write_caps)."""
+    """Botburrow ``behavior.limits``; the worker enforces them fleet-wide (worker.hub_writes)."""
 
     max_daily_posts: int | None = Field(default=None, ge=0)
     max_daily_comments: int | None = Field(default=None, ge=0)

@@ -15,7 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from worker._endpoints import (
+from worker._network import (
     normalise_base_url,
     operator_endpoint,
     same_endpoint,

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
-from worker._endpoints import shown_url
+from worker._network import shown_url
 from worker.agents._config import AGENT_NAME_PATTERN
 from worker.exceptions import AgentConfigError
 

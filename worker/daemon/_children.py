@@ -14,8 +14,8 @@ import time
 
 from redis import Redis
 
-from worker import redis_keys
 from worker.logs import log_event
+from worker.redis_io import keys as redis_keys
 
 CHILDREN_TTL_S = 7 * 86_400
 TERM_GRACE_S = 2.0

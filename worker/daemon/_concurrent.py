@@ -31,10 +31,9 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.timeouts import BaseDeathPenalty, TimerDeathPenalty, UnixSignalDeathPenalty
 
-from worker.control import request_cancel
+from worker.coordination import in_process_run, request_cancel
 from worker.daemon._one_job import VettingWorker
 from worker.daemon._vetting import JobCheck
-from worker.leases import in_process_run
 from worker.logs import log_event
 from worker.settings import settings_or_exit
 

@@ -16,7 +16,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from worker.agents import AgentStore
-from worker.deadlines import read_task_deadline
+from worker.coordination import read_task_deadline
 from worker.enqueue import DEFAULT_MAX_DURATION_S
 from worker.exceptions import WorkerError
 from worker.task import Task

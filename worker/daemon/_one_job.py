@@ -28,7 +28,7 @@ from rq.job import Job, JobStatus
 from rq.queue import Queue
 
 from worker.agents import AgentStore
-from worker.control import LeaseLost
+from worker.coordination import LeaseLost, release_lease_of
 from worker.daemon._children import kill_recorded_process_groups
 from worker.daemon._job_timeout import run_timeout_s
 from worker.daemon._unloadable import UnloadableJobsWorker
@@ -48,10 +48,9 @@ from worker.enqueue import (
     enqueue_task,
 )
 from worker.exceptions import InvalidTask
-from worker.leases import release_lease_of
 from worker.logs import log_event
 from worker.metrics import apply_job_metrics, worker_metrics
-from worker.redis_faults import is_redis_outage
+from worker.redis_io import is_redis_outage
 from worker.settings import settings_or_exit
 from worker.task import Outcome, parse_task
 

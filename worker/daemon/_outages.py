@@ -23,7 +23,7 @@ from rq.worker import Worker
 
 from worker.logs import log_event
 from worker.metrics import worker_metrics
-from worker.redis_faults import is_redis_outage, outage_kind, until_redis_answers
+from worker.redis_io import is_redis_outage, outage_kind, until_redis_answers
 
 T = TypeVar("T")
 

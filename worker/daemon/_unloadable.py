@@ -20,7 +20,7 @@ from rq.utils import current_timestamp, now, utcformat
 from worker.daemon._outages import OutageTolerantWorker
 from worker.logs import log_event
 from worker.metrics import worker_metrics
-from worker.redis_faults import is_redis_outage
+from worker.redis_io import is_redis_outage
 
 
 class UnloadableJobsWorker(OutageTolerantWorker):

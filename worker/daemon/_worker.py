@@ -7,7 +7,7 @@ of the worker process (``worker.daemon._concurrent``).
 
 Around that loop it always runs rq's scheduler (delayed requeues), a shorter
 maintenance interval, a metrics endpoint, and it rides out Redis restarts and
-refused writes (OOM, READONLY, LOADING: ``worker.redis_faults``). rq loads jobs
+refused writes (OOM, READONLY, LOADING: ``worker.redis_io._faults``). rq loads jobs
 through ``CappedJob``, so a job hash cannot expand beyond JOB_DATA_MAX_BYTES.
 """
 
@@ -38,6 +38,7 @@ from worker.daemon._concurrent import ConcurrentWorker
 from worker.daemon._logging import send_rq_logs_to_events
 from worker.daemon._vetting import CappedJob
 from worker.exceptions import ConfigurationError, WorkerError
+from worker.hub_writes import drain_outbox_now
 from worker.logs import log_event, set_level, set_redactor
 from worker.metrics import (
     start_metrics_server,
@@ -46,10 +47,8 @@ from worker.metrics import (
     worker_metrics,
 )
 from worker.operations import check_at_start
-from worker.outbox import drain_outbox_now
 from worker.redaction import process_redactor
-from worker.redis_connection import require_matching_worker_connection
-from worker.redis_faults import patient_redis_retry
+from worker.redis_io import patient_redis_retry, require_matching_worker_connection
 from worker.settings import settings_or_exit
 
 __all__ = ["AgentWorker"]

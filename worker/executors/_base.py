@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from worker.agents import AgentDefinition
+from worker.hub_writes import RefusalHandler
 from worker.loop import (
     CanExecuteTool,
     ControlSource,
@@ -25,7 +26,6 @@ from worker.models import Message, Model
 from worker.settings import Settings
 from worker.task import Task
 from worker.tools import EffectiveGrants, Toolbox
-from worker.write_caps import RefusalHandler
 
 
 @dataclass(slots=True, kw_only=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from worker.hub_writes import RefusalReason, WriteKind, WriteRefused
 from worker.loop import ToolCallRecord, ToolOutcome
-from worker.write_caps import RefusalReason, WriteKind, WriteRefused
 
 
 class CallLogWriter:

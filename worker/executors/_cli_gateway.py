@@ -21,7 +21,7 @@ from worker.executors._gateway_secrets import (
     gateway_secrets,
     write_secrets_file,
 )
-from worker.write_caps import WriteCaps
+from worker.hub_writes import WriteCaps
 
 # The name the CLIs' MCP configurations give the gateway: their tools are named after it.
 GATEWAY_SERVER = "gateway"

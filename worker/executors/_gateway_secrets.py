@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from worker.write_caps import WriteCaps
+from worker.hub_writes import WriteCaps
 
 # The gateway imports this module at every start: what only the worker side, or only a
 # gateway with write caps, uses is imported where it is used.
@@ -160,7 +160,7 @@ class GatewayWriteCaps:
 
     def connect(self) -> Redis:
         """A client to the fleet's Redis, built as the worker builds its own."""
-        from worker.redis_connection import connect
+        from worker.redis_io import connect
         from worker.settings import Settings
 
         password = self.redis_sentinel_password

@@ -2,7 +2,9 @@
 
 The providers load their SDKs (seconds of imports) only when first used, so
 that commands like ``agent-worker cancel`` never pay for them; the worker
-parent imports them once before it forks.
+parent imports them once before it forks. ``FleetLimiter`` shares the providers'
+rate limits across the fleet through Redis. ``UntrustedBlocks`` delimits what others
+wrote (threads, feeds, tool results) so the model reads it as data.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from worker.models._types import (
     ToolSpec,
     Usage,
 )
+from worker.models._untrusted import UNTRUSTED_TAG, UntrustedBlocks
 
 if TYPE_CHECKING:
     from worker.models._anthropic import AnthropicModel
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
         provider_credentials,
     )
     from worker.models._fallback import FallbackModel
+    from worker.models._limiter import FleetLimiter, RateLimitedModel, RateLimits
     from worker.models._openai import OpenAIModel
     from worker.models._prices import ModelPrice, PriceTable
     from worker.models._retry import AttemptGate, RetryingModel, RetryPolicy
@@ -42,6 +46,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "AnthropicModel": "worker.models._anthropic",
     "FallbackModel": "worker.models._fallback",
+    "FleetLimiter": "worker.models._limiter",
+    "RateLimitedModel": "worker.models._limiter",
+    "RateLimits": "worker.models._limiter",
     "ModelPrice": "worker.models._prices",
     "OpenAIModel": "worker.models._openai",
     "PriceTable": "worker.models._prices",
@@ -63,9 +70,11 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
+    "UNTRUSTED_TAG",
     "AnthropicModel",
     "AttemptGate",
     "FallbackModel",
+    "FleetLimiter",
     "Message",
     "Model",
     "ModelBoundary",
@@ -75,6 +84,8 @@ __all__ = [
     "ModelWrapper",
     "OpenAIModel",
     "PriceTable",
+    "RateLimitedModel",
+    "RateLimits",
     "RetryPolicy",
     "RetryingModel",
     "ScriptedModel",
@@ -82,6 +93,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Turn",
+    "UntrustedBlocks",
     "Usage",
     "aclose_shared_http_clients",
     "create_model",

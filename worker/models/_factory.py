@@ -13,8 +13,7 @@ import httpx2
 import openai
 from pydantic import SecretStr
 
-from worker._endpoints import operator_endpoint, same_endpoint
-from worker._tls import client_ssl_context
+from worker._network import client_ssl_context, operator_endpoint, same_endpoint
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models._anthropic import AnthropicModel
 from worker.models._fallback import FallbackModel
@@ -25,7 +24,7 @@ from worker.models._types import Model
 from worker.settings import Settings
 
 if TYPE_CHECKING:
-    from worker.limiter import FleetLimiter
+    from worker.models._limiter import FleetLimiter
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from worker import redis_keys
+from worker.redis_io import keys as redis_keys
 from worker.task import Outcome
 
 # Longer than the longest backoff and than the result TTL of the job the state points at.

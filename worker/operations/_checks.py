@@ -69,7 +69,7 @@ def run_checks(
 def _check_redis(report: CheckReport, config: Settings, timeout_s: float) -> None:
     client = None
     if config.redis_sentinels:
-        from worker.redis_connection import connect
+        from worker.redis_io import connect
 
         client = connect(config)  # the primary the sentinels name, as the worker finds it
     problem = probe_redis(config.redis_url, timeout_s=timeout_s, client=client)

@@ -14,8 +14,7 @@ import httpx2
 from redis import Redis
 from redis.exceptions import RedisError
 
-from worker._endpoints import shown_url
-from worker._tls import client_ssl_context
+from worker._network import client_ssl_context, shown_url
 
 # An MCP ``initialize`` request, as the worker's MCP client sends it when a task opens a server.
 _INITIALIZE = {

@@ -48,7 +48,7 @@ def _package_version() -> str:
 
 
 def _redis() -> Redis:
-    from worker.redis_connection import connect
+    from worker.redis_io import connect
 
     return connect()
 
@@ -83,7 +83,7 @@ def _unknown_task(redis: Redis, command: str, task_id: str) -> bool:
 
 
 def _cancel(args: argparse.Namespace, rest: list[str]) -> int:
-    from worker.control import cancel_task
+    from worker.coordination import cancel_task
 
     redis = _redis()
     if _unknown_task(redis, "cancel", args.task_id):
@@ -93,7 +93,7 @@ def _cancel(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _steer(args: argparse.Namespace, rest: list[str]) -> int:
-    from worker.control import steer_task
+    from worker.coordination import steer_task
 
     redis = _redis()
     if _unknown_task(redis, "steer", args.task_id):

@@ -26,11 +26,11 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from hub_client import HubClient, HubRejected
-from worker import redis_keys
+from worker.hub_writes import OutboxItem, park, send
 from worker.logs import log_event
 from worker.operations._redis_option import redis_url_parser
 from worker.operations._session import open_session
-from worker.outbox import OutboxItem, park, send
+from worker.redis_io import keys as redis_keys
 
 DEFAULT_LISTED = 20
 _PREVIEW_CHARS = 80

@@ -13,7 +13,7 @@ import uuid
 
 from redis import Redis
 
-from worker import redis_keys
+from worker.redis_io import keys as redis_keys
 
 _ACQUIRE_OR_RENEW = """
 local holder = redis.call('GET', KEYS[1])

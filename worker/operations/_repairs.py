@@ -40,7 +40,7 @@ from worker.operations._job_lookup import fetch_task_job
 from worker.operations._redis_option import redis_url_parser, use_redis_url
 from worker.operations._session import open_session
 from worker.redaction import process_redactor
-from worker.redis_connection import connect
+from worker.redis_io import connect
 from worker.settings import settings_or_exit
 from worker.task import Task, parse_task
 

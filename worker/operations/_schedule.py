@@ -30,8 +30,7 @@ from worker.operations._scheduler import (
     Scheduler,
 )
 from worker.redaction import process_redactor
-from worker.redis_connection import connect
-from worker.redis_faults import is_redis_outage, outage_kind, patient_redis_retry
+from worker.redis_io import connect, is_redis_outage, outage_kind, patient_redis_retry
 from worker.settings import settings_or_exit
 
 

@@ -5,6 +5,7 @@
     _run       TaskRun: parse → agent → leases → deadline → tools → budget → request → execute
                → respond → settle, and ``execute_task``
     _context   the ExecutionRequest: thread or feed, system prompt, loop settings, grants
+    _prompt    the text of the system prompt and the first message (thread or feed)
     _early_tools  the task's toolbox, opened while the Hub is read
     _respond   the answer on the Hub
     _settle    the report, read mark, consumption, activation, error post, metrics, logs

@@ -1,21 +1,20 @@
 """The execution request of a task: what the model reads first, and how the run is bounded.
 
 thread (notification) or feed (discovery) → system prompt and first message
-(``worker.context`` writes their text) → loop settings → ExecutionRequest.
+(``_prompt`` writes their text) → loop settings → ExecutionRequest.
 """
 
 from __future__ import annotations
 
 from hub_client import BudgetHealth, HubClient, HubError, HubNotFound, Post
-from worker import context
 from worker.agents import AgentDefinition
-from worker.checkpoints import RedisJournal
-from worker.control import RedisControl
+from worker.coordination import RedisControl, RedisJournal
 from worker.exceptions import InvalidTask
 from worker.executors import ExecutionRequest
 from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
-from worker.models import Message, ModelBoundary, ModelPrice, PriceTable
+from worker.models import Message, ModelBoundary, ModelPrice, PriceTable, UntrustedBlocks
+from worker.pipeline import _prompt
 from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
 from worker.pipeline._runtime import TaskRuntime, effective_grants
@@ -55,13 +54,13 @@ async def build_request(
     journal = RedisJournal(runtime.redis, task.task_id)
     redact = runtime.redactor
     # One nonce for this run's untrusted-content delimiters: thread, feed, tool results.
-    blocks = context.UntrustedBlocks()
-    first = context.first_message(task, agent, thread=thread, feed=feed, blocks=blocks)
+    blocks = UntrustedBlocks()
+    first = _prompt.first_message(task, agent, thread=thread, feed=feed, blocks=blocks)
     return ExecutionRequest(
         task=task,
         agent=agent,
         # Redacted here too: CLI executors hand these to their CLI, not to ModelBoundary.
-        system=redact(context.system_prompt(agent, budget, blocks)),
+        system=redact(_prompt.system_prompt(agent, budget, blocks)),
         messages=[Message(role=first.role, content=redact(first.content))],
         settings=loop_settings(runtime, state, task, agent),
         worker_settings=runtime.settings,

@@ -12,13 +12,12 @@ import re
 from hub_client import HubClient
 from worker.agents import AgentDefinition
 from worker.exceptions import WriteCapReached
+from worker.hub_writes import OutboxItem, WriteKind, WriteRefused, note_refusal
 from worker.loop import RunResult
-from worker.outbox import OutboxItem
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._state import RunState
 from worker.pipeline._writes import hub_writer, write_ledger
 from worker.task import Outcome, Task, TaskType
-from worker.write_caps import WriteKind, WriteRefused, note_refusal
 
 DEFAULT_COMMUNITY = "m/general"
 # What mcp_servers.hub answers to a successful write ("Created comment c-2 on post p-1.").

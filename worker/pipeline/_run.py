@@ -19,14 +19,20 @@ import anyio
 import httpx2
 
 from hub_client import BudgetHealth, HubClient, HubError, HubUnavailable
-from worker._tls import client_ssl_context
+from worker._network import client_ssl_context
 from worker.agents import AgentDefinition
-from worker.checkpoints import RedisJournal
-from worker.control import LeaseLost, WorkerLost
-from worker.deadlines import TaskDeadline, fix_task_deadline
+from worker.coordination import (
+    AgentSlots,
+    LeaseLost,
+    RedisJournal,
+    TaskDeadline,
+    TaskLease,
+    WorkerLost,
+    current_lease_holder,
+    fix_task_deadline,
+)
 from worker.exceptions import InvalidTask, ModelError, ModelUnavailable
 from worker.executors import ExecutionRequest, Executor, executor_for
-from worker.leases import AgentSlots, TaskLease, current_lease_holder
 from worker.logs import log_event
 from worker.loop import RunResult, expired_result
 from worker.models import aclose_shared_http_clients

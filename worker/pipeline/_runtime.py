@@ -15,21 +15,25 @@ from typing import Any
 from redis import Redis
 
 from hub_client import HubClient
-from worker._tls import client_ssl_context
+from worker._network import client_ssl_context
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
+from worker.coordination import read_task_deadline
 from worker.daemon import job_attempt, register_child_process
-from worker.deadlines import read_task_deadline
 from worker.exceptions import ConfigurationError
-from worker.hooks import load_can_execute_tool
-from worker.idempotency import journal_tool_intents
-from worker.limiter import FleetLimiter, RateLimits
 from worker.logs import set_redactor
 from worker.loop import CanExecuteTool
 from worker.metrics import JobMetrics
-from worker.models import Model, PriceTable, create_model, load_price_table, warm_up_providers
+from worker.models import (
+    FleetLimiter,
+    Model,
+    PriceTable,
+    RateLimits,
+    create_model,
+    load_price_table,
+    warm_up_providers,
+)
 from worker.redaction import Redactor, process_redactor
-from worker.redis_connection import connect
-from worker.redis_faults import patient_redis_retry
+from worker.redis_io import connect, patient_redis_retry
 from worker.settings import Settings, settings
 from worker.task import Task
 from worker.tools import (
@@ -39,6 +43,8 @@ from worker.tools import (
     McpConfig,
     McpToolbox,
     Toolbox,
+    journal_tool_intents,
+    load_can_execute_tool,
     load_grant_policy,
     load_mcp_config,
     mint_capability,
@@ -259,7 +265,7 @@ def build_runtime(
 def runtime_for_job(job: Any) -> TaskRuntime:
     """The runtime for the current rq job (or for a direct call outside rq).
 
-    Every tool call journals its intent before it runs (``worker.idempotency``),
+    Every tool call journals its intent before it runs (``worker.tools._idempotency``),
     and the connection waits out Redis outages and refused writes like the worker's.
     """
     if job is None:

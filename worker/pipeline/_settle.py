@@ -13,13 +13,11 @@ from typing import Any
 import anyio
 
 from hub_client import HubClient
-from worker.checkpoints import RedisJournal
-from worker.control import clear_control
-from worker.deadlines import forget_task_deadline
+from worker.coordination import RedisJournal, clear_control, forget_task_deadline
 from worker.exceptions import error_payload
+from worker.hub_writes import HubWriter, OutboxItem, drain
 from worker.logs import log_event
 from worker.loop import RunResult
-from worker.outbox import HubWriter, OutboxItem, drain
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._state import RunState, raw_field
 from worker.pipeline._writes import hub_writer

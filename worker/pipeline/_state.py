@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.agents import AgentDefinition
-from worker.deadlines import TaskDeadline
+from worker.coordination import TaskDeadline
 from worker.loop import RunResult
 from worker.task import TASK_ID_PATTERN, AgentReport, Outcome, Task
 

@@ -10,17 +10,17 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from hub_client import HubClient
 from worker.agents import AgentDefinition
-from worker.outbox import HubWriter
-from worker.pipeline._runtime import TaskRuntime
-from worker.task import Task
-from worker.tools import Toolbox
-from worker.write_caps import (
+from worker.hub_writes import (
     CappedToolbox,
+    HubWriter,
     RefusalHandler,
     WriteCaps,
     WriteLedger,
     counted_refusals,
 )
+from worker.pipeline._runtime import TaskRuntime
+from worker.task import Task
+from worker.tools import Toolbox
 
 # Of rq's grace after the deadline (JOB_TIMEOUT_GRACE_S): what the Hub writes of settling may
 # take, so rq never kills a settling task.

@@ -2,7 +2,9 @@
 
 The Toolbox protocol and in-process tools load with the package; grants and
 capabilities (PyJWT, YAML, pydantic), the MCP config and ``McpToolbox`` (the MCP
-client) load on first use, so that ``worker.loop`` stays light.
+client) load on first use, so that ``worker.loop`` stays light. So do the operator's
+``CAN_EXECUTE_TOOL`` hook loader (``_hooks``) and the wrappers that give tool calls
+idempotency keys across crashes and re-runs (``_idempotency``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ if TYPE_CHECKING:
         grant_covers,
         load_grant_policy,
     )
+    from worker.tools._hooks import load_can_execute_tool, load_hook
+    from worker.tools._idempotency import (
+        ContentKeyedToolbox,
+        IntentJournalingToolbox,
+        KeyedCallContext,
+        content_key,
+        journal_tool_intents,
+    )
     from worker.tools._mcp import McpToolbox
     from worker.tools._pool import StdioPool, close_stdio_pool, stdio_pool
 
@@ -60,6 +70,13 @@ _LAZY = {
     "check_grant_pattern": "worker.tools._grants",
     "grant_covers": "worker.tools._grants",
     "load_grant_policy": "worker.tools._grants",
+    "load_can_execute_tool": "worker.tools._hooks",
+    "load_hook": "worker.tools._hooks",
+    "ContentKeyedToolbox": "worker.tools._idempotency",
+    "IntentJournalingToolbox": "worker.tools._idempotency",
+    "KeyedCallContext": "worker.tools._idempotency",
+    "content_key": "worker.tools._idempotency",
+    "journal_tool_intents": "worker.tools._idempotency",
     "McpToolbox": "worker.tools._mcp",
     "StdioPool": "worker.tools._pool",
     "close_stdio_pool": "worker.tools._pool",
@@ -74,9 +91,12 @@ __all__ = [
     "CallContext",
     "Capability",
     "CapabilityRefused",
+    "ContentKeyedToolbox",
     "EffectiveGrants",
     "GrantPolicy",
     "Granted",
+    "IntentJournalingToolbox",
+    "KeyedCallContext",
     "LocalTool",
     "LocalToolbox",
     "McpConfig",
@@ -92,8 +112,12 @@ __all__ = [
     "check_grant_pattern",
     "check_key",
     "close_stdio_pool",
+    "content_key",
     "grant_covers",
+    "journal_tool_intents",
+    "load_can_execute_tool",
     "load_grant_policy",
+    "load_hook",
     "load_mcp_config",
     "mint_capability",
     "read_capability",

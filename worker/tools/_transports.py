@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
-from worker._tls import client_ssl_context
+from worker._network import client_ssl_context
 from worker.logs import log_event
 from worker.tools._config import McpServerConfig
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from worker import redis_keys
+from worker.redis_io import keys as redis_keys
 
 # How long the key outlives the deadline: a crash re-run rq starts late (maintenance,
 # a worker restarted the next morning) must still find it and end as `deadline`.

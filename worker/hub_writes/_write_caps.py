@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from worker import redis_keys
 from worker.logs import log_event
+from worker.redis_io import keys as redis_keys
 from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
 # The CLI gateway imports this module at every start, and needs Redis only with write caps.

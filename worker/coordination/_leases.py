@@ -20,8 +20,8 @@ from redis.exceptions import RedisError
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
-from worker import redis_keys
 from worker.logs import log_event
+from worker.redis_io import keys as redis_keys
 
 # Take a slot in the agent's sorted set of running tasks (member = task id, score = expiry):
 # drop expired holders, re-enter if already holding, else join only under the limit.

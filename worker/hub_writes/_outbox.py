@@ -27,8 +27,8 @@ import anyio
 from redis import Redis
 
 from hub_client import ConsumptionRecord, HubClient, HubRejected, HubUnavailable
-from worker import redis_keys
 from worker.logs import log_event
+from worker.redis_io import keys as redis_keys
 
 Kind = Literal["comment", "post", "consumption", "notifications_read", "activated"]
 # Called with the item's kind whenever an item becomes a dead letter (a metric).

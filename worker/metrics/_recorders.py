@@ -1,4 +1,4 @@
-"""Prometheus metrics (the README's Observability section), exported by the worker parent.
+"""The metric objects: the parent's WorkerMetrics, a job's JobMetrics buffer, and their hand-off.
 
 rq forks one process per job, so a job never touches the parent's metric
 objects (their locks were copied at fork, trap 7). Inside a job, record into a
@@ -20,17 +20,17 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from redis import Redis
 from redis.exceptions import RedisError
 
-from worker import redis_keys
-from worker._metrics_collector import QueueCollector, WithoutCreatedSeries
-from worker._metrics_families import (
+from worker.logs import log_event
+from worker.metrics._collector import QueueCollector, WithoutCreatedSeries
+from worker.metrics._families import (
     COUNTERS,
     HISTOGRAMS,
     LABEL_VALUE_CAPS,
     OTHER_LABEL,
     UNDECODABLE_JOBS,
 )
-from worker._metrics_server import start_server, stop_servers
-from worker.logs import log_event
+from worker.metrics._server import start_server, stop_servers
+from worker.redis_io import keys as redis_keys
 
 JOB_METRICS_TTL_S = 86_400
 
@@ -87,7 +87,7 @@ class WorkerMetrics:
         return tuple(bounded)
 
     def redis_unavailable(self, kind: str) -> None:
-        """One wait for Redis (``kind`` from ``worker.redis_faults.outage_kind``)."""
+        """One wait for Redis (``kind`` from ``worker.redis_io._faults.outage_kind``)."""
         self._counters["agent_redis_unavailable_total"][0].labels(kind).inc()
 
     def apply(self, batch: Mapping[str, Any]) -> None:

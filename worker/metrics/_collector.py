@@ -20,8 +20,8 @@ from rq.registry import (
     StartedJobRegistry,
 )
 
-from worker import redis_keys
 from worker.logs import log_event
+from worker.redis_io import keys as redis_keys
 
 # state -> key template of the rq sorted set holding the jobs in that state
 _REGISTRY_TEMPLATES = {

@@ -20,10 +20,10 @@ import anyio
 from redis import Redis
 from redis.exceptions import RedisError
 
-from worker import redis_keys
 from worker.exceptions import ModelUnavailable
 from worker.logs import log_event
-from worker.models import Model, ModelRequest, ModelResponse, ModelWrapper, Usage
+from worker.models._types import Model, ModelRequest, ModelResponse, ModelWrapper, Usage
+from worker.redis_io import keys as redis_keys
 
 # Token bucket: refill by elapsed time, take `cost` if there is enough, else say how long to
 # wait. Returns the wait in milliseconds (0 = taken). Also honours a fleet-wide hold.

@@ -17,11 +17,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from worker import redis_keys
 from worker.logs import log_event
 from worker.loop import JournalEntry, entry_from_json, entry_to_json
+from worker.redis_io import keys as redis_keys
 
-# Imported by worker.idempotency, which the CLI gateway loads without a Redis client.
+# Imported by worker.tools._idempotency, which the CLI gateway loads without a Redis client.
 if TYPE_CHECKING:
     from redis import Redis
 

@@ -24,9 +24,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from worker.checkpoints import RedisJournal, ToolIntent, arguments_digest
+from worker.coordination import RedisJournal, ToolIntent, arguments_digest
 from worker.logs import log_event
-from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
+from worker.tools._base import CallContext, Toolbox, ToolboxWrapper, ToolResult
 
 # The CLI gateway imports this module at every start and never touches Redis through it.
 if TYPE_CHECKING:

@@ -1,16 +1,24 @@
-"""Model endpoint URLs in one comparable form, so an allow-list is an exact match.
+"""Outgoing connections: endpoint URLs in one comparable form, and one shared TLS context.
 
 Two spellings of one endpoint (``HTTPS://Api.Example:443/v1/``, ``https://api.example/v1``)
 must compare equal, or an operator's allow-list would be easy to miss and a worker
 key could be paired with the wrong endpoint. ``shown_url`` is any URL in the form
 that may be printed: without the credentials it may carry.
+
+httpx2 builds a new SSL context for each client it creates, and building one reads
+the whole CA bundle: 30-40 ms. A job process opens several clients (the Hub, the
+model provider, each MCP server over HTTP), so ``client_ssl_context`` builds one per
+process; ``worker.pipeline.preload`` builds it in the worker parent and every forked
+job process inherits it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import ssl
 from collections.abc import Mapping
+from functools import cache
 from typing import get_args
 from urllib.parse import urlsplit, urlunsplit
 
@@ -123,3 +131,17 @@ def operator_endpoint(provider: str, configured: str | None) -> str | None:
     """The endpoint the operator's key for ``provider`` goes to: its *_BASE_URL, else the
     SDK's default (None for a provider this module does not know)."""
     return configured or SDK_DEFAULT_BASE_URLS.get(provider)
+
+
+@cache
+def client_ssl_context(*, trust_env: bool = True) -> ssl.SSLContext:
+    """The context httpx2 builds for ``verify=True`` (and this ``trust_env``), built once.
+
+    Pass it as ``verify=`` to a client; ``trust_env`` must match the client's own,
+    since it decides whether ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are honoured.
+    """
+    # Imported here: settings validation reads the endpoint helpers above and must not
+    # pay for the HTTP client.
+    import httpx2
+
+    return httpx2.create_ssl_context(trust_env=trust_env)

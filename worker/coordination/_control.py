@@ -6,9 +6,9 @@ import os
 
 from redis import Redis
 
-from worker import redis_keys
-from worker.leases import current_lease_holder, running_in_process
+from worker.coordination._leases import current_lease_holder, running_in_process
 from worker.loop import Control
+from worker.redis_io import keys as redis_keys
 
 # Requests outlive a task by this much at most, so a typo'd id leaves nothing behind for long.
 CONTROL_TTL_S = 24 * 3600

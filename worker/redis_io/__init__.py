@@ -1,0 +1,74 @@
+"""Redis plumbing every stage shares: one connection factory, outage handling, our keys.
+
+``keys`` (``from worker.redis_io import keys as redis_keys``) names every Redis key the
+project writes. The connection factory gives rq and our own code the same plain or
+Sentinel-managed connection; the fault helpers tell an outage (wait and retry) from a
+bug. The names load on first use, so that reaching for ``keys`` does not import redis.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from worker._lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from worker.redis_io._connection import (
+        RQ_CONFIG_MODULE,
+        SentinelPrimaryConnection,
+        SentinelPrimarySSLConnection,
+        connect,
+        is_sentinel_managed,
+        parse_sentinel_addresses,
+        require_matching_worker_connection,
+        rq_connection_settings,
+    )
+    from worker.redis_io._faults import (
+        PATIENT_RETRIES,
+        REDIS_UNAVAILABLE,
+        RedisOutage,
+        is_redis_outage,
+        outage_kind,
+        patient_redis_retry,
+        until_redis_answers,
+    )
+
+_CONNECTION = "worker.redis_io._connection"
+_FAULTS = "worker.redis_io._faults"
+_LAZY = {
+    "RQ_CONFIG_MODULE": _CONNECTION,
+    "SentinelPrimaryConnection": _CONNECTION,
+    "SentinelPrimarySSLConnection": _CONNECTION,
+    "connect": _CONNECTION,
+    "is_sentinel_managed": _CONNECTION,
+    "parse_sentinel_addresses": _CONNECTION,
+    "require_matching_worker_connection": _CONNECTION,
+    "rq_connection_settings": _CONNECTION,
+    "PATIENT_RETRIES": _FAULTS,
+    "REDIS_UNAVAILABLE": _FAULTS,
+    "RedisOutage": _FAULTS,
+    "is_redis_outage": _FAULTS,
+    "outage_kind": _FAULTS,
+    "patient_redis_retry": _FAULTS,
+    "until_redis_answers": _FAULTS,
+}
+
+__getattr__ = lazy_getattr(__name__, _LAZY)
+
+__all__ = [
+    "PATIENT_RETRIES",
+    "REDIS_UNAVAILABLE",
+    "RQ_CONFIG_MODULE",
+    "RedisOutage",
+    "SentinelPrimaryConnection",
+    "SentinelPrimarySSLConnection",
+    "connect",
+    "is_redis_outage",
+    "is_sentinel_managed",
+    "outage_kind",
+    "parse_sentinel_addresses",
+    "patient_redis_retry",
+    "require_matching_worker_connection",
+    "rq_connection_settings",
+    "until_redis_answers",
+]
