@@ -224,18 +224,24 @@ def test_unknown_provider_is_an_agent_config_error() -> None:
         )
 
 
-@pytest.mark.anyio
-async def test_created_model_uses_settings_base_url_timeout_and_retries(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    sent: list[httpx2.Request] = []
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.Request]:
+    """Every request the factory's models send; each is answered 500."""
+    requests: list[httpx2.Request] = []
 
     def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request)
+        requests.append(request)
         return httpx2.Response(500, json={"error": {"message": "boom"}})
 
     wire = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
     monkeypatch.setattr(factory, "shared_http_client", lambda provider, base_url: wire)
+    return requests
+
+
+@pytest.mark.anyio
+async def test_created_model_uses_settings_base_url_timeout_and_retries(
+    sent: list[httpx2.Request],
+) -> None:
     model = create_model(
         "openai",
         "llama3.1",
@@ -282,16 +288,8 @@ def test_no_shared_pool_outside_an_event_loop() -> None:
 
 @pytest.mark.anyio
 async def test_a_rate_limiter_gates_every_attempt_of_every_model_in_the_chain(
-    monkeypatch: pytest.MonkeyPatch,
+    sent: list[httpx2.Request],
 ) -> None:
-    sent: list[httpx2.Request] = []
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request)
-        return httpx2.Response(500, json={"error": {"message": "boom"}})
-
-    wire = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    monkeypatch.setattr(factory, "shared_http_client", lambda provider, base_url: wire)
     redis = fakeredis.FakeRedis()
     model = create_model(
         "openai",
