@@ -39,13 +39,18 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import mcp_types
+from anyio.streams.buffered import BufferedByteReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 
 from worker.exceptions import ConfigurationError
 from worker.executors import (
@@ -87,6 +92,8 @@ if TYPE_CHECKING:
     from worker.tools import Capability
 
 SERVER_NAME = "gateway"
+# One JSON-RPC message over the socket; a longer line ends the connection.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 CAPABILITY_EXPIRED = "Error: the task's capability has expired; no tool runs past its deadline"
 
 
@@ -312,20 +319,94 @@ async def serve_stdio(server: Server[Gateway]) -> None:
     await serve_stdio_until_signalled(SERVER_NAME, serve)
 
 
+async def serve_socket(server: Server[Gateway], socket_path: Path) -> None:
+    """Serve MCP (JSON-RPC lines, as over stdio) to every connection on a Unix socket,
+    until SIGTERM/SIGINT: the channel a sandboxed CLI reaches the gateway through."""
+    from mcp_servers._serving import serve_stdio_until_signalled  # only when serving
+
+    listener = await anyio.create_unix_listener(socket_path)
+    os.chmod(socket_path, 0o666)  # the sandbox user connects; the directory guards the socket
+    log_event("gateway_listening", socket=str(socket_path))
+
+    async def session(connection: anyio.abc.SocketStream) -> None:
+        async with connection, socket_streams(connection) as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    async def serve() -> None:
+        async with listener:
+            await listener.serve(session)
+
+    await serve_stdio_until_signalled(SERVER_NAME, serve)
+
+
+@asynccontextmanager
+async def socket_streams(
+    connection: anyio.abc.ByteStream,
+) -> AsyncIterator[
+    tuple[
+        MemoryObjectReceiveStream[SessionMessage | Exception],
+        MemoryObjectSendStream[SessionMessage],
+    ]
+]:
+    """The MCP session streams over one socket connection: a JSON-RPC message per line."""
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    lines = BufferedByteReceiveStream(connection)
+
+    async def read_lines() -> None:
+        async with read_writer:
+            while True:
+                try:
+                    line = await lines.receive_until(b"\n", MAX_MESSAGE_BYTES)
+                except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError):
+                    return
+                except anyio.DelimiterNotFound as exc:
+                    await read_writer.send(ValueError(f"message over {MAX_MESSAGE_BYTES} bytes"))
+                    raise anyio.BrokenResourceError from exc
+                try:
+                    message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except ValueError as exc:
+                    await read_writer.send(exc)
+                    continue
+                await read_writer.send(SessionMessage(message))
+
+    async def write_lines() -> None:
+        async with write_reader:
+            async for session_message in write_reader:
+                text = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await connection.send(text.encode("utf-8") + b"\n")
+
+    async with anyio.create_task_group() as pumps:
+        pumps.start_soon(read_lines)
+        pumps.start_soon(write_lines)
+        yield read_stream, write_stream
+        pumps.cancel_scope.cancel()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mcp_servers.gateway",
-        description="One task's grant-checked tools for a coding-agent CLI, over stdio. "
+        description="One task's grant-checked tools for a coding-agent CLI. "
         "Configured by the CLI executor through GATEWAY_* environment variables.",
     )
-    parser.add_argument("--stdio", action="store_true", required=True, help="serve over stdio")
-    parser.parse_args(argv)
+    transport = parser.add_mutually_exclusive_group(required=True)
+    transport.add_argument("--stdio", action="store_true", help="serve over stdio")
+    transport.add_argument(
+        "--socket",
+        type=Path,
+        help="serve every connection on this Unix socket; the secrets come as one JSON "
+        "object on stdin (how the CLI executors start it)",
+    )
+    options = parser.parse_args(argv)
     secrets: dict[str, str] = {}
     write_caps: GatewayWriteCaps | None = None
     try:
         spec = GatewaySpec.from_environment(os.environ)
-        if spec.secrets_file is not None:
+        if options.socket is not None:
+            secrets = secrets_from_stdin()
+        elif spec.secrets_file is not None:
             secrets = read_secrets_file(spec.secrets_file)
+        if secrets:
             # The Redis URL is for the caps only: never in the environment servers inherit.
             write_caps = GatewayWriteCaps.pop_from(secrets)
             os.environ.update(secrets)
@@ -344,11 +425,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         [*secrets.values(), *(write_caps.secret_values() if write_caps else [])]
     )
     set_redactor(redactor)
-    log_event("server_started", server=SERVER_NAME, transport="stdio", task=spec.task_id)
+    transport_name = "stdio" if options.socket is None else "socket"
+    log_event("server_started", server=SERVER_NAME, transport=transport_name, task=spec.task_id)
     server = build_server(spec, config, capability, redact=redactor, write_caps=write_caps)
-    anyio.run(serve_stdio, server)
+    if options.socket is None:
+        anyio.run(serve_stdio, server)
+    else:
+        anyio.run(serve_socket, server, options.socket)
     log_event("server_stopped", server=SERVER_NAME, task=spec.task_id)
     return 0
+
+
+def secrets_from_stdin() -> dict[str, str]:
+    """The secrets the worker writes on the gateway's stdin (a JSON object; empty: none)."""
+    text = sys.stdin.read()
+    if not text.strip():
+        return {}
+    values: Any = json.loads(text)
+    if not isinstance(values, dict):
+        raise ValueError("the secrets on stdin must be a JSON object")
+    return {str(key): str(value) for key, value in values.items()}
 
 
 def task_capability(spec: GatewaySpec, secrets: dict[str, str]) -> str | None:

@@ -92,6 +92,14 @@ class Settings(BaseSettings):
     # package.module:function asked before every tool call (native loop and the CLI
     # gateway): None allows, a string refuses (worker.tools._hooks). Imported once, at start.
     can_execute_tool: str | None = None
+    # The coding-agent CLIs' sandbox (README "Executors"): "off" runs them unconfined.
+    cli_sandbox: Literal["on", "off"] = "on"
+    cli_sandbox_memory_mb: int = Field(default=4096, ge=64)
+    cli_sandbox_max_processes: int = Field(default=256, ge=8)
+    cli_sandbox_max_file_mb: int = Field(default=1024, ge=1)
+    # The host user a sandbox runs as when the worker is root (nobody by default).
+    cli_sandbox_uid: int = Field(default=65534, ge=1)
+    cli_sandbox_read_only: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -108,7 +116,7 @@ class Settings(BaseSettings):
         load_can_execute_tool(value.strip())
         return value.strip()
 
-    @field_validator("budget_unreachable", mode="before")
+    @field_validator("budget_unreachable", "cli_sandbox", mode="before")
     @classmethod
     def _lower_choice(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
@@ -147,6 +155,16 @@ class Settings(BaseSettings):
 
         urls = split_list_setting(value, "PROVIDER_BASE_URLS")
         return base_url_allow_list(urls) if isinstance(urls, list) else urls
+
+    @field_validator("cli_sandbox_read_only", mode="before")
+    @classmethod
+    def _read_only_paths(cls, value: object) -> object:
+        from worker._network import split_list_setting
+
+        paths = split_list_setting(value, "CLI_SANDBOX_READ_ONLY")
+        if isinstance(paths, list) and not all(path.startswith("/") for path in paths):
+            raise ValueError("CLI_SANDBOX_READ_ONLY takes absolute paths")
+        return paths
 
     @field_validator("agent_key_envs", mode="before")
     @classmethod

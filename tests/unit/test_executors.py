@@ -134,6 +134,9 @@ def make_settings(*, mcp_config: Path | None = None) -> Settings:
         mcp_auth_token=MCP_TOKEN,  # type: ignore[arg-type]
         hub_api_key=HUB_KEY,  # type: ignore[arg-type]
         mcp_config=mcp_config,
+        # The fakes run on the worker's own interpreter: the sandbox is tested with real
+        # CLIs (tests/integration/test_cli_sandbox.py).
+        cli_sandbox="off",
     )
 
 
@@ -268,15 +271,12 @@ async def test_claude_gets_the_gateway_and_only_its_tools(tmp_path: Path, bin_di
 
     assert option(record, "--allowedTools") == "mcp__gateway"
     gateway = record["mcp_servers"]["gateway"]
-    assert gateway["args"] == ["-m", "mcp_servers.gateway", "--stdio"]
-    spec = GatewaySpec.from_environment(gateway["env"])
-    assert spec.agent_id == "cli-agent"
-    assert spec.task_id == "t-cli-1"
-    assert spec.grants == ("kit:read",)
-    assert spec.strict_grants is True
-    assert spec.mcp_config == (tmp_path / "mcp.yaml").resolve()
-    # Secrets travel in a private file, never in the configuration the CLI reads.
-    assert spec.secrets_file is not None
+    # The CLI starts only the bridge to the gateway the worker runs, with no environment:
+    # no grant list, no path to a call log or to secrets, nothing to read.
+    helper, command, socket_path = gateway["args"]
+    assert (Path(helper).name, command) == ("sandbox_helper.py", "bridge")
+    assert Path(socket_path).name == "gateway.sock"
+    assert gateway["env"] == {}
     everything_the_cli_saw = json.dumps(record)
     for secret in (MCP_TOKEN, TOOL_CREDENTIAL, HUB_KEY, OPENAI_KEY):
         assert secret not in everything_the_cli_saw
@@ -663,8 +663,8 @@ async def test_opencode_configuration_and_events(tmp_path: Path, bin_dir: Path) 
     }
     gateway = config["mcp"]["gateway"]
     assert gateway["type"] == "local" and gateway["enabled"] is True
-    assert gateway["command"][1:] == ["-m", "mcp_servers.gateway", "--stdio"]
-    assert GatewaySpec.from_environment(gateway["environment"]).grants == ("kit:read",)
+    assert gateway["command"][2:3] == ["bridge"]
+    assert gateway["environment"] == {}
 
     assert result.outcome is Outcome.COMPLETED
     assert result.output == "Deploys are fine."
@@ -722,8 +722,9 @@ async def test_goose_command_line_and_output(tmp_path: Path, bin_dir: Path) -> N
     assert option(record, "--system") == SYSTEM
     assert option(record, "--max-turns") == "5"
     extension = option(record, "--with-extension") or ""
-    assert "GATEWAY_AGENT_ID=cli-agent" in extension.split()
-    assert extension.endswith("-m mcp_servers.gateway --stdio")
+    # Only the bridge to the worker's gateway: no environment block for the CLI to read.
+    assert extension.split()[2] == "bridge"
+    assert "=" not in extension
     env = record["env"]
     assert env["GOOSE_MODE"] == "auto"
     assert (env["OPENAI_HOST"], env["OPENAI_BASE_PATH"]) == (

@@ -1,12 +1,13 @@
 """The CLI executors' shared run: scratch workspace, gateway, process, deadline, parse.
 
-run(request):  check the agent → find the binary → the provider credential →
-               scratch workspace + private dir → the gateway (``_cli_gateway``: granted
-               tools only, secrets in a private file) →
-               the CLI's command line (subclass) → run it in its own process group
-               until it exits, the deadline, a cancel or a strict-grants violation →
-               read the gateway's call log → parse the CLI's output (subclass) →
-               the same RunResult as the native loop
+run(request):  check the agent → find the binary → the sandbox (``_sandbox``; fail
+               closed) → the provider credential → run directory (workspace, private
+               files) → the worker starts the gateway (``_cli_gateway``: granted tools
+               only, secrets on its stdin) and the model forwarder (``_egress``) →
+               the CLI's command line (subclass), wrapped in bwrap → run it in its own
+               process group until it exits, the deadline, a cancel or a strict-grants
+               violation → read the gateway's call log → parse the CLI's output
+               (subclass) → the same RunResult as the native loop
 
 A subclass names its binary and overrides ``invocation`` (command line, environment,
 stdin) and ``parse`` (stdout into a CliTranscript); everything else is here.
@@ -19,6 +20,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -37,14 +39,25 @@ from worker.exceptions import (
 from worker.executors._base import ExecutionRequest, Executor
 from worker.executors._call_log import GatewayActivity
 from worker.executors._cli_gateway import (
+    GATEWAY_SOCKET,
     GatewayLaunch,
-    gateway_launch,
-    secrets_to_mask,
+    bridge_launch,
+    running_gateway,
     task_gateway,
 )
+from worker.executors._egress import ModelRoute, model_forwarder
 from worker.executors._gateway_link import GatewaySpec
 from worker.executors._process import DEADLINE, ProcessOutcome, run_cli_process
 from worker.executors._provider import ProviderAccess, minimal_environment, provider_access
+from worker.executors._sandbox import (
+    HELPER,
+    SANDBOX_PATH,
+    Sandbox,
+    SandboxLimits,
+    find_sandbox,
+    python_for_bridge,
+    sandbox_warning,
+)
 from worker.executors._transcript import CliTranscript, RunContext, run_result
 from worker.executors._watcher import CANCELLED, CliWatcher
 from worker.logs import log_event
@@ -56,6 +69,8 @@ from worker.task import Outcome
 CANCELLED_TEXT = "The task was cancelled."
 _STDERR_TAIL_CHARS = 600
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# The model forwarder's socket in the run's private directory.
+MODEL_SOCKET = "model.sock"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,7 +82,7 @@ class CliJob:
     executable: str
     # The CLI's working directory and HOME; removed after the run.
     workspace: Path
-    # Files for the executor and the gateway only (prompt, settings, call log); removed after.
+    # Files the CLI reads but cannot change (prompt, settings, MCP config); removed after.
     private: Path
     prompt: str
     system: str
@@ -79,6 +94,36 @@ class CliJob:
     @property
     def agent(self) -> AgentDefinition:
         return self.request.agent
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunDirectory:
+    """One run's files: ``workspace`` (the CLI's, read-write), ``private`` (its prompt
+    files, MCP configuration, the helper and the two sockets; read-only inside the
+    sandbox) and ``root`` itself (the gateway's call log; never inside the sandbox)."""
+
+    root: Path
+    workspace: Path
+    private: Path
+
+    @classmethod
+    def create(cls, root: Path, sandbox: Sandbox | None) -> RunDirectory:
+        root.chmod(0o711)  # the sandbox's user passes through to its two directories
+        run = cls(root=root, workspace=root / "workspace", private=root / "cli")
+        run.workspace.mkdir()
+        run.private.mkdir()
+        helper = run.private / HELPER.name
+        shutil.copyfile(HELPER, helper)
+        helper.chmod(0o644)
+        if sandbox is not None:
+            sandbox.prepare(run.workspace, run.private)
+        return run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Confinement:
+    sandbox: Sandbox
+    route: ModelRoute
 
 
 @dataclass(slots=True, kw_only=True)
@@ -169,6 +214,7 @@ class CliExecutor(Executor):
     async def _run(self, request: ExecutionRequest, activity: GatewayActivity) -> CliTranscript:
         self.check_agent(request.agent)
         executable = self._require_executable()
+        sandbox = self._sandbox(request)
         access = provider_access(request.agent, request.worker_settings)
         if request.resume:
             log_event(
@@ -178,34 +224,66 @@ class CliExecutor(Executor):
                 executor=self.name,
                 detail="a CLI cannot resume a checkpoint: the task runs again from the start",
             )
-        with (
-            tempfile.TemporaryDirectory(
-                prefix=f"agent-{self.name}-", ignore_cleanup_errors=True
-            ) as workspace,
-            tempfile.TemporaryDirectory(
-                prefix=f"agent-{self.name}-private-", ignore_cleanup_errors=True
-            ) as private,
-        ):
+        with tempfile.TemporaryDirectory(
+            prefix=f"agent-{self.name}-", ignore_cleanup_errors=True
+        ) as run_dir:
+            run = RunDirectory.create(Path(run_dir), sandbox)
             deadline_epoch_s = task_deadline_epoch(request)
-            spec = (
-                task_gateway(request, Path(private), deadline_epoch_s) if self.speaks_mcp else None
-            )
+            gateway = task_gateway(request, run.root, deadline_epoch_s) if self.speaks_mcp else None
+            route = ModelRoute.of(access.endpoint) if sandbox is not None else None
             limits = request.settings.limits
             job = CliJob(
                 request=request,
-                access=access,
+                access=access.reached_at(route.inside_url(access.endpoint)) if route else access,
                 executable=executable,
-                workspace=Path(workspace),
-                private=Path(private),
+                workspace=run.workspace,
+                private=run.private,
                 prompt=render_prompt(request.messages),
                 system=request.system,
                 max_turns=limits.max_iterations,
                 max_cost_usd=limits.max_cost_usd,
-                gateway=gateway_launch(spec, Path(workspace)) if spec is not None else None,
+                gateway=bridge_launch(python_for_bridge(sandbox), run.private)
+                if gateway is not None
+                else None,
             )
-            outcome = await self._run_process(job, spec, activity, deadline_epoch_s)
-            redactor = Redactor([access.api_key, *secrets_to_mask(spec, request)])
+            async with AsyncExitStack() as services:
+                if gateway is not None:
+                    await services.enter_async_context(
+                        running_gateway(
+                            gateway, run.private / GATEWAY_SOCKET, on_spawn=request.on_spawn
+                        )
+                    )
+                if route is not None:
+                    await services.enter_async_context(
+                        model_forwarder(run.private / MODEL_SOCKET, route, request.task.task_id)
+                    )
+                outcome = await self._run_process(
+                    job,
+                    gateway.spec if gateway is not None else None,
+                    activity,
+                    deadline_epoch_s,
+                    confinement=Confinement(sandbox=sandbox, route=route)
+                    if sandbox is not None and route is not None
+                    else None,
+                )
+            masked = gateway.masked if gateway is not None else ()
+            redactor = Redactor([access.api_key, *masked])
             return self._transcript(job, outcome, activity, redactor)
+
+    def _sandbox(self, request: ExecutionRequest) -> Sandbox | None:
+        """The host's sandbox, or None when the operator turned it off (warned every run);
+        ExecutorError naming what is missing when it is on but unavailable (fail closed)."""
+        settings = request.worker_settings
+        if settings.cli_sandbox == "off":
+            log_event(
+                "cli_sandbox_off",
+                "warning",
+                task=request.task.task_id,
+                executor=self.name,
+                detail=sandbox_warning(),
+            )
+            return None
+        return find_sandbox(settings)
 
     async def _run_process(
         self,
@@ -213,19 +291,38 @@ class CliExecutor(Executor):
         spec: GatewaySpec | None,
         activity: GatewayActivity,
         deadline_epoch_s: float,
+        *,
+        confinement: Confinement | None,
     ) -> ProcessOutcome:
         """Run the CLI until it exits, the deadline, a cancel or a strict-grants violation."""
         invocation = self.invocation(job)
+        argv = invocation.argv
+        env = minimal_environment(str(job.workspace)) | invocation.env
+        user: int | None = None
+        if confinement is not None:
+            sandbox, route = confinement.sandbox, confinement.route
+            env |= route.proxy_environment()
+            env["PATH"] = f"{Path(job.executable).parent}:{SANDBOX_PATH}"
+            max_duration_s = max(1.0, deadline_epoch_s - time.time())
+            argv = sandbox.command(
+                argv,
+                workspace=job.workspace,
+                private=job.private,
+                relays={route.inside_port: job.private / MODEL_SOCKET},
+                limits=SandboxLimits.of(job.request.worker_settings, max_duration_s),
+            )
+            user = sandbox.uid
         watcher = CliWatcher(job.request, spec.call_log if spec is not None else None, activity)
         try:
             return await run_cli_process(
-                invocation.argv,
-                env=minimal_environment(str(job.workspace)) | invocation.env,
+                argv,
+                env=env,
                 cwd=job.workspace,
                 stdin_data=invocation.stdin,
                 timeout_s=max(0.0, deadline_epoch_s - time.time()),
                 on_spawn=job.request.on_spawn,
                 should_stop=watcher.check,
+                user=user,
             )
         except OSError as exc:
             raise ExecutorError(f"{self.name}: cannot start {job.executable}: {exc}") from exc

@@ -1,35 +1,53 @@
-"""The gateway a CLI task gets: its spec, its secrets file, and how the CLI starts it.
+"""The gateway a CLI task gets: its spec, its secrets, the worker's process, the CLI's bridge.
 
 The worker's side of ``worker.executors._gateway_link``: from an ``ExecutionRequest``
-it decides whether the CLI gets tools at all (an MCP configuration and a grant), writes
-the secrets file into the task's private directory, and gives the CLI the command and
-environment block that start ``mcp_servers.gateway`` over stdio.
+it decides whether the CLI gets tools at all (an MCP configuration and a grant), and
+starts ``mcp_servers.gateway --socket`` itself, outside the CLI's sandbox, with the
+secrets (``MCP_AUTH_TOKEN``, tool credentials, the task's capability, the write caps'
+Redis) written on the gateway's stdin from the worker's memory: no file holds them.
+The CLI's MCP configuration starts only the bridge (``sandbox_helper.py bridge``), which
+carries MCP between the CLI's stdio and the gateway's Unix socket: the CLI never holds
+a secret, a token, a capability or a path to one.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
+
+from worker.exceptions import ExecutorError
 from worker.executors._base import ExecutionRequest
 from worker.executors._gateway_link import GatewaySpec
 from worker.executors._gateway_secrets import (
     GatewayWriteCaps,
     gateway_capability,
     gateway_secrets,
-    write_secrets_file,
 )
 from worker.hub_writes import WriteCaps
 
 # The name the CLIs' MCP configurations give the gateway: their tools are named after it.
 GATEWAY_SERVER = "gateway"
+GATEWAY_SOCKET = "gateway.sock"
+# The gateway imports the worker before it listens: on a loaded host that takes a while.
+GATEWAY_START_TIMEOUT_S = 60.0
+GATEWAY_STOP_GRACE_S = 2.0
+_POLL_S = 0.02
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayLaunch:
-    """How the CLI starts ``mcp_servers.gateway``: its command and its environment block."""
+    """How the CLI reaches the gateway: the bridge command its MCP configuration runs.
+    ``env`` is empty: the bridge needs nothing, and the CLI gets nothing to read there."""
 
     command: list[str]
     env: dict[str, str]
@@ -43,25 +61,32 @@ class GatewayLaunch:
         return self.command[1:]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskGateway:
+    """The task's gateway: its spec (no secrets) and the secrets it gets on stdin."""
+
+    spec: GatewaySpec
+    secrets: dict[str, str]
+    # What the executor masks in what the run reports.
+    masked: tuple[str, ...]
+
+
 def task_gateway(
-    request: ExecutionRequest, private: Path, deadline_epoch_s: float
-) -> GatewaySpec | None:
-    """The task's gateway, its secrets file written into ``private``; None when the agent
-    has no tools in this task (no ``MCP_CONFIG``, or no grant)."""
+    request: ExecutionRequest, gateway_dir: Path, deadline_epoch_s: float
+) -> TaskGateway | None:
+    """The task's gateway, its call log in ``gateway_dir`` (never seen by the CLI); None
+    when the agent has no tools in this task (no ``MCP_CONFIG``, or no grant)."""
     settings, grants = request.worker_settings, request.grants
     if settings.mcp_config is None or not grants.allowed:
         return None
     config = request.agent.config
     mcp_config = settings.mcp_config.resolve()
-    secrets_file = _write_secrets(
-        request, mcp_config, private / "gateway-secrets.json", deadline_epoch_s
-    )
     allowed_tools = request.task.constraints.allowed_tools
-    return GatewaySpec(
+    spec = GatewaySpec(
         agent_id=config.name,
         task_id=request.task.task_id,
         mcp_config=mcp_config,
-        call_log=private / "gateway-calls.jsonl",
+        call_log=gateway_dir / "gateway-calls.jsonl",
         grants=tuple(sorted(grants.allowed)),
         denied_grants=tuple(sorted(grants.denied)),
         allowed_tools=tuple(allowed_tools) if allowed_tools is not None else None,
@@ -70,64 +95,102 @@ def task_gateway(
         deadline_epoch_s=deadline_epoch_s,
         tool_timeout_s=request.settings.tool_timeout_cap_s,
         max_output_chars=request.settings.tool_output_max_chars,
-        secrets_file=secrets_file,
         workdir=Path.cwd(),
         can_execute_tool=settings.can_execute_tool,
         untrusted_nonce=request.untrusted_nonce,
         require_capability=settings.capability_key is not None,
     )
-
-
-def _write_secrets(
-    request: ExecutionRequest, mcp_config: Path, path: Path, deadline_epoch_s: float
-) -> Path | None:
-    """Write what only the gateway may read to ``path``; None when there is nothing."""
-    settings = request.worker_settings
-    # The task's signed capability rides in the private secrets file, never the key.
-    secrets = gateway_secrets(mcp_config, settings) | gateway_capability(
+    credentials = gateway_secrets(mcp_config, settings)
+    # The task's signed capability, never the key; the write caps with the fleet's Redis.
+    capability = gateway_capability(
         settings.capability_key,
-        agent_id=request.agent.config.name,
+        agent_id=config.name,
         task_id=request.task.task_id,
-        grants=request.grants,
+        grants=grants,
         deadline_epoch_s=deadline_epoch_s,
     )
-    # The agent's write caps and the fleet's Redis (a credential): the secrets file only.
     caps = WriteCaps.of(request.agent, max_writes_per_post=settings.max_writes_per_post)
-    secrets |= GatewayWriteCaps.of(settings, caps).secrets()
-    if not secrets:
-        return None
-    write_secrets_file(path, secrets)
-    return path
+    write_caps = GatewayWriteCaps.of(settings, caps)
+    secrets = credentials | capability | write_caps.secrets()
+    masked = (*credentials.values(), *capability.values(), *write_caps.secret_values())
+    return TaskGateway(spec=spec, secrets=secrets, masked=tuple(masked))
 
 
-def gateway_launch(spec: GatewaySpec, workspace: Path) -> GatewayLaunch:
-    """The command and environment block a CLI's MCP configuration starts the gateway with."""
-    env = spec.environment() | {
+@asynccontextmanager
+async def running_gateway(
+    gateway: TaskGateway, socket_path: Path, *, on_spawn: Callable[[int], None] | None
+) -> AsyncIterator[None]:
+    """Start the task's gateway on ``socket_path`` and wait until it listens; stop its
+    process group (and with it the stdio servers it did not move out) on the way out."""
+    env = {
         "PATH": os.environ.get("PATH", os.defpath),
-        "HOME": str(workspace),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "HOME": str(socket_path.parent),
         "PYTHONPATH": gateway_python_path(),
-    }
-    return GatewayLaunch(command=gateway_command(), env=env)
+    } | gateway.spec.environment()
+    process = await anyio.open_process(
+        gateway_command(socket_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=None,  # its JSON log lines join the worker's, redacted by the gateway
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        if on_spawn is not None:
+            on_spawn(process.pid)
+        assert process.stdin is not None
+        await process.stdin.send(json.dumps(gateway.secrets).encode("utf-8"))
+        await process.stdin.aclose()
+        await _until_listening(process, socket_path)
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop(process)
 
 
-def gateway_command() -> list[str]:
-    """How a CLI starts the gateway: this interpreter, the module, over stdio."""
-    return [sys.executable, "-m", "mcp_servers.gateway", "--stdio"]
+async def _until_listening(process: anyio.abc.Process, socket_path: Path) -> None:
+    started = time.monotonic()
+    while not await anyio.Path(socket_path).exists():
+        if process.returncode is not None:
+            raise ExecutorError(
+                f"the task's gateway did not start (exit status {process.returncode}; "
+                "its reason is in the worker's log)"
+            )
+        if time.monotonic() - started > GATEWAY_START_TIMEOUT_S:
+            raise ExecutorError(
+                f"the task's gateway did not listen within {GATEWAY_START_TIMEOUT_S:g} s"
+            )
+        await anyio.sleep(_POLL_S)
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with anyio.move_on_after(GATEWAY_STOP_GRACE_S):
+        await process.wait()
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with anyio.move_on_after(GATEWAY_STOP_GRACE_S):
+        await process.aclose()
+
+
+def bridge_launch(python: str, private: Path) -> GatewayLaunch:
+    """What the CLI's MCP configuration runs: the bridge to the gateway's socket."""
+    helper = private / "sandbox_helper.py"
+    return GatewayLaunch(
+        command=[python, str(helper), "bridge", str(private / GATEWAY_SOCKET)], env={}
+    )
+
+
+def gateway_command(socket_path: Path) -> list[str]:
+    """How the worker starts the gateway: this interpreter, the module, on a Unix socket."""
+    return [sys.executable, "-m", "mcp_servers.gateway", "--socket", str(socket_path)]
 
 
 def gateway_python_path() -> str:
-    """The directory holding ``mcp_servers`` and ``worker``, for the gateway's PYTHONPATH.
-
-    The CLI starts the gateway in the task's scratch directory: without it, a worker
-    run from a source checkout (not installed) could not import the gateway there.
-    """
+    """The directory holding ``mcp_servers`` and ``worker``, for the gateway's PYTHONPATH:
+    a worker run from a source checkout (not installed) could not import it otherwise."""
     import mcp_servers
 
     return str(Path(mcp_servers.__file__).resolve().parent.parent)
-
-
-def secrets_to_mask(spec: GatewaySpec | None, request: ExecutionRequest) -> list[str]:
-    """The gateway's credentials the worker knows, for masking in what a run reports."""
-    if spec is None or spec.secrets_file is None:
-        return []
-    return list(gateway_secrets(spec.mcp_config, request.worker_settings).values())

@@ -74,8 +74,10 @@ async def run_cli_process(
     poll_interval_s: float = 0.5,
     max_stdout_bytes: int = 32 * 1024 * 1024,
     max_stderr_bytes: int = 64 * 1024,
+    user: int | None = None,
 ) -> ProcessOutcome:
-    """Run ``argv`` to its end, ``timeout_s``, or a stop request; its group never outlives this."""
+    """Run ``argv`` to its end, ``timeout_s``, or a stop request; its group never outlives this.
+    With ``user``, it runs as that uid and gid with no supplementary groups."""
     process = await anyio.open_process(
         list(argv),
         stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
@@ -84,6 +86,9 @@ async def run_cli_process(
         env=dict(env),
         cwd=cwd,
         start_new_session=True,
+        user=user,
+        group=user,
+        extra_groups=[] if user is not None else None,
     )
     group = process.pid  # the session leader's pid is the group id
     stdout = _Capture(max_stdout_bytes, keep_tail=False)

@@ -10,7 +10,7 @@ the worker's key never goes to an endpoint a definition chose; otherwise the wor
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from worker.agents import AgentDefinition, DefinitionPolicy
 from worker.exceptions import AgentConfigError, ConfigurationError
@@ -39,6 +39,15 @@ class ProviderAccess:
     @property
     def openai_base_url(self) -> str:
         return (self.base_url or "https://api.openai.com/v1").rstrip("/")
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL the CLI calls, its provider's default included."""
+        return self.anthropic_base_url if self.provider == "anthropic" else self.openai_base_url
+
+    def reached_at(self, base_url: str) -> ProviderAccess:
+        """The same access through another URL (the sandbox's relay to the endpoint)."""
+        return replace(self, base_url=base_url)
 
 
 def provider_access(agent: AgentDefinition, settings: Settings) -> ProviderAccess:
