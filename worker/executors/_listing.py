@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from worker.executors import EXECUTORS, CliExecutor
+from worker.executors._sandbox import sandbox_problem, sandbox_warning
+from worker.settings import Settings, settings_or_exit
 
 VERSION_TIMEOUT_S = 10.0
 NATIVE_TOOLS = "MCP tools through the worker's grant-checked toolbox"
@@ -30,10 +32,14 @@ class ExecutorInfo:
     version: str | None
     supports_tools: bool
     tools: str
+    # CLIs only: "on", "off (CLI_SANDBOX=off)" or what keeps this host from sandboxing them.
+    sandbox: str | None = None
 
 
-def describe_executors() -> list[ExecutorInfo]:
-    """One entry per agent type, in registry order; runs each installed CLI's --version."""
+def describe_executors(settings: Settings | None = None) -> list[ExecutorInfo]:
+    """One entry per agent type, in registry order; runs each installed CLI's --version
+    and, once, the sandbox's probe."""
+    sandbox = _sandbox_state(settings if settings is not None else settings_or_exit())
     infos = []
     with tempfile.TemporaryDirectory(prefix="agent-worker-executors-") as home:
         for agent_type, executor_class in EXECUTORS.items():
@@ -60,9 +66,16 @@ def describe_executors() -> list[ExecutorInfo]:
                     version=_version(path, home) if path is not None else None,
                     supports_tools=executor_class.speaks_mcp,
                     tools=executor_class.tool_support,
+                    sandbox=sandbox,
                 )
             )
     return infos
+
+
+def _sandbox_state(settings: Settings) -> str:
+    if settings.cli_sandbox == "off":
+        return "off: " + sandbox_warning()
+    return sandbox_problem(settings) or "on"
 
 
 def _version(path: str, home: str) -> str:
@@ -103,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.json:
         print(json.dumps([asdict(info) for info in infos], indent=2))
         return 0
+    sandbox = next((info.sandbox for info in infos if info.sandbox is not None), None)
     rows = [("TYPE", "BINARY", "INSTALLED", "VERSION", "TOOLS")]
     for info in infos:
         installed = "yes" if info.installed else "no"
@@ -119,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
         print("  ".join([*cells, row[4]]).rstrip())
+    if sandbox is not None:
+        state = "on: bwrap confines every CLI run" if sandbox == "on" else sandbox
+        print(f"\nsandbox: {state}")
     return 0
 
 

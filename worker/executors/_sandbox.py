@@ -258,8 +258,8 @@ def _probe(sandbox: Sandbox) -> str | None:
 
 def sandbox_warning() -> str:
     return (
-        "CLI_SANDBOX=off: coding-agent CLIs run unconfined, as the worker's user, with its "
-        "files, processes and network in reach"
+        "coding-agent CLIs run unconfined (CLI_SANDBOX=off), as the worker's user, with its "
+        "files, processes, secrets and network in reach"
     )
 
 

@@ -24,6 +24,7 @@ import sys
 
 from redis import Redis
 
+from worker.agents import AgentDefinition
 from worker.exceptions import ConfigurationError
 from worker.operations._check_report import CheckReport
 from worker.operations._checks_config import (
@@ -61,9 +62,31 @@ def run_checks(
     check_mcp_config(report, config, agents, network=network, timeout_s=timeout_s)
     check_grant_policy(report, config, agents)
     check_prices(report, config)
+    _check_cli_sandbox(report, config, agents)
     if network:
         _check_hub(report, config, timeout_s)
     return report
+
+
+def _check_cli_sandbox(
+    report: CheckReport, config: Settings, agents: dict[str, AgentDefinition]
+) -> None:
+    """CLI agents run only in the sandbox: each one fails while it is unavailable here.
+    Off is the operator's choice, warned at every check and every worker start."""
+    from worker.executors._sandbox import sandbox_problem, sandbox_warning
+
+    if config.cli_sandbox == "off":
+        report.warning("CLI_SANDBOX", sandbox_warning())
+        return
+    cli_agents = sorted(name for name, agent in agents.items() if agent.config.type != "native")
+    if not cli_agents:
+        return  # nothing to confine: no probe
+    problem = sandbox_problem(config)
+    if problem is None:
+        report.checked.append("the CLI sandbox works (bwrap)")
+        return
+    for name in cli_agents:
+        report.error("CLI_SANDBOX", f"{problem}: {name}'s tasks fail until it is", agent=name)
 
 
 def _check_redis(report: CheckReport, config: Settings, timeout_s: float) -> None:
