@@ -32,6 +32,7 @@ PROXY_PORT = 3128
 _HEAD_LIMIT = 8192
 _CHUNK = 65_536
 CONNECT_TIMEOUT_S = 30.0
+CLOSE_GRACE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,11 +74,17 @@ async def model_forwarder(socket_path: Path, route: ModelRoute, task: str) -> As
     """Serve ``socket_path`` while the CLI runs: each connection goes to ``route`` only."""
     listener = await anyio.create_unix_listener(socket_path)
     os.chmod(socket_path, 0o666)  # the sandbox user connects; its directory guards it
+    open_connections = 0
     async with anyio.create_task_group() as connections:
 
         async def handle(client: anyio.abc.SocketStream) -> None:
-            async with client:
-                await _forward(client, route, task)
+            nonlocal open_connections
+            open_connections += 1
+            try:
+                async with client:
+                    await _forward(client, route, task)
+            finally:
+                open_connections -= 1
 
         async def serve() -> None:
             async with listener:
@@ -87,6 +94,11 @@ async def model_forwarder(socket_path: Path, route: ModelRoute, task: str) -> As
         try:
             yield
         finally:
+            # The sandbox is gone: its connections end by themselves. Cancelling a read
+            # just as its end arrives trips asyncio ("Future.set_result: invalid state").
+            with anyio.move_on_after(CLOSE_GRACE_S, shield=True):
+                while open_connections:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
             connections.cancel_scope.cancel()
 
 
