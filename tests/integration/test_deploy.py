@@ -939,3 +939,9 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         if str(tmp_path) in line or any(unit.name in line for unit in units)
     ]
     assert not complaints, "\n".join(complaints)
+
+
+def test_image_installs_bubblewrap_for_the_cli_sandbox() -> None:
+    runtime = final_stage(dockerfile_instructions())
+    commands = " ".join(arguments for keyword, arguments in runtime if keyword == "RUN")
+    assert re.search(r"apt-get install -y --no-install-recommends bubblewrap\b", commands)

@@ -314,3 +314,17 @@ def test_mcp_config_and_grant_policy_parse_and_point_at_the_services(tmp_path: P
         name: f"http://mcp-{name}:{services[f'mcp-{name}']['spec']['ports'][0]['port']}/mcp"
         for name in ("hub", "web")
     }
+
+
+def test_the_worker_pod_lets_the_cli_sandbox_create_its_namespaces() -> None:
+    """bwrap needs user namespaces without host privilege, a /proc it may mount, and a
+    seccomp/AppArmor profile that allows unshare (README "The CLI sandbox")."""
+    spec = objects("Deployment")["worker"]["spec"]["template"]["spec"]
+    security = spec["containers"][0]["securityContext"]
+    assert spec["hostUsers"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert security["procMount"] == "Unmasked"
+    assert security["seccompProfile"] == {"type": "Unconfined"}
+    assert security["appArmorProfile"] == {"type": "Unconfined"}
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
