@@ -341,7 +341,7 @@ def make_request(
         settings=LoopSettings(
             limits=RunLimits(max_iterations=5, max_duration_s=120), strict_grants=strict_grants
         ),
-        worker_settings=worker_settings or Settings(),
+        worker_settings=worker_settings or Settings(cli_sandbox="off"),
         grants=EffectiveGrants.of(agent.config.capabilities.grants),
         open_toolbox=not_for_clis,
         make_model=not_for_clis,
@@ -378,6 +378,7 @@ async def test_cli_tool_calls_go_through_the_gateway_into_the_report(
     fake = install_fake_cli(binary, bin_dir, {"tool_calls": calls})
     settings = Settings(
         anthropic_api_key="sk-ant-gateway-test-0123456789",  # type: ignore[arg-type]
+        cli_sandbox="off",  # the fake CLIs run on the worker's interpreter
         mcp_config=kit_config(workdir),
     )
     executor_class = EXECUTORS[agent_type]
@@ -436,6 +437,7 @@ async def test_a_cli_executor_hands_the_gateway_the_task_capability_not_the_key(
     )
     settings = Settings(
         anthropic_api_key="sk-ant-gateway-test-0123456789",  # type: ignore[arg-type]
+        cli_sandbox="off",  # the fake CLIs run on the worker's interpreter
         mcp_config=config,
         capability_key=key,  # type: ignore[arg-type]
     )
@@ -464,6 +466,7 @@ async def test_strict_grants_end_the_task_as_an_autonomy_violation(workdir: Path
     fake = install_fake_cli("claude", bin_dir, {"tool_calls": calls})
     settings = Settings(
         anthropic_api_key="sk-ant-gateway-test-0123456789",  # type: ignore[arg-type]
+        cli_sandbox="off",  # the fake CLIs run on the worker's interpreter
         mcp_config=kit_config(workdir),
     )
     events: list[LoopEvent] = []
@@ -503,6 +506,7 @@ async def test_a_cli_agent_is_held_to_the_write_caps_it_shares_with_native_tasks
         mcp_config = hub_config(workdir, server.url, hub_tools)
         settings = Settings(
             anthropic_api_key="sk-ant-gateway-test-0123456789",  # type: ignore[arg-type]
+            cli_sandbox="off",  # the fake CLIs run on the worker's interpreter
             mcp_config=mcp_config,
             mcp_auth_token=MCP_TOKEN,  # type: ignore[arg-type]
             redis_url=redis_url,
