@@ -290,3 +290,19 @@ def test_agent_worker_executors_says_when_the_sandbox_is_missing() -> None:
         timeout=60,
     )
     assert "sandbox: off: coding-agent CLIs run unconfined (CLI_SANDBOX=off)" in off.stdout
+
+
+async def test_a_gateway_that_cannot_start_stops_the_cli_with_a_clear_error(
+    stand_in: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "mcp.yaml"
+    broken.write_text("servers: [unclosed\n")
+    with ScriptedEndpoint() as endpoint:
+        targets = {"repo": "/none", "mcp_config": "/none", "redis": 1, "hub": 1, "escape": "x"}
+        request = make_request(stand_in, broken, endpoint.anthropic_base_url, {"targets": targets})
+        result = await ClaudeCodeExecutor(executable=str(stand_in)).run(request)
+        requests = endpoint.requests()
+
+    assert result.outcome is Outcome.ERROR
+    assert "the task's gateway exited while it ran" in str(result.error)
+    assert requests == []  # the CLI never got past its MCP connection

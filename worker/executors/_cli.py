@@ -41,6 +41,7 @@ from worker.executors._call_log import GatewayActivity
 from worker.executors._cli_gateway import (
     GATEWAY_SOCKET,
     GatewayLaunch,
+    GatewayProcess,
     bridge_launch,
     running_gateway,
     task_gateway,
@@ -71,6 +72,8 @@ _STDERR_TAIL_CHARS = 600
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # The model forwarder's socket in the run's private directory.
 MODEL_SOCKET = "model.sock"
+# Why the executor stopped a CLI whose gateway died under it.
+GATEWAY_FAILED = "gateway_failed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,8 +250,9 @@ class CliExecutor(Executor):
                 else None,
             )
             async with AsyncExitStack() as services:
+                gateway_process = None
                 if gateway is not None:
-                    await services.enter_async_context(
+                    gateway_process = await services.enter_async_context(
                         running_gateway(
                             gateway, run.private / GATEWAY_SOCKET, on_spawn=request.on_spawn
                         )
@@ -262,6 +266,7 @@ class CliExecutor(Executor):
                     gateway.spec if gateway is not None else None,
                     activity,
                     deadline_epoch_s,
+                    gateway_process=gateway_process,
                     confinement=Confinement(sandbox=sandbox, route=route)
                     if sandbox is not None and route is not None
                     else None,
@@ -292,6 +297,7 @@ class CliExecutor(Executor):
         activity: GatewayActivity,
         deadline_epoch_s: float,
         *,
+        gateway_process: GatewayProcess | None,
         confinement: Confinement | None,
     ) -> ProcessOutcome:
         """Run the CLI until it exits, the deadline, a cancel or a strict-grants violation."""
@@ -313,6 +319,12 @@ class CliExecutor(Executor):
             )
             user = sandbox.uid
         watcher = CliWatcher(job.request, spec.call_log if spec is not None else None, activity)
+
+        async def should_stop() -> str | None:
+            if gateway_process is not None and gateway_process.exited():
+                return GATEWAY_FAILED
+            return await watcher.check()
+
         try:
             return await run_cli_process(
                 argv,
@@ -321,7 +333,7 @@ class CliExecutor(Executor):
                 stdin_data=invocation.stdin,
                 timeout_s=max(0.0, deadline_epoch_s - time.time()),
                 on_spawn=job.request.on_spawn,
-                should_stop=watcher.check,
+                should_stop=should_stop,
                 user=user,
             )
         except OSError as exc:
@@ -343,6 +355,13 @@ class CliExecutor(Executor):
                 f"({limits.max_duration_s:g} s from its first start)"
             )
             return stopped
+        if outcome.stopped == GATEWAY_FAILED:
+            return failed(
+                ExecutorError(
+                    f"{self.name} was stopped: the task's gateway exited while it ran "
+                    "(its reason is in the worker's log)"
+                )
+            )
         if outcome.stopped == CANCELLED:
             stopped = self._partial(job, outcome)
             stopped.outcome = Outcome.CANCELLED

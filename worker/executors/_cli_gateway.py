@@ -17,15 +17,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import anyio.abc
 
-from worker.exceptions import ExecutorError
 from worker.executors._base import ExecutionRequest
 from worker.executors._gateway_link import GatewaySpec
 from worker.executors._gateway_secrets import (
@@ -38,10 +37,9 @@ from worker.hub_writes import WriteCaps
 # The name the CLIs' MCP configurations give the gateway: their tools are named after it.
 GATEWAY_SERVER = "gateway"
 GATEWAY_SOCKET = "gateway.sock"
-# The gateway imports the worker before it listens: on a loaded host that takes a while.
+# How long the bridge waits for the gateway to listen (it imports the worker first).
 GATEWAY_START_TIMEOUT_S = 60.0
 GATEWAY_STOP_GRACE_S = 2.0
-_POLL_S = 0.02
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,12 +114,24 @@ def task_gateway(
     return TaskGateway(spec=spec, secrets=secrets, masked=tuple(masked))
 
 
+@dataclass(eq=False, slots=True)
+class GatewayProcess:
+    """The task's running gateway, as the executor watches it while the CLI runs."""
+
+    process: anyio.abc.Process
+
+    def exited(self) -> bool:
+        """True once the gateway is gone: it never exits on its own while the CLI runs."""
+        return self.process.returncode is not None
+
+
 @asynccontextmanager
 async def running_gateway(
     gateway: TaskGateway, socket_path: Path, *, on_spawn: Callable[[int], None] | None
-) -> AsyncIterator[None]:
-    """Start the task's gateway on ``socket_path`` and wait until it listens; stop its
-    process group (and with it the stdio servers it did not move out) on the way out."""
+) -> AsyncIterator[GatewayProcess]:
+    """Start the task's gateway on ``socket_path``; stop its process group (and with it the
+    stdio servers it did not move out) on the way out. The CLI starts meanwhile: its
+    bridge waits for the socket, so the two start-ups overlap."""
     env = {
         "PATH": os.environ.get("PATH", os.defpath),
         "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -142,26 +152,10 @@ async def running_gateway(
         assert process.stdin is not None
         await process.stdin.send(json.dumps(gateway.secrets).encode("utf-8"))
         await process.stdin.aclose()
-        await _until_listening(process, socket_path)
-        yield
+        yield GatewayProcess(process)
     finally:
         with anyio.CancelScope(shield=True):
             await _stop(process)
-
-
-async def _until_listening(process: anyio.abc.Process, socket_path: Path) -> None:
-    started = time.monotonic()
-    while not await anyio.Path(socket_path).exists():
-        if process.returncode is not None:
-            raise ExecutorError(
-                f"the task's gateway did not start (exit status {process.returncode}; "
-                "its reason is in the worker's log)"
-            )
-        if time.monotonic() - started > GATEWAY_START_TIMEOUT_S:
-            raise ExecutorError(
-                f"the task's gateway did not listen within {GATEWAY_START_TIMEOUT_S:g} s"
-            )
-        await anyio.sleep(_POLL_S)
 
 
 async def _stop(process: anyio.abc.Process) -> None:
@@ -178,8 +172,9 @@ async def _stop(process: anyio.abc.Process) -> None:
 def bridge_launch(python: str, private: Path) -> GatewayLaunch:
     """What the CLI's MCP configuration runs: the bridge to the gateway's socket."""
     helper = private / "sandbox_helper.py"
+    wait_s = f"{GATEWAY_START_TIMEOUT_S:g}"
     return GatewayLaunch(
-        command=[python, str(helper), "bridge", str(private / GATEWAY_SOCKET)], env={}
+        command=[python, str(helper), "bridge", str(private / GATEWAY_SOCKET), wait_s], env={}
     )
 
 

@@ -9,9 +9,10 @@ with the system Python. Two commands:
     relays each connection to the Unix ``SOCKET`` the worker mounted (the model
     endpoint's forwarder), sets the resource limits, then runs ``ARGV`` (the CLI) and
     exits with its status.
-``bridge SOCKET``
+``bridge SOCKET [WAIT_S]``
     What the CLI's MCP configuration starts as its MCP server: copies stdin to the
-    Unix ``SOCKET`` (the task's gateway, outside the sandbox) and the socket to stdout.
+    Unix ``SOCKET`` (the task's gateway, outside the sandbox) and the socket to stdout,
+    once the gateway listens (waiting up to ``WAIT_S`` seconds for it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 _CHUNK = 65_536
 # Resource limits by the names the worker passes (``--limit memory=...``).
@@ -110,13 +112,20 @@ def run(args: list[str]) -> int:
         return 127
 
 
-def bridge(unix_path: str) -> int:
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        connection.connect(unix_path)
-    except OSError as exc:
-        print(f"sandbox bridge: cannot reach the gateway: {exc.strerror}", file=sys.stderr)
-        return 1
+def bridge(unix_path: str, wait_s: float) -> int:
+    # The worker starts the gateway as the CLI starts: wait for it to listen.
+    deadline = time.monotonic() + wait_s
+    while True:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            connection.connect(unix_path)
+            break
+        except OSError as exc:
+            connection.close()
+            if time.monotonic() >= deadline:
+                print(f"sandbox bridge: cannot reach the gateway: {exc.strerror}", file=sys.stderr)
+                return 1
+            time.sleep(0.02)
     to_gateway = threading.Thread(target=_pump, args=(sys.stdin.fileno(), connection), daemon=True)
     to_gateway.start()
     _pump(connection, sys.stdout.fileno())
@@ -128,7 +137,7 @@ def main(argv: list[str]) -> int:
     if command == "run":
         return run(args)
     if command == "bridge":
-        return bridge(args[0])
+        return bridge(args[0], float(args[1]) if len(args) > 1 else 0.0)
     print(f"sandbox helper: unknown command {command!r}", file=sys.stderr)
     return 2
 
