@@ -1,11 +1,14 @@
 """MCP server ``gateway``: one task's granted tools, for a coding-agent CLI.
 
-Run by the CLI itself (claude-code, opencode, goose), as its only MCP server:
-``python -m mcp_servers.gateway --stdio``. Everything it needs comes from the
-environment block the CLI executor wrote (``worker.executors._gateway_link``):
-the agent and task, the effective grants, the task's ``allowed_tools``,
-``MCP_CONFIG``, and a file with ``MCP_AUTH_TOKEN`` and the tool credentials
-(``worker.executors._gateway_secrets``). Nothing comes from the model.
+Started by the CLI executor (claude-code, opencode, goose) for one task, outside the
+CLI's sandbox: ``python -m mcp_servers.gateway --socket PATH`` serves MCP on a Unix
+socket that the sandbox's bridge (the CLI's only MCP server) connects to. Everything it
+needs comes from the environment block the executor set (``worker.executors._gateway_link``):
+the agent and task, the effective grants, the task's ``allowed_tools``, ``MCP_CONFIG``;
+``MCP_AUTH_TOKEN``, the tool credentials, the capability and the write caps come on its
+stdin (``worker.executors._gateway_secrets``). ``--stdio`` serves one session over stdio
+instead (by hand, tests), its secrets from ``GATEWAY_SECRETS_FILE``. Nothing comes from
+the model.
 
 It connects to the configured servers through the worker's own grant-checked
 ``McpToolbox``, offers only the tools the agent may use (``<server>__<tool>``

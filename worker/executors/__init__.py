@@ -2,11 +2,12 @@
 
 Every executor takes an ``ExecutionRequest`` and returns the same ``RunResult``, so
 the job builds the same AgentReport whatever ran. The CLI executors run the whole
-task in the CLI's own loop, in a scratch workspace, with only the agent's granted
-tools (through ``mcp_servers.gateway``) and within the task's deadline.
+task in the CLI's own loop, in a bubblewrap sandbox around a scratch workspace, with
+only the agent's granted tools (through ``mcp_servers.gateway``, which the worker runs
+outside the sandbox) and within the task's deadline.
 
-The gateway side of that contract (``GatewaySpec``, the call log, the secrets file)
-is here too. Every name loads on first use, so that ``mcp_servers.gateway``, which
+The gateway side of that contract (``GatewaySpec``, the call log, the secrets) is here
+too. Every name loads on first use, so that ``mcp_servers.gateway``, which
 runs once per CLI task, does not load the executors, rq and prometheus.
 """
 

@@ -1,13 +1,13 @@
 """The contract between a CLI executor and ``mcp_servers.gateway``: the environment block.
 
-The executor never talks to the gateway: the CLI starts it as its only MCP server.
-So the executor writes everything the gateway needs into the environment block of
-the CLI's MCP configuration (``GatewaySpec.environment``), and the gateway writes
-what happened into a call log the executor reads (``worker.executors._call_log``).
+The executor starts the gateway (``worker.executors._cli_gateway``) with everything it
+needs in its environment (``GatewaySpec.environment``); the gateway writes what
+happened into a call log the executor reads (``worker.executors._call_log``).
 
-That block is readable by the CLI, so it holds no secret: ``MCP_AUTH_TOKEN``, tool
-credentials, the task's capability and the write caps' Redis go into the gateway's
-secrets file instead (``worker.executors._gateway_secrets``), which the block names.
+The block holds no secret: ``MCP_AUTH_TOKEN``, tool credentials, the task's capability
+and the write caps' Redis reach the gateway on its stdin (``--socket``, how the
+executors start it) or, run by hand over ``--stdio``, from the file ``GATEWAY_SECRETS_FILE``
+names (``worker.executors._gateway_secrets``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""What the gateway must know and the CLI must not see: the gateway's secrets file.
+"""What the gateway must know and the CLI must not see: the gateway's secrets.
 
 ``MCP_AUTH_TOKEN``, the tool credentials ``MCP_CONFIG`` references as ``${VAR}``, the
 task's signed capability and the agent's write caps (with the fleet's Redis, a
-credential) go into a JSON file only the worker's user can read
-(``GATEWAY_SECRETS_FILE``); the gateway loads it into its own environment before it
-reads ``MCP_CONFIG``. The gateway gets the capability, never ``CAPABILITY_KEY``: with
-the key, whatever can read that file could sign for any agent.
+credential): one JSON object, which the CLI executors write on the stdin of the gateway
+they start (no file), and which a gateway run by hand over ``--stdio`` reads from the
+file ``GATEWAY_SECRETS_FILE`` names. The gateway loads it into its own environment before
+it reads ``MCP_CONFIG``. It gets the capability, never ``CAPABILITY_KEY``: with the key,
+whatever could read the secrets could sign for any agent.
 
 With write caps (``GatewayWriteCaps``) the gateway counts the CLI's Hub writes in the
 same Redis counters as the native loop.
