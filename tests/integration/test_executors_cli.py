@@ -99,6 +99,7 @@ async def test_claude_code_answers_through_the_gateway_into_the_report(
     agents_dir: Path,
     tmp_path: Path,
     redis_conn: redis.Redis,
+    redis_url: str,
     monkeypatch: pytest.MonkeyPatch,
     fresh_settings: None,
 ) -> None:
@@ -133,6 +134,8 @@ async def test_claude_code_answers_through_the_gateway_into_the_report(
             "HUB_URL": hub.url,
             "HUB_API_KEY": HUB_KEY,
             "AGENTS_DIR": str(agents_dir),
+            # The gateway counts the agent's writes there: never the machine's own Redis.
+            "REDIS_URL": redis_url,
         }.items():
             monkeypatch.setenv(name, value)
         async with HubClient(hub.url, HUB_KEY) as client:
