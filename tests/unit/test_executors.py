@@ -273,7 +273,7 @@ async def test_claude_gets_the_gateway_and_only_its_tools(tmp_path: Path, bin_di
     gateway = record["mcp_servers"]["gateway"]
     # The CLI starts only the bridge to the gateway the worker runs, with no environment:
     # no grant list, no path to a call log or to secrets, nothing to read.
-    helper, command, socket_path = gateway["args"]
+    helper, command, socket_path, _wait_s = gateway["args"]
     assert (Path(helper).name, command) == ("sandbox_helper.py", "bridge")
     assert Path(socket_path).name == "gateway.sock"
     assert gateway["env"] == {}
