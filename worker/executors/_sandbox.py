@@ -151,8 +151,9 @@ class Sandbox:
 
     @staticmethod
     def _install_paths(*executables: str) -> list[str]:
-        """Where a CLI (or the interpreter) is installed, when that is outside /usr: its
-        directory and, for an npm install, the whole node_modules it came from."""
+        """Where a CLI (or the interpreter) is installed, when that is outside /usr: for an
+        npm install the whole node_modules it came from, for a ``<prefix>/bin`` (a
+        virtualenv, /opt/<tool>) the prefix, else its directory."""
         paths: list[str] = []
         for executable in executables:
             for candidate in (Path(executable), Path(executable).resolve()):
@@ -160,6 +161,8 @@ class Sandbox:
                 if "node_modules" in parts:
                     last = len(parts) - 1 - parts[::-1].index("node_modules")
                     paths.append(str(Path(*parts[: last + 1])))
+                elif candidate.parent.name == "bin" and len(parts) > 3:
+                    paths.append(str(candidate.parent.parent))
                 else:
                     paths.append(str(candidate.parent))
         return [path for path in dict.fromkeys(paths) if not _under_system(path)]
