@@ -86,7 +86,9 @@ def _check_cli_sandbox(
         report.checked.append("the CLI sandbox works (bwrap)")
         return
     for name in cli_agents:
-        report.error("CLI_SANDBOX", f"{problem}: {name}'s tasks fail until it is", agent=name)
+        report.error(
+            "CLI_SANDBOX", f"{problem} — agent {name}'s tasks fail until it works", agent=name
+        )
 
 
 def _check_redis(report: CheckReport, config: Settings, timeout_s: float) -> None:
