@@ -3,9 +3,8 @@
 Every row starts real processes the way a task does (``Sandbox.command``, as the
 sandbox's user when the worker is root) and runs a trivial command in place of the CLI,
 so the time is the sandbox's alone. The first row is the floor: the same interpreter
-started without a sandbox. The gateway row is what a task waits for before its CLI
-starts (the worker starts the gateway; it used to be the CLI, in parallel with its own
-start-up).
+started without a sandbox. The gateway row runs alongside the CLI's own start-up (the
+bridge waits for its socket).
 """
 
 from __future__ import annotations
@@ -76,7 +75,7 @@ def benchmark(*, quick: bool = False) -> list[Table]:
         )
     table.notes.append(
         "added per task: the bwrap + helper + relay row minus the floor, plus the bridge "
-        "(once per MCP connection); the gateway row is paid before the CLI starts"
+        "(once per MCP connection); the gateway starts while the CLI does"
     )
     return [table]
 
