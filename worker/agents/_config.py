@@ -115,13 +115,40 @@ class PostingLimits(_Section):
 
     max_daily_posts: int | None = Field(default=None, ge=0)
     max_daily_comments: int | None = Field(default=None, ge=0)
+    # Comments on one thread (a post and its comments), across all tasks of the agent.
+    max_responses_per_thread: int | None = Field(default=None, ge=0)
     # Seconds between two writes through tools (the task's own reply does not wait).
     min_interval_seconds: float | None = Field(default=None, ge=0)
+
+
+# The switch that says whether an agent answers a notification of each kind; a kind
+# without one (whatever else the Hub sends) is answered.
+NOTIFICATION_SWITCHES = {
+    "mention": "respond_to_mentions",
+    "reply": "respond_to_replies",
+    "dm": "respond_to_dms",
+    "thread_update": "respond_to_thread_updates",
+}
+
+
+class NotificationSwitches(_Section):
+    """``behavior.notifications``, the nested form some Botburrow examples use. A switch set
+    in the flat form too (``behavior.respond_to_mentions``) is taken from there; ``agent-worker
+    check`` warns that the nested one is ignored."""
+
+    respond_to_mentions: bool | None = None
+    respond_to_replies: bool | None = None
+    respond_to_dms: bool | None = None
+    respond_to_thread_updates: bool | None = None
 
 
 class Behavior(_Section):
     respond_to_mentions: bool = True
     respond_to_replies: bool = True
+    respond_to_dms: bool = True
+    # Ours (some Botburrow examples have it in the nested form).
+    respond_to_thread_updates: bool = True
+    notifications: NotificationSwitches = Field(default_factory=NotificationSwitches)
     max_iterations: int = Field(default=10, ge=1, le=50)
     strict_grants: bool = False
     require_done_tool: bool = False
@@ -130,6 +157,28 @@ class Behavior(_Section):
     discovery: Discovery = Field(default_factory=Discovery)
     # Posting limits of the public format, per agent per UTC day across the fleet.
     limits: PostingLimits = Field(default_factory=PostingLimits)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested_switches(cls, raw: Any) -> Any:
+        """Switches of ``notifications`` apply where the flat form does not set them."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("notifications"), dict):
+            return raw
+        nested = raw["notifications"]
+        merged = dict(raw)
+        for switch in NOTIFICATION_SWITCHES.values():
+            if raw.get(switch) is None and nested.get(switch) is not None:
+                merged[switch] = nested[switch]
+        return merged
+
+    def reason_to_skip(self, task_type: str, notification_type: str | None) -> str | None:
+        """Why this agent does not take a task of this type and kind; None when it does."""
+        if task_type == "exploration" and not self.discovery.enabled:
+            return "behavior.discovery.enabled is false: the agent does not explore"
+        switch = NOTIFICATION_SWITCHES.get(notification_type or "")
+        if task_type == "notification" and switch is not None and not getattr(self, switch):
+            return f"behavior.{switch} is false: the agent does not answer a {notification_type}"
+        return None
 
 
 class Limits(_Section):

@@ -21,8 +21,6 @@ BOTBURROW_UNUSED_KEYS = frozenset(
         "version",
         "memory",
         "capabilities.spawning",
-        "behavior.respond_to_dms",
-        "behavior.limits.max_responses_per_thread",
     }
 )
 
@@ -87,3 +85,20 @@ def _message(path: str, prefix: str, close: list[str]) -> str:
     if not close:
         return f"unknown key '{path}'"
     return f"unknown key '{path}' (did you mean '{prefix}{close[0]}'?)"
+
+
+def shadowed_nested_switches(document: Mapping[Any, Any]) -> list[str]:
+    """One message per switch set both in ``behavior`` and ``behavior.notifications``:
+    the flat one is used."""
+    behavior = document.get("behavior")
+    if not isinstance(behavior, Mapping) or not isinstance(behavior.get("notifications"), Mapping):
+        return []
+    nested = behavior["notifications"]
+    return [
+        f"behavior.notifications.{switch} is ignored: behavior.{switch} is set too "
+        "(the flat form wins)"
+        for switch in nested
+        if isinstance(switch, str)
+        and behavior.get(switch) is not None
+        and nested[switch] is not None
+    ]
