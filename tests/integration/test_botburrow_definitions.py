@@ -143,3 +143,42 @@ def test_an_official_endpoint_definition_runs_on_the_operators_endpoint(
     assert [c["content"] for c in chaos.replies_to(post_id, name)] == [
         "Hello from the official brain."
     ]
+
+
+def test_check_json_shows_the_schema_defaults_of_a_definition_that_sets_none(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "agents" / "bare-agent"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(
+        "name: bare-agent\ntype: native\nbrain: {provider: openai, model: gpt-4o-mini}\n"
+    )
+    (folder / "system-prompt.md").write_text("You are bare-agent.")
+    env = {
+        "PATH": str(Path(sys.executable).parent),
+        "AGENTS_DIR": str(tmp_path),
+        "REDIS_URL": "redis://127.0.0.1:1/0",  # never reached: --offline
+    }
+
+    done = subprocess.run(
+        [AGENT_WORKER, "check", "--json", "--offline"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = json.loads(done.stdout)["agents"]["bare-agent"]
+    assert shown["behavior"]["limits"] == {
+        "max_daily_posts": 5,
+        "max_daily_comments": 50,
+        "max_responses_per_thread": 3,
+        "min_interval_seconds": 60,
+    }
+    assert shown["behavior"]["discovery"]["enabled"] is False
+    assert shown["behavior"]["discovery"]["min_confidence"] == 0.7
+    assert shown["brain"]["temperature"] == 0.7
+    assert shown["capabilities"]["shell"]["timeout_seconds"] == 120
+    assert shown["cache_ttl"] == 300

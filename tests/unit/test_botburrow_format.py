@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import zlib
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import jsonschema
@@ -17,6 +18,7 @@ from worker.agents import AgentStore, DefinitionPolicy
 from worker.agents._definition import AgentDefinition
 from worker.enqueue import _SCRIPT_SOURCE, current_schemas, parse_task_input
 from worker.exceptions import AgentConfigError, InvalidTask
+from worker.operations._checks import main as check_main
 from worker.task import parse_task
 
 
@@ -174,3 +176,81 @@ def test_a_non_python_hub_enqueues_it_through_the_lua_script() -> None:
     assert redis.evalsha(sha, len(keys), *keys, *argv) == 1
     job = Job.fetch("t-1", connection=redis, serializer=JSONSerializer)
     assert parse_task(job.args[0]).notification_type == "mention"
+
+
+# -- agent-worker check -------------------------------------------------------------------------
+
+
+def check_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    monkeypatch.setenv("AGENTS_DIR", str(tmp_path))
+    for variable in ("MCP_CONFIG", "GRANT_POLICY", "PRICES_FILE"):
+        monkeypatch.delenv(variable, raising=False)
+    check_main(["--json", "--offline"])
+    answer: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return answer
+
+
+def test_check_warns_about_inline_servers_and_another_major_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_agent(
+        tmp_path,
+        "future-agent",
+        'version: "2.1.0"\nname: future-agent\n' + BRAIN + "capabilities:\n  mcp_servers:\n"
+        "    - hub\n    - {name: k8s, command: mcp-k8s, env: {KUBE_TOKEN: s3cr3t-kube}}\n",
+    )
+    write_agent(tmp_path, "current-agent", 'version: "1.4.2"\nname: current-agent\n' + BRAIN)
+
+    answer = check_json(tmp_path, capsys, monkeypatch)
+
+    assert [(p["subject"], p["message"]) for p in answer["problems"]] == [
+        (
+            "agents/future-agent/config.yaml",
+            "version: 2.1.0 is schema major version 2; this worker reads version 1.x.y, "
+            "so some keys may mean something else",
+        ),
+        (
+            "agents/future-agent/config.yaml",
+            "capabilities.mcp_servers.1: inline entry 'k8s' is not started (its command "
+            "'mcp-k8s' is ignored): MCP_CONFIG decides what runs, and the agent gets "
+            "MCP_CONFIG's server 'k8s' if there is one",
+        ),
+    ]
+    shown = answer["agents"]["future-agent"]["capabilities"]["mcp_servers"]
+    assert shown == [
+        "hub",
+        {"name": "k8s", "command": "mcp-k8s", "args": [], "env": ["KUBE_TOKEN"]},
+    ]
+    assert "s3cr3t-kube" not in json.dumps(answer)
+
+
+def test_check_json_shows_every_effective_value_with_the_schema_defaults(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_agent(
+        tmp_path,
+        "plain-agent",
+        "name: plain-agent\nbrain: {model: claude-sonnet-4-5}\n"
+        "behavior: {notifications: {respond_to_dms: false}}\n",
+    )
+
+    shown = check_json(tmp_path, capsys, monkeypatch)["agents"]["plain-agent"]
+
+    assert shown["brain"]["provider"] == "anthropic"
+    assert shown["brain"]["temperature"] == 0.7
+    assert shown["cache_ttl"] == 300
+    assert shown["capabilities"]["shell"]["timeout_seconds"] == 120
+    behavior = shown["behavior"]
+    assert behavior["limits"] == {
+        "max_daily_posts": 5,
+        "max_daily_comments": 50,
+        "max_responses_per_thread": 3,
+        "min_interval_seconds": 60,
+    }
+    assert behavior["discovery"]["enabled"] is False
+    assert behavior["discovery"]["min_confidence"] == 0.7
+    assert (behavior["respond_to_mentions"], behavior["respond_to_dms"]) == (True, False)
+    assert "notifications" not in behavior  # folded into the flat switches above
+    assert shown["memory"]["enabled"] is False

@@ -907,14 +907,15 @@ class StoreWithABug(AgentStore):
 def test_scheduler_skips_each_hostile_definition_and_explores_the_rest(
     tmp_path: Path, log_stream: io.StringIO
 ) -> None:
-    write_agent(tmp_path, "good-agent")
+    explorer = CONFIG + "behavior: {{discovery: {{enabled: true}}}}\n"
+    write_agent(tmp_path, "good-agent", explorer.format(name="good-agent"))
     write_agent(tmp_path, "deep-agent", "name: deep-agent\nx: " + "[" * 100_000)
     write_agent(tmp_path, "bomb-agent", ALIAS_BOMB)
     fifo_folder = write_agent(tmp_path, "fifo-agent")
     (fifo_folder / "system-prompt.md").unlink()
     os.mkfifo(fifo_folder / "system-prompt.md")
     write_agent(tmp_path, "buggy-agent")
-    write_agent(tmp_path, "later-agent")
+    write_agent(tmp_path, "later-agent", explorer.format(name="later-agent"))
     redis = fakeredis.FakeRedis()
     store = StoreWithABug(str(tmp_path), redis=redis, ttl_s=0, policy=DefinitionPolicy())
     hub = StaleHub(

@@ -29,6 +29,7 @@ AgentName = Annotated[str, StringConstraints(pattern=AGENT_NAME_PATTERN)]
 SkillName = Annotated[str, StringConstraints(pattern=SKILL_NAME_PATTERN)]
 Grant = Annotated[str, StringConstraints(pattern=GRANT_PATTERN)]
 EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+NonEmptyText = Annotated[str, StringConstraints(min_length=1)]
 Provider = Literal["anthropic", "openai"]
 AgentType = Literal["native", "claude-code", "goose", "aider", "opencode"]
 
@@ -52,12 +53,12 @@ class Fallback(_Section):
 
 
 class Brain(_Section):
-    provider: Provider
+    provider: Provider = "anthropic"
     model: Annotated[str, StringConstraints(min_length=1)]
     # Both only as the operator allows: PROVIDER_BASE_URLS and AGENT_KEY_ENVS.
     api_base: str | None = None
     api_key_env: EnvVarName | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
+    temperature: float = Field(default=0.7, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
     fallbacks: list[Fallback] = Field(default_factory=list)
 
@@ -66,31 +67,44 @@ class Shell(_Section):
     enabled: bool = False
     allowed_commands: list[str] = Field(default_factory=list)
     blocked_patterns: list[str] = Field(default_factory=list)
-    timeout_seconds: int = Field(default=30, ge=1, le=3600)
+    timeout_seconds: int = Field(default=120, ge=1, le=3600)
+
+
+class InlineMcpServer(_Section):
+    """An inline ``{name, command, args, env}`` entry of ``capabilities.mcp_servers``. Other
+    runners start it themselves; here ``MCP_CONFIG`` decides what runs (it holds the servers'
+    credentials), so only ``name`` is used, and ``agent-worker check`` says so."""
+
+    name: NonEmptyText
+    command: NonEmptyText
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class Spawning(_Section):
+    """``capabilities.spawning``: parsed and validated; this worker never spawns agents."""
+
+    can_propose: bool = False
+    allowed_templates: list[str] = Field(default_factory=list)
 
 
 class Capabilities(_Section):
     grants: list[Grant] = Field(default_factory=list)
     skills: list[SkillName] = Field(default_factory=list)
-    mcp_servers: list[Annotated[str, StringConstraints(min_length=1)]] = Field(default_factory=list)
+    # Server names of MCP_CONFIG (or inline entries, of which only the name is used).
+    mcp_servers: list[NonEmptyText | InlineMcpServer] = Field(default_factory=list)
     shell: Shell = Field(default_factory=Shell)
+    spawning: Spawning = Field(default_factory=Spawning)
 
     @field_validator("skills")
     @classmethod
     def _each_skill_once(cls, skills: list[str]) -> list[str]:
         return list(dict.fromkeys(skills))
 
-    @field_validator("mcp_servers", mode="before")
-    @classmethod
-    def _server_names(cls, raw: Any) -> Any:
-        # Other runners also accept inline `{name, command, ...}` entries; here servers
-        # come from MCP_CONFIG (which holds their credentials), so only the name counts.
-        if isinstance(raw, list):
-            return [
-                entry["name"] if isinstance(entry, dict) and "name" in entry else entry
-                for entry in raw
-            ]
-        return raw
+    @property
+    def server_names(self) -> list[str]:
+        """The MCP_CONFIG servers the agent asks for, in order."""
+        return [entry if isinstance(entry, str) else entry.name for entry in self.mcp_servers]
 
 
 class Interests(_Section):
@@ -101,11 +115,11 @@ class Interests(_Section):
 
 
 class Discovery(_Section):
-    enabled: bool = True
+    enabled: bool = False
     frequency: str | None = None
     respond_to_questions: bool = False
     respond_to_discussions: bool = False
-    min_confidence: float | None = Field(default=None, ge=0, le=1)
+    min_confidence: float = Field(default=0.7, ge=0, le=1)
     # Ours: an exploration task posts its final text to the Hub.
     post_final: bool = False
 
@@ -113,12 +127,12 @@ class Discovery(_Section):
 class PostingLimits(_Section):
     """Botburrow ``behavior.limits``; the worker enforces them fleet-wide (worker.hub_writes)."""
 
-    max_daily_posts: int | None = Field(default=None, ge=0)
-    max_daily_comments: int | None = Field(default=None, ge=0)
+    max_daily_posts: int = Field(default=5, ge=0)
+    max_daily_comments: int = Field(default=50, ge=0)
     # Comments on one thread (a post and its comments), across all tasks of the agent.
-    max_responses_per_thread: int | None = Field(default=None, ge=0)
+    max_responses_per_thread: int = Field(default=3, ge=0)
     # Seconds between two writes through tools (the task's own reply does not wait).
-    min_interval_seconds: float | None = Field(default=None, ge=0)
+    min_interval_seconds: float = Field(default=60, ge=0)
 
 
 # The switch that says whether an agent answers a notification of each kind; a kind
@@ -189,9 +203,34 @@ class Limits(_Section):
     max_cost_usd: float | None = Field(default=None, ge=0)
 
 
+class MemoryRemember(_Section):
+    conversations_with: list[str] = Field(default_factory=list)
+    projects_worked_on: bool = False
+    decisions_made: bool = False
+    feedback_received: bool = False
+
+
+class MemoryRetrieval(_Section):
+    strategy: Literal["embedding_search", "keyword", "recent"] = "embedding_search"
+    max_context_items: int = Field(default=10, ge=1, le=100)
+    relevance_threshold: float = Field(default=0.7, ge=0, le=1)
+
+
+class Memory(_Section):
+    """``memory``: parsed and validated, not acted on yet (long-term memory is planned)."""
+
+    enabled: bool = False
+    remember: MemoryRemember = Field(default_factory=MemoryRemember)
+    max_size_mb: int = Field(default=100, ge=1, le=1000)
+    retrieval: MemoryRetrieval = Field(default_factory=MemoryRetrieval)
+
+
 class AgentConfig(_Section):
     """One agent's ``config.yaml``. Use ``AgentStore.load`` to get it with its prompt and skills."""
 
+    # The schema version the definition is written for (MAJOR.MINOR.PATCH); this worker
+    # reads major version 1, and ``agent-worker check`` warns about another.
+    version: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+\.\d+$")] | None = None
     name: AgentName
     type: AgentType = "native"
     display_name: str | None = None
@@ -202,4 +241,5 @@ class AgentConfig(_Section):
     behavior: Behavior = Field(default_factory=Behavior)
     limits: Limits = Field(default_factory=Limits)
     # Seconds this definition may stay cached; can only shorten the store's TTL.
-    cache_ttl: int | None = Field(default=None, ge=1, le=86_400)
+    cache_ttl: int = Field(default=300, ge=1, le=86_400)
+    memory: Memory = Field(default_factory=Memory)

@@ -186,7 +186,7 @@ def toolbox_opener(
             _mcp_config(config.mcp_config),
             grants=grants,
             allowed_tools=task.constraints.allowed_tools,
-            servers=agent.config.capabilities.mcp_servers or None,
+            servers=agent.config.capabilities.server_names or None,
             auth_token=token,
             capability=_capability(config, agent, task, grants, deadline_cap_s, redis),
             max_result_bytes=config.mcp_result_max_bytes,
