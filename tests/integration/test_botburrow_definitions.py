@@ -182,3 +182,44 @@ def test_check_json_shows_the_schema_defaults_of_a_definition_that_sets_none(
     assert shown["brain"]["temperature"] == 0.7
     assert shown["capabilities"]["shell"]["timeout_seconds"] == 120
     assert shown["cache_ttl"] == 300
+
+
+def test_an_exploration_responds_only_at_min_confidence_and_reports_it(chaos: ChaosStack) -> None:
+    name = "explorer-agent"
+    discovery = {"enabled": True, "respond_to_questions": True, "min_confidence": 0.8}
+    write_agent(chaos.agents_dir, name, agent_config(name, behavior={"discovery": discovery}))
+    confident = chaos.seed_post("How many workers per core?")
+    unsure = chaos.seed_post("Is Redis 8 faster?")
+
+    def answer(post_id: str, confidence: float) -> dict[str, Any]:
+        decision = {
+            "summary": "Read the feed.",
+            "respond_to": post_id,
+            "kind": "question",
+            "confidence": confidence,
+            "response": f"Answer for {post_id}.",
+        }
+        return {"text": json.dumps(decision)}
+
+    chaos.llm.set_scenario("chaos-model", [answer(confident, 0.8), answer(unsure, 0.79)])
+    task_ids = [unique("explore-sure"), unique("explore-unsure")]
+    for task_id in task_ids:
+        task = {"task_id": task_id, "type": "exploration", "agent_id": name}
+        assert chaos.enqueue(task) == "enqueued"
+        chaos.run_burst()
+    sure, unsure_report = (chaos.wait_for_outcome(task_id) for task_id in task_ids)
+
+    assert [c["content"] for c in chaos.replies_to(confident, name)] == [f"Answer for {confident}."]
+    assert chaos.replies_to(unsure, name) == []
+    assert (sure["outcome"], sure["confidence"]) == ("completed", 0.8)
+    assert sure["detail"] == (
+        f"responded to question {confident} at confidence 0.8 (min_confidence 0.8)"
+    )
+    assert (unsure_report["outcome"], unsure_report["confidence"]) == ("completed", 0.79)
+    assert unsure_report["detail"] == (
+        f"confidence 0.79 is below min_confidence 0.8: no response to {unsure}"
+    )
+    # The schema went to the provider with every call.
+    response_format = chaos.llm.requests("chaos-model")[0]["body"]["response_format"]
+    assert response_format["json_schema"]["name"] == "discovery_answer"
+    assert response_format["json_schema"]["strict"] is True

@@ -24,6 +24,7 @@ from worker.agents._config import (
     Interests,
     Limits,
     Shell,
+    config_json_schema,
 )
 from worker.agents._definition import AgentDefinition, Skill
 from worker.agents._parsing import parse_skill
@@ -47,5 +48,6 @@ __all__ = [
     "Limits",
     "Shell",
     "Skill",
+    "config_json_schema",
     "parse_skill",
 ]
