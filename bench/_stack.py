@@ -56,6 +56,13 @@ behavior:
   max_iterations: 6
   # Many tasks of this one agent run at once in the scaling and in-flight benchmarks.
   max_concurrent: 1000
+  # Hundreds of replies in minutes: the public format's default write caps would hold
+  # most of them back.
+  limits:
+    max_daily_posts: 1000000
+    max_daily_comments: 1000000
+    max_responses_per_thread: 1000000
+    min_interval_seconds: 0
 limits:
   max_tokens: 100000
   max_duration_s: 120

@@ -20,6 +20,8 @@ TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_PATTERN)]
 # Generous caps: a field over them is hostile or broken, never a real task.
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+# The kind of a notification as the Hub names it: mention, reply, dm, thread_update, ...
+NOTIFICATION_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 
 
 class TaskType(StrEnum):
@@ -66,6 +68,9 @@ class Outcome(StrEnum):
     BUDGET = "budget", Effect.ANSWERS
     TOOL_LOOP = "tool_loop", Effect.POSTS_ERROR
     CANCELLED = "cancelled"
+    # The agent does not take this task (a notification kind it does not answer, discovery
+    # off): no model call, nothing posted; the report's ``detail`` says why.
+    SKIPPED = "skipped"
     BUDGET_UNHEALTHY = "budget_unhealthy"
     REQUEUED = "requeued"
     MODEL_ERROR = "model_error", _FAILED | Effect.NEVER_RETRIED
@@ -123,6 +128,16 @@ class Task(BaseModel):
     agent_id: Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]{3,50}$")]
     post_id: ShortText | None = None
     notification_id: ShortText | None = None
+    notification_type: (
+        Annotated[str, StringConstraints(pattern=NOTIFICATION_TYPE_PATTERN)] | None
+    ) = Field(
+        default=None,
+        description=(
+            "What the notification is (mention, reply, dm, thread_update, or another kind "
+            "the Hub sends): a kind the agent's behavior.respond_to_* turns off ends the task "
+            "as skipped. Without it the task runs."
+        ),
+    )
     priority: Literal["high", "normal", "low"] = "normal"
     constraints: Constraints = Field(default_factory=Constraints)
 
@@ -177,6 +192,17 @@ class AgentReport(BaseModel):
     duration_s: float = 0.0
     posted: list[str] = Field(default_factory=list)
     error: ErrorInfo | None = None
+    detail: str = Field(
+        default="",
+        description=(
+            "Why the task ended as it did when the outcome alone does not say: the switch "
+            "that skipped it, or an exploration's confidence against min_confidence."
+        ),
+    )
+    confidence: float | None = Field(
+        default=None,
+        description="An exploration's confidence in its response (0-1); null for other tasks.",
+    )
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

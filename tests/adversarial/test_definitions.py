@@ -58,6 +58,8 @@ def remove_hostile_definitions(chaos: ChaosStack) -> Iterator[None]:
 
 
 def definition_dir(chaos: ChaosStack, name: str, **sections: Any) -> Path:
+    # The tests run explorations: the agent must explore.
+    sections.setdefault("behavior", {"discovery": {"enabled": True}})
     write_agent(chaos.agents_dir, name, agent_config(name, **sections))
     return chaos.agents_dir / "agents" / name
 

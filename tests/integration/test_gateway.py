@@ -494,7 +494,7 @@ async def test_a_cli_agent_is_held_to_the_write_caps_it_shares_with_native_tasks
             "type": "claude-code",
             "brain": {"provider": "anthropic", "model": "claude-sonnet-4-5"},
             "capabilities": {"grants": ["hub:*"]},
-            "behavior": {"limits": {"max_daily_comments": 2}},
+            "behavior": {"limits": {"max_daily_comments": 2, "min_interval_seconds": 0}},
         }
     )
     agent = AgentDefinition(config=config, system_prompt="system")

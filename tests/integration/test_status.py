@@ -34,7 +34,8 @@ def write_agent(root: Path, name: str, *, prompt: str = "") -> None:
     (folder / "config.yaml").write_text(
         f"name: {name}\n"
         "brain: {provider: openai, model: gpt-4o-mini}\n"
-        "interests: {communities: [m/general]}\n",
+        "interests: {communities: [m/general]}\n"
+        "behavior: {discovery: {enabled: true}}\n",
         encoding="utf-8",
     )
     (folder / "system-prompt.md").write_text(prompt or f"You are {name}.", encoding="utf-8")

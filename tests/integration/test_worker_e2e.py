@@ -150,6 +150,8 @@ def test_notification_ends_as_a_comment_with_its_consumption_recorded(e2e: E2E) 
         "duration_s": report["duration_s"],
         "posted": [comment["id"]],
         "error": None,
+        "detail": "",
+        "confidence": None,
     }
     assert report["duration_s"] > 0
     (completed,) = task_events(run.stderr, "task_completed", "e2e-mention")

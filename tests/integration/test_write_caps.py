@@ -55,7 +55,10 @@ def test_two_workers_two_tasks_share_one_daily_comment_cap(chaos: ChaosStack) ->
     write_agent(
         chaos.agents_dir,
         CAPPED,
-        agent_config(CAPPED, behavior={"limits": {"max_daily_comments": 1}}),
+        # No interval: the daily cap alone must hold the second comment back.
+        agent_config(
+            CAPPED, behavior={"limits": {"max_daily_comments": 1, "min_interval_seconds": 0}}
+        ),
     )
     ports = [free_port(), free_port()]
     workers = [chaos.start_worker(METRICS_PORT=str(port)) for port in ports]

@@ -136,7 +136,7 @@ def test_public_format_definition_loads_with_every_field(tmp_path: Path) -> None
         "github:*",
         "github:write:acme/infra",
     ]
-    assert config.capabilities.mcp_servers == ["github", "kubernetes"]
+    assert config.capabilities.server_names == ["github", "kubernetes"]
     assert config.capabilities.shell.enabled is True
     assert config.capabilities.shell.timeout_seconds == 600
     assert config.interests.communities == ["m/devops", "m/agent-errors"]
@@ -167,14 +167,21 @@ def test_minimal_config_gets_the_documented_defaults(tmp_path: Path) -> None:
     assert config.capabilities.grants == []
     assert config.capabilities.skills == []
     assert config.capabilities.shell.enabled is False
-    assert config.capabilities.shell.timeout_seconds == 30
+    assert config.capabilities.shell.timeout_seconds == 120
     assert config.interests.topics == []
     assert config.behavior.respond_to_mentions is True
+    assert config.behavior.respond_to_dms is True
     assert config.behavior.max_iterations == 10
     assert config.behavior.strict_grants is False
     assert config.behavior.max_concurrent == 1
-    assert config.behavior.discovery.enabled is True
+    assert config.behavior.discovery.enabled is False
+    assert config.behavior.discovery.min_confidence == 0.7
     assert config.behavior.discovery.post_final is False
+    limits = config.behavior.limits
+    assert (limits.max_daily_posts, limits.max_daily_comments) == (5, 50)
+    assert (limits.max_responses_per_thread, limits.min_interval_seconds) == (3, 60)
+    assert config.brain.temperature == 0.7
+    assert config.cache_ttl == 300
     assert config.limits.max_tokens == 100_000
     assert config.limits.max_duration_s == 300
     assert config.limits.max_cost_usd is None
@@ -189,8 +196,8 @@ def test_empty_yaml_keys_mean_defaults(tmp_path: Path) -> None:
     loaded = AgentStore(str(tmp_path)).load("sparse-agent").config
 
     assert loaded.capabilities.skills == []
-    assert loaded.capabilities.shell.timeout_seconds == 30
-    assert loaded.behavior.discovery.enabled is True
+    assert loaded.capabilities.shell.timeout_seconds == 120
+    assert loaded.behavior.discovery.enabled is False
 
 
 def test_unknown_keys_are_ignored_at_every_level_with_a_warning(tmp_path: Path) -> None:

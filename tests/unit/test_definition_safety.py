@@ -534,7 +534,6 @@ def test_key_variable_outside_the_allow_list_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "variable",
     [
-        "OPENAI_API_KEY",
         "ANTHROPIC_API_KEY",
         "HUB_API_KEY",
         "MCP_AUTH_TOKEN",
@@ -550,6 +549,62 @@ def test_key_variable_naming_a_worker_secret_is_refused(tmp_path: Path, variable
     assert load_error(tmp_path, "brainy-agent", allowing()).startswith(
         f"agents/brainy-agent/config.yaml: brain.api_key_env: {variable} is the worker's own secret"
     )
+
+
+OFFICIAL_OPENAI = "https://api.openai.com/v1"
+
+
+@pytest.mark.parametrize(
+    "brain",
+    [
+        f"{{provider: openai, model: m, api_base: '{OFFICIAL_OPENAI}', "
+        "api_key_env: OPENAI_API_KEY}",
+        "{provider: openai, model: m, api_key_env: OPENAI_API_KEY}",
+        "{provider: openai, model: m, api_base: 'HTTPS://API.openai.com:443/v1/'}",
+        "{provider: anthropic, model: m, api_base: 'https://api.anthropic.com', "
+        "api_key_env: ANTHROPIC_API_KEY}",
+        f"{{provider: openai, model: m, api_base: '{LOCAL_LLM}', api_key_env: OPENAI_API_KEY}}",
+    ],
+)
+def test_the_providers_endpoint_with_its_own_key_variable_loads(tmp_path: Path, brain: str) -> None:
+    # The public format's default case: the provider's endpoint (or the operator's) and key.
+    brain_agent(tmp_path, brain)
+    policy = allowing(openai_base_url=LOCAL_LLM)
+
+    definition = load(tmp_path, "brainy-agent", policy)
+
+    assert policy.uses_operator_access(definition.config.brain)
+
+
+@pytest.mark.parametrize(
+    ("brain", "message"),
+    [
+        # The operator's key meant for one endpoint, named for an endpoint the operator allowed.
+        (
+            f"{{provider: openai, model: m, api_base: '{LOCAL_LLM}', api_key_env: OPENAI_API_KEY}}",
+            "brain.api_key_env: OPENAI_API_KEY is the worker's own secret, sent only to "
+            f"OPENAI_BASE_URL or the provider's public endpoint, not to '{LOCAL_LLM}'",
+        ),
+        # Another provider's key, on this provider's own endpoint.
+        (
+            "{provider: anthropic, model: m, api_key_env: OPENAI_API_KEY}",
+            "brain.api_key_env: OPENAI_API_KEY is the worker's own secret",
+        ),
+        (
+            f"{{provider: openai, model: m, api_base: '{OFFICIAL_OPENAI}', "
+            "api_key_env: ANTHROPIC_API_KEY}",
+            "brain.api_key_env: ANTHROPIC_API_KEY is the worker's own secret",
+        ),
+    ],
+)
+def test_a_providers_key_variable_is_refused_for_any_other_endpoint_or_provider(
+    tmp_path: Path, brain: str, message: str
+) -> None:
+    brain_agent(tmp_path, brain)
+
+    error = load_error(tmp_path, "brainy-agent", allowing(provider_base_urls=[LOCAL_LLM]))
+
+    assert error.startswith(f"agents/brainy-agent/config.yaml: {message}")
 
 
 @pytest.mark.parametrize("variable", ["OPENAI_API_KEY", "HUB_API_KEY", "CAPABILITY_KEY"])
@@ -682,6 +737,72 @@ async def test_operator_endpoint_gets_the_worker_key(wire: list[httpx2.Request])
     assert {str(request.url.host) for request in wire} == {"llm.internal"}
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("operator_base_url", [None, LOCAL_LLM])
+async def test_the_public_endpoint_with_the_providers_key_goes_to_the_operators_endpoint(
+    wire: list[httpx2.Request], operator_base_url: str | None
+) -> None:
+    # OPENAI_BASE_URL, when set, stands in for the public endpoint the definition names.
+    config = isolated_settings(openai_api_key=WORKER_KEY, openai_base_url=operator_base_url)
+    agent = definition(
+        {
+            "provider": "openai",
+            "model": "m",
+            "api_base": "https://api.openai.com/v1",
+            "api_key_env": "OPENAI_API_KEY",
+        }
+    )
+
+    await call_once(agent, config)
+
+    expected_host = "llm.internal" if operator_base_url else "api.openai.com"
+    assert {str(request.url.host) for request in wire} == {expected_host}
+    assert {request.headers["authorization"] for request in wire} == {f"Bearer {WORKER_KEY}"}
+
+
+@pytest.mark.anyio
+async def test_an_allow_listed_endpoint_never_gets_the_operators_key(
+    monkeypatch: pytest.MonkeyPatch, wire: list[httpx2.Request]
+) -> None:
+    # Its own key only, whatever the operator's key variables hold.
+    monkeypatch.setenv("LOCAL_LLM_KEY", AGENT_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", WORKER_KEY)
+    config = isolated_settings(
+        openai_api_key=WORKER_KEY,
+        anthropic_api_key="sk-ant-worker",
+        provider_base_urls=[LOCAL_LLM],
+        agent_key_envs=["LOCAL_LLM_KEY"],
+    )
+    listed = {"provider": "openai", "model": "m", "api_base": LOCAL_LLM}
+    await call_once(definition({**listed, "api_key_env": "LOCAL_LLM_KEY"}), config)
+    with pytest.raises(AgentConfigError, match="OPENAI_API_KEY is the worker's own secret"):
+        make_model(
+            definition({**listed, "api_key_env": "OPENAI_API_KEY"}),
+            config,
+            fakeredis.FakeRedis(),
+        )
+    with pytest.raises(AgentConfigError, match=r"needs brain\.api_key_env"):
+        make_model(definition(listed), config, fakeredis.FakeRedis())
+
+    assert {request.headers["authorization"] for request in wire} == {f"Bearer {AGENT_KEY}"}
+
+
+@pytest.mark.anyio
+async def test_an_anthropic_agent_on_its_own_endpoint_never_gets_the_openai_key(
+    wire: list[httpx2.Request],
+) -> None:
+    config = isolated_settings(openai_api_key=WORKER_KEY, anthropic_api_key="sk-ant-worker")
+    agent = definition(
+        {"provider": "anthropic", "model": "m", "api_base": "https://api.anthropic.com"}
+    )
+
+    await call_once(agent, config)
+
+    assert {str(request.url.host) for request in wire} == {"api.anthropic.com"}
+    assert {request.headers["authorization"] for request in wire} == {"Bearer sk-ant-worker"}
+    assert all(WORKER_KEY not in str(request.headers) for request in wire)
+
+
 def test_make_model_refuses_a_definition_that_skipped_the_load_check(
     wire: list[httpx2.Request],
 ) -> None:
@@ -786,14 +907,15 @@ class StoreWithABug(AgentStore):
 def test_scheduler_skips_each_hostile_definition_and_explores_the_rest(
     tmp_path: Path, log_stream: io.StringIO
 ) -> None:
-    write_agent(tmp_path, "good-agent")
+    explorer = CONFIG + "behavior: {{discovery: {{enabled: true}}}}\n"
+    write_agent(tmp_path, "good-agent", explorer.format(name="good-agent"))
     write_agent(tmp_path, "deep-agent", "name: deep-agent\nx: " + "[" * 100_000)
     write_agent(tmp_path, "bomb-agent", ALIAS_BOMB)
     fifo_folder = write_agent(tmp_path, "fifo-agent")
     (fifo_folder / "system-prompt.md").unlink()
     os.mkfifo(fifo_folder / "system-prompt.md")
     write_agent(tmp_path, "buggy-agent")
-    write_agent(tmp_path, "later-agent")
+    write_agent(tmp_path, "later-agent", explorer.format(name="later-agent"))
     redis = fakeredis.FakeRedis()
     store = StoreWithABug(str(tmp_path), redis=redis, ttl_s=0, policy=DefinitionPolicy())
     hub = StaleHub(

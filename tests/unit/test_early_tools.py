@@ -149,6 +149,7 @@ async def test_a_cli_agent_never_opens_the_workers_toolbox(tmp_path: Path) -> No
     (agent_dir / "config.yaml").write_text(
         "name: cli-agent\ntype: claude-code\n"
         "brain: {provider: anthropic, model: claude-sonnet-4-5}\n"
+        "behavior: {discovery: {enabled: true}}\n"
     )
     (agent_dir / "system-prompt.md").write_text("You are terse.")
     harness = Harness([])

@@ -393,6 +393,9 @@ async def test_claude_shell_is_limited_to_the_allowed_commands(bin_dir: Path) ->
     assert record["options"]["--tools"] == ["Bash"]
     assert option(record, "--allowedTools") == "Bash(git:*),Bash(ls:*)"
     assert option(record, "--disallowedTools") == "Bash(rm -rf:*)"
+    # capabilities.shell.timeout_seconds (the public format's default, 120 s) bounds each command.
+    assert record["env"]["BASH_DEFAULT_TIMEOUT_MS"] == record["env"]["BASH_MAX_TIMEOUT_MS"]
+    assert record["env"]["BASH_DEFAULT_TIMEOUT_MS"] == "120000"
 
 
 async def test_claude_code_needs_an_anthropic_brain(bin_dir: Path) -> None:

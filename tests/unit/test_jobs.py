@@ -133,13 +133,97 @@ async def test_notification_ends_as_a_comment_with_consumption_and_read_mark() -
     assert "Budget:" in first.system
 
 
-async def test_exploration_posts_its_final_text_when_configured() -> None:
+def discovery_answer(post_id: str | None, kind: str, confidence: float, response: str) -> Turn:
+    answer = {
+        "summary": "Today I read about Redis queues.",
+        "respond_to": post_id,
+        "kind": kind,
+        "confidence": confidence,
+        "response": response,
+    }
+    return Turn(text=json.dumps(answer))
+
+
+EXPLORATION = {"task_id": "x-1", "type": "exploration", "agent_id": "demo-agent"}
+
+
+async def test_an_exploration_answers_a_question_at_or_above_min_confidence() -> None:
+    # demo-agent: respond_to_questions, min_confidence 0.7 (the default), post_final.
+    h = Harness([])
+    post_id = await h.seed_post("How do I scale rq workers?")
+    h.model = ScriptedModel(
+        [discovery_answer(post_id, "question", 0.7, "Run more worker processes.")],
+        name="gpt-4o-mini",
+        provider="openai",
+    )
+
+    report = (await h.run(EXPLORATION)).report
+
+    state = await h.state()
+    [comment] = state["comments"]
+    assert (comment["post_id"], comment["content"]) == (post_id, "Run more worker processes.")
+    [post] = [p for p in state["posts"] if p["author"]["id"] == "demo-agent"]
+    assert (post["community"], post["content"]) == ("m/general", "Today I read about Redis queues.")
+    assert report.outcome is Outcome.COMPLETED and report.confidence == 0.7
+    assert (
+        report.detail == f"responded to question {post_id} at confidence 0.7 (min_confidence 0.7)"
+    )
+    assert sorted(report.posted) == sorted([comment["id"], post["id"]])
+    # The model was told what it may respond to, and asked for the structured answer.
+    request = h.model.requests[0]
+    assert request.response_schema is not None
+    assert request.response_schema["required"] == [
+        "summary",
+        "respond_to",
+        "kind",
+        "confidence",
+        "response",
+    ]
+    assert "may respond to one post of the feed or of your searches that is a question" in (
+        request.messages[0].content
+    )
+    assert "only if your confidence is at least 0.7" in request.messages[0].content
+
+
+@pytest.mark.parametrize(
+    ("kind", "confidence", "detail"),
+    [
+        ("question", 0.69, "confidence 0.69 is below min_confidence 0.7: no response to {post}"),
+        (
+            "discussion",
+            0.95,
+            "behavior.discovery.respond_to_discussions is false: no response to discussion {post}",
+        ),
+    ],
+)
+async def test_an_exploration_posts_nothing_below_min_confidence_or_for_another_kind(
+    kind: str, confidence: float, detail: str
+) -> None:
+    h = Harness([])
+    post_id = await h.seed_post("Thoughts on queues?")
+    h.model = ScriptedModel(
+        [discovery_answer(post_id, kind, confidence, "My take.")],
+        name="gpt-4o-mini",
+        provider="openai",
+    )
+
+    report = (await h.run(EXPLORATION)).report
+
+    assert report.outcome is Outcome.COMPLETED
+    assert (report.confidence, report.detail) == (confidence, detail.format(post=post_id))
+    assert (await h.state())["comments"] == []
+    assert report.error is None
+
+
+async def test_an_exploration_without_a_structured_answer_posts_nothing_and_says_why() -> None:
     h = Harness([Turn(text="Today I read about Redis queues.")])
-    verdict = await h.run({"task_id": "x-1", "type": "exploration", "agent_id": "demo-agent"})
-    assert verdict.report.outcome is Outcome.COMPLETED
-    [post] = (await h.state())["posts"]
-    assert post["community"] == "m/general"
-    assert post["content"] == "Today I read about Redis queues."
+
+    report = (await h.run(EXPLORATION)).report
+
+    assert report.outcome is Outcome.COMPLETED
+    assert report.detail.startswith("nothing posted: the answer is not a valid DiscoveryAnswer")
+    assert report.confidence is None
+    assert [p for p in (await h.state())["posts"] if p["author"]["id"] == "demo-agent"] == []
 
 
 async def test_invalid_task_fails_alone_with_an_error_post_by_the_errors_agent() -> None:

@@ -15,6 +15,11 @@ def test_completed_and_limits_answer_and_nothing_else_does() -> None:
     } | LIMIT_OUTCOMES
 
 
+def test_a_skipped_task_neither_answers_nor_fails_nor_posts_an_error() -> None:
+    skipped = Outcome.SKIPPED
+    assert not (skipped.answers or skipped.fails_job or skipped.posts_error)
+
+
 def test_failing_outcomes_fail_the_job_and_post_an_error() -> None:
     assert {outcome for outcome in Outcome if outcome.fails_job} == FAILING
     assert {outcome for outcome in Outcome if outcome.posts_error} == FAILING | {Outcome.TOOL_LOOP}
@@ -35,6 +40,7 @@ def test_outcomes_keep_their_wire_values() -> None:
         "budget",
         "tool_loop",
         "cancelled",
+        "skipped",
         "budget_unhealthy",
         "requeued",
         "model_error",

@@ -124,6 +124,45 @@ def test_one_task_comments_once_per_post_but_other_posts_and_tasks_are_free(
     assert isinstance(other_task.reserve(WriteKind.COMMENT, post_id="p-1"), Reservation)
 
 
+def test_responses_per_thread_are_counted_across_tasks_and_agents_apart(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    first, second = (ledger(redis, "t-1", max_responses_per_thread=2) for _ in range(2))
+    other_agent = WriteLedger(
+        redis, agent_id="b", task_id="t-3", caps=WriteCaps(max_responses_per_thread=2)
+    )
+
+    assert isinstance(first.reserve(WriteKind.COMMENT, post_id="p-1"), Reservation)
+    assert isinstance(second.reserve(WriteKind.COMMENT, post_id="p-1"), Reservation)
+    third = ledger(redis, "t-2", max_responses_per_thread=2).reserve(
+        WriteKind.COMMENT, post_id="p-1"
+    )
+
+    assert isinstance(third, WriteRefused)
+    assert third.reason is RefusalReason.PER_THREAD
+    assert third.message == (
+        "you already answered 2 time(s) on the thread of post p-1 "
+        "(max_responses_per_thread 2); do not comment on it again"
+    )
+    assert isinstance(first.reserve(WriteKind.COMMENT, post_id="p-2"), Reservation)
+    assert isinstance(other_agent.reserve(WriteKind.COMMENT, post_id="p-1"), Reservation)
+    assert isinstance(first.reserve(WriteKind.POST), Reservation)  # a new post is no response
+    assert int(redis.get(redis_keys.thread_writes("a", "p-1"))) == 2
+    assert redis.ttl(redis_keys.thread_writes("a", "p-1")) > 86_400
+
+
+def test_no_per_thread_cap_and_a_refund_on_the_thread(redis: fakeredis.FakeRedis) -> None:
+    uncapped = ledger(redis, "t-1")
+    for _ in range(5):
+        assert isinstance(uncapped.reserve(WriteKind.COMMENT, post_id="p-9"), Reservation)
+    capped = ledger(redis, "t-2", max_responses_per_thread=1)
+    reservation = capped.reserve(WriteKind.COMMENT, post_id="p-1")
+    assert isinstance(reservation, Reservation)
+    capped.refund(reservation)
+    assert isinstance(capped.reserve(WriteKind.COMMENT, post_id="p-1"), Reservation)
+    assert isinstance(capped.reserve(WriteKind.COMMENT, post_id="p-1"), WriteRefused)
+
+
 def test_a_refund_gives_the_write_back(redis: fakeredis.FakeRedis) -> None:
     capped = ledger(redis, max_daily_comments=1, max_writes_per_post=1)
     reservation = capped.reserve(WriteKind.COMMENT, post_id="p-1")

@@ -20,9 +20,11 @@ from worker.agents._config import (
     Capabilities,
     Discovery,
     Fallback,
+    InlineMcpServer,
     Interests,
     Limits,
     Shell,
+    config_json_schema,
 )
 from worker.agents._definition import AgentDefinition, Skill
 from worker.agents._parsing import parse_skill
@@ -41,9 +43,11 @@ __all__ = [
     "DefinitionPolicy",
     "Discovery",
     "Fallback",
+    "InlineMcpServer",
     "Interests",
     "Limits",
     "Shell",
     "Skill",
+    "config_json_schema",
     "parse_skill",
 ]

@@ -5,6 +5,9 @@ loads unchanged; each is reported as a warning (``_keys``), or refused under
 ``AGENTS_STRICT``. What a definition may choose (``api_base``, ``api_key_env``) is the
 operator's to allow (``_policy``). A key left empty in YAML (``skills:`` with nothing after
 it) means "use the default", as it does for those runners.
+
+Every field carries its description (the docstring under it) and its default, so
+``config_json_schema`` (``agent-worker schema``) documents each key for editors.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ AgentName = Annotated[str, StringConstraints(pattern=AGENT_NAME_PATTERN)]
 SkillName = Annotated[str, StringConstraints(pattern=SKILL_NAME_PATTERN)]
 Grant = Annotated[str, StringConstraints(pattern=GRANT_PATTERN)]
 EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+NonEmptyText = Annotated[str, StringConstraints(min_length=1)]
 Provider = Literal["anthropic", "openai"]
 AgentType = Literal["native", "claude-code", "goose", "aider", "opencode"]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -48,109 +52,294 @@ class Fallback(_Section):
     """Another model to try when the primary stays unavailable through its retries."""
 
     provider: Provider
-    model: Annotated[str, StringConstraints(min_length=1)]
+    """The fallback's provider; it is called with the operator's endpoint and key for it."""
+    model: NonEmptyText
+    """The fallback's model identifier."""
 
 
 class Brain(_Section):
-    provider: Provider
-    model: Annotated[str, StringConstraints(min_length=1)]
-    # Both only as the operator allows: PROVIDER_BASE_URLS and AGENT_KEY_ENVS.
+    """The agent's model."""
+
+    provider: Provider = "anthropic"
+    """The LLM provider (OpenAI-compatible servers use openai)."""
+    model: NonEmptyText
+    """The model identifier the provider knows."""
     api_base: str | None = None
+    """The provider endpoint: its public one or the operator's *_BASE_URL, or one listed in
+    PROVIDER_BASE_URLS (which then needs api_key_env). Unset: the operator's endpoint."""
     api_key_env: EnvVarName | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)
+    """The variable holding the key: the provider's own (OPENAI_API_KEY, ANTHROPIC_API_KEY) for
+    its public or the operator's endpoint, else one listed in AGENT_KEY_ENVS."""
+    temperature: float = Field(default=0.7, ge=0, le=2)
+    """Sampling temperature (not sent to Anthropic, whose current API takes none)."""
     max_tokens: int | None = Field(default=None, ge=1)
-    fallbacks: list[Fallback] = Field(default_factory=list)
+    """Output tokens per model call. Unset: 4096."""
+    fallbacks: list[Fallback] = []
+    """This worker's extension: models tried in order when the primary stays unavailable."""
 
 
 class Shell(_Section):
+    """Shell commands for a CLI agent (claude-code runs them with its Bash tool)."""
+
     enabled: bool = False
-    allowed_commands: list[str] = Field(default_factory=list)
-    blocked_patterns: list[str] = Field(default_factory=list)
-    timeout_seconds: int = Field(default=30, ge=1, le=3600)
+    """Whether the agent may run shell commands."""
+    allowed_commands: list[str] = []
+    """Commands it may run; empty: any command not blocked."""
+    blocked_patterns: list[str] = []
+    """Commands it may never run."""
+    timeout_seconds: int = Field(default=120, ge=1, le=3600)
+    """Seconds one command may take."""
+
+
+class InlineMcpServer(_Section):
+    """An inline ``{name, command, args, env}`` entry of ``capabilities.mcp_servers``. Other
+    runners start it themselves; here MCP_CONFIG decides what runs (it holds the servers'
+    credentials), so only ``name`` is used, and ``agent-worker check`` says so."""
+
+    name: NonEmptyText
+    """The MCP_CONFIG server the agent gets."""
+    command: NonEmptyText
+    """Ignored here: MCP_CONFIG says how the server runs."""
+    args: list[str] = []
+    """Ignored here, as command is."""
+    env: dict[str, str] = {}
+    """Ignored here, as command is."""
+
+
+class Spawning(_Section):
+    """Declined: parsed and validated; this worker never creates agents."""
+
+    can_propose: bool = False
+    """Whether the agent may propose new agents."""
+    allowed_templates: list[str] = []
+    """Templates it may propose them from."""
 
 
 class Capabilities(_Section):
-    grants: list[Grant] = Field(default_factory=list)
-    skills: list[SkillName] = Field(default_factory=list)
-    mcp_servers: list[Annotated[str, StringConstraints(min_length=1)]] = Field(default_factory=list)
-    shell: Shell = Field(default_factory=Shell)
+    """What the agent may use: grants, skills, MCP servers, a shell."""
+
+    grants: list[Grant] = []
+    """Grants it requests (svc:scope or svc:scope:resource); GRANT_POLICY may narrow them."""
+    skills: list[SkillName] = []
+    """Skills (skills/<name>/SKILL.md) appended to its system prompt, in order."""
+    mcp_servers: list[NonEmptyText | InlineMcpServer] = []
+    """MCP_CONFIG servers it uses (empty: all); an inline entry counts by its name only."""
+    shell: Shell = Shell()
+    """Shell access of a CLI agent."""
+    spawning: Spawning = Spawning()
+    """Declined: this worker never creates agents."""
 
     @field_validator("skills")
     @classmethod
     def _each_skill_once(cls, skills: list[str]) -> list[str]:
         return list(dict.fromkeys(skills))
 
-    @field_validator("mcp_servers", mode="before")
-    @classmethod
-    def _server_names(cls, raw: Any) -> Any:
-        # Other runners also accept inline `{name, command, ...}` entries; here servers
-        # come from MCP_CONFIG (which holds their credentials), so only the name counts.
-        if isinstance(raw, list):
-            return [
-                entry["name"] if isinstance(entry, dict) and "name" in entry else entry
-                for entry in raw
-            ]
-        return raw
+    @property
+    def server_names(self) -> list[str]:
+        """The MCP_CONFIG servers the agent asks for, in order."""
+        return [entry if isinstance(entry, str) else entry.name for entry in self.mcp_servers]
 
 
 class Interests(_Section):
-    topics: list[str] = Field(default_factory=list)
-    communities: list[str] = Field(default_factory=list)
-    keywords: list[str] = Field(default_factory=list)
-    follow_agents: list[str] = Field(default_factory=list)
+    """What the agent's explorations look for."""
+
+    topics: list[str] = []
+    """Topics it cares about (named to the model)."""
+    communities: list[str] = []
+    """Communities (m/name) its discovery feed reads; the first gets its exploration posts."""
+    keywords: list[str] = []
+    """Keywords its discovery feed looks for."""
+    follow_agents: list[str] = []
+    """Agents it follows (parsed; the Hub's feed decides what it shows)."""
 
 
 class Discovery(_Section):
-    enabled: bool = True
+    """Explorations: when the agent acts on its own, and what it may respond to."""
+
+    enabled: bool = False
+    """Whether the agent explores at all; otherwise an exploration task is skipped."""
     frequency: str | None = None
+    """How often (staleness, hourly, daily); the Hub or agent-worker schedule decides when."""
     respond_to_questions: bool = False
+    """Whether an exploration may answer a question it finds."""
     respond_to_discussions: bool = False
-    min_confidence: float | None = Field(default=None, ge=0, le=1)
-    # Ours: an exploration task posts its final text to the Hub.
+    """Whether an exploration may join a discussion it finds."""
+    min_confidence: float = Field(default=0.7, ge=0, le=1)
+    """The confidence (0-1) an exploration's response needs to be posted."""
     post_final: bool = False
+    """This worker's extension: an exploration also posts its summary as a new post."""
 
 
 class PostingLimits(_Section):
-    """Botburrow ``behavior.limits``; the worker enforces them fleet-wide (worker.hub_writes)."""
+    """How much the agent may write on the Hub, enforced across the whole fleet."""
 
-    max_daily_posts: int | None = Field(default=None, ge=0)
-    max_daily_comments: int | None = Field(default=None, ge=0)
-    # Seconds between two writes through tools (the task's own reply does not wait).
-    min_interval_seconds: float | None = Field(default=None, ge=0)
+    max_daily_posts: int = Field(default=5, ge=0)
+    """Posts per UTC day."""
+    max_daily_comments: int = Field(default=50, ge=0)
+    """Comments per UTC day."""
+    max_responses_per_thread: int = Field(default=3, ge=0)
+    """Comments on one thread (a post and its comments), across all its tasks."""
+    min_interval_seconds: float = Field(default=60, ge=0)
+    """Seconds between two writes through tools (the task's own answer does not wait)."""
+
+
+# The switch that says whether an agent answers a notification of each kind; a kind
+# without one (whatever else the Hub sends) is answered.
+NOTIFICATION_SWITCHES = {
+    "mention": "respond_to_mentions",
+    "reply": "respond_to_replies",
+    "dm": "respond_to_dms",
+    "thread_update": "respond_to_thread_updates",
+}
+
+
+class NotificationSwitches(_Section):
+    """The nested form some Botburrow examples use; a switch also set in the flat form
+    (behavior.respond_to_mentions) is taken from there, with a warning."""
+
+    respond_to_mentions: bool | None = None
+    """As behavior.respond_to_mentions."""
+    respond_to_replies: bool | None = None
+    """As behavior.respond_to_replies."""
+    respond_to_dms: bool | None = None
+    """As behavior.respond_to_dms."""
+    respond_to_thread_updates: bool | None = None
+    """As behavior.respond_to_thread_updates."""
 
 
 class Behavior(_Section):
+    """How the agent acts: which notifications it answers, its loop, discovery and limits."""
+
     respond_to_mentions: bool = True
+    """Whether it answers a mention (a task with notification_type mention)."""
     respond_to_replies: bool = True
+    """Whether it answers a reply to its posts (notification_type reply)."""
+    respond_to_dms: bool = True
+    """Whether it answers a direct message (notification_type dm)."""
+    respond_to_thread_updates: bool = True
+    """This worker's extension: whether it answers a thread_update notification."""
+    notifications: NotificationSwitches = NotificationSwitches()
+    """The same switches, nested (the flat ones win)."""
     max_iterations: int = Field(default=10, ge=1, le=50)
+    """Model turns per task."""
     strict_grants: bool = False
+    """This worker's extension: a call without its grant ends the task."""
     require_done_tool: bool = False
-    # Tasks of this agent running at once across the whole fleet.
+    """This worker's extension: the task ends only through the done tool."""
     max_concurrent: int = Field(default=1, ge=1)
-    discovery: Discovery = Field(default_factory=Discovery)
-    # Posting limits of the public format, per agent per UTC day across the fleet.
-    limits: PostingLimits = Field(default_factory=PostingLimits)
+    """This worker's extension: tasks of this agent running at once across the fleet."""
+    discovery: Discovery = Discovery()
+    """Explorations."""
+    limits: PostingLimits = PostingLimits()
+    """Hub write limits."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested_switches(cls, raw: Any) -> Any:
+        """Switches of ``notifications`` apply where the flat form does not set them."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("notifications"), dict):
+            return raw
+        nested = raw["notifications"]
+        merged = dict(raw)
+        for switch in NOTIFICATION_SWITCHES.values():
+            if raw.get(switch) is None and nested.get(switch) is not None:
+                merged[switch] = nested[switch]
+        return merged
+
+    def reason_to_skip(self, task_type: str, notification_type: str | None) -> str | None:
+        """Why this agent does not take a task of this type and kind; None when it does."""
+        if task_type == "exploration" and not self.discovery.enabled:
+            return "behavior.discovery.enabled is false: the agent does not explore"
+        switch = NOTIFICATION_SWITCHES.get(notification_type or "")
+        if task_type == "notification" and switch is not None and not getattr(self, switch):
+            return f"behavior.{switch} is false: the agent does not answer a {notification_type}"
+        return None
 
 
 class Limits(_Section):
-    """Per-task ceilings of this agent; a task's constraints can only tighten them."""
+    """This worker's extension: per-task ceilings; a task's constraints can only tighten them."""
 
     max_tokens: int = Field(default=100_000, ge=1)
+    """Input plus output tokens of one task."""
     max_duration_s: float = Field(default=300.0, gt=0, le=86_400)
+    """Seconds one task may take, from its first start."""
     max_cost_usd: float | None = Field(default=None, ge=0)
+    """Dollars one task may spend. Unset: no cost limit."""
+
+
+class MemoryRemember(_Section):
+    """What a memory would keep."""
+
+    conversations_with: list[str] = []
+    """Agents whose conversations it would keep."""
+    projects_worked_on: bool = False
+    """Whether it would keep the projects worked on."""
+    decisions_made: bool = False
+    """Whether it would keep the decisions made."""
+    feedback_received: bool = False
+    """Whether it would keep the feedback received."""
+
+
+class MemoryRetrieval(_Section):
+    """How a memory would be read back."""
+
+    strategy: Literal["embedding_search", "keyword", "recent"] = "embedding_search"
+    """How items would be found."""
+    max_context_items: int = Field(default=10, ge=1, le=100)
+    """Items read into one task at most."""
+    relevance_threshold: float = Field(default=0.7, ge=0, le=1)
+    """The relevance (0-1) an item would need."""
+
+
+class Memory(_Section):
+    """Declined for now (long-term memory is planned): parsed and validated, nothing is kept."""
+
+    enabled: bool = False
+    """Whether the agent would remember between tasks."""
+    remember: MemoryRemember = MemoryRemember()
+    """What it would remember."""
+    max_size_mb: int = Field(default=100, ge=1, le=1000)
+    """The memory's size limit in MB."""
+    retrieval: MemoryRetrieval = MemoryRetrieval()
+    """How it would read its memory."""
 
 
 class AgentConfig(_Section):
     """One agent's ``config.yaml``. Use ``AgentStore.load`` to get it with its prompt and skills."""
 
+    version: Annotated[str, StringConstraints(pattern=r"^\d+\.\d+\.\d+$")] | None = None
+    """The schema version the definition is written for (MAJOR.MINOR.PATCH); this worker reads
+    major version 1 (agent-worker check warns about another)."""
     name: AgentName
+    """The agent's id: 3-50 of a-z, 0-9 and -, equal to its directory's name."""
     type: AgentType = "native"
+    """Who runs it: native (this worker's loop) or a coding-agent CLI."""
     display_name: str | None = None
+    """Its human-readable name."""
     description: str | None = None
+    """What it is for."""
     brain: Brain
-    capabilities: Capabilities = Field(default_factory=Capabilities)
-    interests: Interests = Field(default_factory=Interests)
-    behavior: Behavior = Field(default_factory=Behavior)
-    limits: Limits = Field(default_factory=Limits)
-    # Seconds this definition may stay cached; can only shorten the store's TTL.
-    cache_ttl: int | None = Field(default=None, ge=1, le=86_400)
+    """Its model."""
+    capabilities: Capabilities = Capabilities()
+    """What it may use."""
+    interests: Interests = Interests()
+    """What its explorations look for."""
+    behavior: Behavior = Behavior()
+    """How it acts."""
+    limits: Limits = Limits()
+    """This worker's extension: per-task ceilings."""
+    cache_ttl: int = Field(default=300, ge=1, le=86_400)
+    """Seconds its definition may stay cached (it can only shorten AGENT_CACHE_TTL_S)."""
+    memory: Memory = Memory()
+    """Declined for now: parsed and validated."""
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``config.yaml`` (``agent-worker schema``): every key with its
+    description and default. Editors validate definitions against it."""
+    schema = AgentConfig.model_json_schema(mode="validation")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Botburrow agent definition (config.yaml), as hub-agent-worker reads it",
+        **{key: value for key, value in schema.items() if key != "title"},
+    }

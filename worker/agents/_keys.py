@@ -1,8 +1,9 @@
 """Keys of a config.yaml that no field reads: a typo (``behaviour:``) silently loses settings.
 
 Each becomes a warning with its dotted path and, when one is close, the key that was
-probably meant. Keys of the public Botburrow format that this worker has no use for
-are known, not unknown: they never warn.
+probably meant. Every key of the public Botburrow format is a field (``AgentConfig``),
+also those the worker declines to act on (``memory``, ``capabilities.spawning``): they
+never warn.
 """
 
 from __future__ import annotations
@@ -14,18 +15,6 @@ from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel
 
-# Public Botburrow keys this worker reads nothing from, by dotted path; what is under
-# them is the other runners' business, so it is not looked into either.
-BOTBURROW_UNUSED_KEYS = frozenset(
-    {
-        "version",
-        "memory",
-        "capabilities.spawning",
-        "behavior.respond_to_dms",
-        "behavior.limits.max_responses_per_thread",
-    }
-)
-
 
 def unknown_keys(document: Mapping[Any, Any], model: type[BaseModel]) -> list[str]:
     """One message per unknown key, in document order:
@@ -34,13 +23,13 @@ def unknown_keys(document: Mapping[Any, Any], model: type[BaseModel]) -> list[st
 
 
 def _unknown_in(document: Mapping[Any, Any], model: type[BaseModel], prefix: str) -> Iterator[str]:
-    known = [*model.model_fields, *_botburrow_keys_under(prefix)]
+    known = list(model.model_fields)
     for raw_key, value in document.items():
         key = str(raw_key)
         path = f"{prefix}{key}"
         if key in model.model_fields:
             yield from _unknown_below(value, model.model_fields[key].annotation, f"{path}.")
-        elif path not in BOTBURROW_UNUSED_KEYS:
+        else:
             yield _message(path, prefix, difflib.get_close_matches(key, known, n=1))
 
 
@@ -75,15 +64,24 @@ def _list_item_model(annotation: Any) -> type[BaseModel] | None:
     return _section_model(item)
 
 
-def _botburrow_keys_under(prefix: str) -> list[str]:
-    return [
-        path.removeprefix(prefix)
-        for path in BOTBURROW_UNUSED_KEYS
-        if path.startswith(prefix) and "." not in path.removeprefix(prefix)
-    ]
-
-
 def _message(path: str, prefix: str, close: list[str]) -> str:
     if not close:
         return f"unknown key '{path}'"
     return f"unknown key '{path}' (did you mean '{prefix}{close[0]}'?)"
+
+
+def shadowed_nested_switches(document: Mapping[Any, Any]) -> list[str]:
+    """One message per switch set both in ``behavior`` and ``behavior.notifications``:
+    the flat one is used."""
+    behavior = document.get("behavior")
+    if not isinstance(behavior, Mapping) or not isinstance(behavior.get("notifications"), Mapping):
+        return []
+    nested = behavior["notifications"]
+    return [
+        f"behavior.notifications.{switch} is ignored: behavior.{switch} is set too "
+        "(the flat form wins)"
+        for switch in nested
+        if isinstance(switch, str)
+        and behavior.get(switch) is not None
+        and nested[switch] is not None
+    ]

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worker.agents._config import AgentConfig
 from worker.agents._definition import Skill
-from worker.agents._keys import unknown_keys
+from worker.agents._keys import shadowed_nested_switches, unknown_keys
 from worker.agents._policy import DefinitionPolicy
 from worker.agents._yaml import load_yaml
 from worker.exceptions import AgentConfigError
@@ -37,7 +37,7 @@ def decode_text(raw: bytes, file: str) -> str:
 @dataclass(frozen=True, slots=True)
 class ParsedConfig:
     config: AgentConfig
-    # One per unknown key, naming the file and the key's dotted path.
+    # One per unknown key (naming the file and the key's dotted path) or ignored nested switch.
     warnings: tuple[str, ...]
 
 
@@ -56,9 +56,11 @@ def parse_config(
             f"{file}: name: {config.name!r} must equal its directory name {expected_name!r}"
         )
     policy.check(config, file)
-    warnings = tuple(f"{file}: {message}" for message in unknown_keys(document, AgentConfig))
-    if warnings and policy.strict:
-        raise AgentConfigError(f"{warnings[0]} (AGENTS_STRICT refuses unknown keys)")
+    unknown = unknown_keys(document, AgentConfig)
+    if unknown and policy.strict:
+        raise AgentConfigError(f"{file}: {unknown[0]} (AGENTS_STRICT refuses unknown keys)")
+    messages = [*unknown, *shadowed_nested_switches(document)]
+    warnings = tuple(f"{file}: {message}" for message in messages)
     return ParsedConfig(config=config, warnings=warnings)
 
 

@@ -4,6 +4,13 @@ A definition is written by whoever controls ``AGENTS_DIR``; the worker's keys be
 to the operator. So a definition may point ``brain.api_base`` only at an endpoint the
 operator listed (``PROVIDER_BASE_URLS``, or the operator's own ``*_BASE_URL``), and may
 name in ``brain.api_key_env`` only a variable the operator listed (``AGENT_KEY_ENVS``).
+
+The default case of the public format is the exception: a definition naming its provider's
+public endpoint (or the operator's ``*_BASE_URL``) together with that provider's key variable
+(``OPENAI_API_KEY`` for openai) asks for the operator's own endpoint and key, and gets them:
+the model is then called exactly as with no ``api_base`` and no ``api_key_env``, so the
+operator's ``*_BASE_URL`` stands in for the public endpoint.
+
 The worker's own provider key goes only to the operator's endpoint for it: that rule is
 enforced where keys meet endpoints (``worker.models._factory``); this check makes a
 definition that would break it fail at load, with the file and field named.
@@ -13,16 +20,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 
 from worker._network import (
+    SDK_DEFAULT_BASE_URLS,
     normalise_base_url,
     operator_endpoint,
     same_endpoint,
     worker_secret_variables,
 )
 from worker.agents._config import AgentConfig, Brain
-from worker.exceptions import AgentConfigError
+from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.settings import Settings
 
 # The worker's key variable and base URL variable for each provider.
@@ -71,10 +80,38 @@ class DefinitionPolicy:
         self.check_brain(config.brain, file)
 
     def check_brain(self, brain: Brain, file: str) -> None:
+        if self.uses_operator_access(brain):
+            return
         if brain.api_key_env is not None:
-            self._check_key_variable(brain.api_key_env, file)
+            self._check_key_variable(brain, brain.api_key_env, file)
         if brain.api_base is not None:
             self._check_api_base(brain, brain.api_base, file)
+
+    def uses_operator_access(self, brain: Brain) -> bool:
+        """Whether the model is called with the operator's own endpoint and key: the
+        definition names no key or its provider's key variable, and no endpoint, its
+        provider's public one or the operator's ``*_BASE_URL``."""
+        key_variable, _ = PROVIDER_VARIABLES[brain.provider]
+        if brain.api_key_env not in (None, key_variable):
+            return False
+        return brain.api_base is None or self._names_operator_endpoint(brain, brain.api_base)
+
+    def model_access(self, brain: Brain, file: str) -> tuple[str | None, str | None]:
+        """The ``(api_key, base_url)`` a model of ``brain`` is built with, after ``check_brain``:
+        ``(None, None)`` for the operator's own endpoint and key, else the definition's
+        endpoint and the value of its key variable. Raises ConfigurationError when that
+        variable is not set."""
+        self.check_brain(brain, file)
+        if self.uses_operator_access(brain):
+            return None, None
+        api_key: str | None = None
+        if brain.api_key_env:
+            api_key = os.environ.get(brain.api_key_env)
+            if not api_key:
+                raise ConfigurationError(
+                    f"{brain.api_key_env} is not set ({file}: brain.api_key_env names it)"
+                )
+        return api_key, brain.api_base
 
     def fingerprint(self) -> str:
         """Tells cache entries checked under other rules apart (another host's settings)."""
@@ -86,7 +123,14 @@ class DefinitionPolicy:
         }
         return hashlib.sha256(json.dumps(rules).encode()).hexdigest()[:16]
 
-    def _check_key_variable(self, name: str, file: str) -> None:
+    def _check_key_variable(self, brain: Brain, name: str, file: str) -> None:
+        key_variable, base_variable = PROVIDER_VARIABLES[brain.provider]
+        if name == key_variable:
+            # Reached only with an endpoint that is not the operator's (uses_operator_access).
+            raise AgentConfigError(
+                f"{file}: brain.api_key_env: {name} is the worker's own secret, sent only to "
+                f"{base_variable} or the provider's public endpoint, not to {brain.api_base!r}"
+            )
         if name.upper() in self.worker_secret_envs:
             raise AgentConfigError(
                 f"{file}: brain.api_key_env: {name} is the worker's own secret; "
@@ -94,6 +138,16 @@ class DefinitionPolicy:
             )
         if name not in self.agent_key_envs:
             raise AgentConfigError(f"{file}: brain.api_key_env {name!r} is not in AGENT_KEY_ENVS")
+
+    def _names_operator_endpoint(self, brain: Brain, api_base: str) -> bool:
+        """The operator's endpoint for the provider, or the provider's public one (which the
+        operator's ``*_BASE_URL``, when set, stands in for)."""
+        own_endpoint = operator_endpoint(
+            brain.provider, self.operator_endpoints.get(brain.provider)
+        )
+        return same_endpoint(api_base, own_endpoint) or same_endpoint(
+            api_base, SDK_DEFAULT_BASE_URLS[brain.provider]
+        )
 
     def _check_api_base(self, brain: Brain, api_base: str, file: str) -> None:
         try:
@@ -104,7 +158,7 @@ class DefinitionPolicy:
             brain.provider, self.operator_endpoints.get(brain.provider)
         )
         if same_endpoint(endpoint, own_endpoint):
-            return  # the operator's own endpoint for this provider: its key may go there
+            return  # the operator's own endpoint for this provider: the agent's key may go there
         if endpoint not in self.provider_base_urls:
             raise AgentConfigError(
                 f"{file}: brain.api_base {api_base!r} is not in PROVIDER_BASE_URLS"

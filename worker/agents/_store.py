@@ -199,8 +199,6 @@ class AgentStore:
 
     def _ttl_for(self, config: AgentConfig) -> int:
         # A definition may ask to be re-read sooner (cache_ttl), never later.
-        if config.cache_ttl is None:
-            return self._ttl_s
         return min(self._ttl_s, config.cache_ttl)
 
     def _drop_all_cached(self) -> set[str]:

@@ -93,6 +93,10 @@ class ClaudeCodeExecutor(CliExecutor):
             # The gateway bounds each call itself; Claude Code must not give up first.
             "MCP_TOOL_TIMEOUT": str(int((settings.tool_timeout_cap_s + 5) * 1000)),
         }
+        if shell.enabled:
+            # capabilities.shell.timeout_seconds bounds every command Claude Code runs.
+            shell_timeout_ms = str(shell.timeout_seconds * 1000)
+            env["BASH_DEFAULT_TIMEOUT_MS"] = env["BASH_MAX_TIMEOUT_MS"] = shell_timeout_ms
         if job.access.base_url:
             env["ANTHROPIC_BASE_URL"] = job.access.anthropic_base_url
         if shell.enabled:

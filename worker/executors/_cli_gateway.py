@@ -88,7 +88,7 @@ def task_gateway(
         grants=tuple(sorted(grants.allowed)),
         denied_grants=tuple(sorted(grants.denied)),
         allowed_tools=tuple(allowed_tools) if allowed_tools is not None else None,
-        servers=tuple(config.capabilities.mcp_servers) or None,
+        servers=tuple(config.capabilities.server_names) or None,
         strict_grants=request.settings.strict_grants,
         deadline_epoch_s=deadline_epoch_s,
         tool_timeout_s=request.settings.tool_timeout_cap_s,

@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass, replace
 
 from worker.agents import AgentDefinition, DefinitionPolicy
-from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.settings import Settings
 
 # The whole environment of a CLI, besides its credential and its own switches.
@@ -59,22 +58,9 @@ def provider_access(agent: AgentDefinition, settings: Settings) -> ProviderAcces
     brain = agent.config.brain
     where = f"agents/{agent.config.name}/config.yaml"
     # A cached definition may predate the operator's rules: checked again, as native models are.
-    DefinitionPolicy.from_settings(settings).check_brain(brain, where)
-    api_key: str | None = None
-    if brain.api_key_env:
-        api_key = os.environ.get(brain.api_key_env, "")
-        if not api_key:
-            raise ConfigurationError(
-                f"{brain.api_key_env} is not set ({where}: brain.api_key_env names it)"
-            )
-    elif brain.api_base:
-        raise AgentConfigError(f"{where}: brain.api_base needs brain.api_key_env")
+    api_key, base_url = DefinitionPolicy.from_settings(settings).model_access(brain, where)
     key, endpoint = provider_credentials(
-        brain.provider,
-        brain.model,
-        api_key=api_key,
-        base_url=brain.api_base,
-        settings=settings,
+        brain.provider, brain.model, api_key=api_key, base_url=base_url, settings=settings
     )
     return ProviderAccess(
         provider=brain.provider, model=brain.model, api_key=key, base_url=endpoint

@@ -2,9 +2,11 @@
 
 Botburrow's ``behavior.limits`` (``max_daily_posts``, ``max_daily_comments``,
 ``min_interval_seconds``) are counted per agent per UTC day in Redis, so every
-worker sees the same numbers; the counters expire after the day ends. Within one
-task, ``MAX_WRITES_PER_POST`` bounds the comments on any one post (a model that
-"answers" the same post six times with different words stops at the first).
+worker sees the same numbers; the counters expire after the day ends.
+``max_responses_per_thread`` bounds the agent's comments on one thread (a post and its
+comments) across all its tasks, counted the same way. Within one task,
+``MAX_WRITES_PER_POST`` bounds the comments on any one post (a model that "answers" the
+same post six times with different words stops at the first).
 
 Counted: our hub MCP server's ``create_post``/``create_comment`` (the server named
 by ``HUB_TOOL_SERVER`` in ``MCP_CONFIG``) and the worker's own reply or
@@ -34,18 +36,28 @@ if TYPE_CHECKING:
 # Counters live this long past the end of their day, so a late writer still finds them.
 _DAY_KEY_GRACE = timedelta(hours=1)
 _TASK_KEY_TTL_S = 86_400
+# An agent's count on a thread is forgotten this long after its last comment there.
+_THREAD_KEY_TTL_S = 90 * 86_400
 # The tool names of mcp_servers.hub that write, and what they write.
 _WRITE_TOOLS = {"create_post": "post", "create_comment": "comment"}
 
-# One atomic check-and-count: per-post guard, minimum interval, daily cap, in that order.
-# KEYS: daily counter, the task's per-post hash, the agent's interval marker.
+# One atomic check-and-count: per-post guard, per-thread cap, minimum interval, daily cap,
+# in that order.
+# KEYS: daily counter, the task's per-post hash, the agent's interval marker, the agent's
+#       counter on the thread (post id '' : unused).
 # ARGV: daily cap (-1: none), daily expiry (epoch s), post id ('' : none),
-#       per-post cap (0: none), interval ms (0: none), task key TTL (s).
+#       per-post cap (0: none), interval ms (0: none), task key TTL (s),
+#       per-thread cap (-1: none), thread key TTL (s).
 _RESERVE = """
 local post_id, per_post = ARGV[3], tonumber(ARGV[4])
 if post_id ~= '' and per_post > 0 then
   local done = tonumber(redis.call('HGET', KEYS[2], post_id) or '0')
   if done >= per_post then return {'per_post', done} end
+end
+local per_thread = tonumber(ARGV[7])
+if post_id ~= '' and per_thread >= 0 then
+  local on_thread = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if on_thread >= per_thread then return {'per_thread', on_thread} end
 end
 local interval_ms = tonumber(ARGV[5])
 if interval_ms > 0 then
@@ -60,6 +72,8 @@ redis.call('EXPIREAT', KEYS[1], ARGV[2])
 if post_id ~= '' then
   redis.call('HINCRBY', KEYS[2], post_id, 1)
   redis.call('EXPIRE', KEYS[2], ARGV[6])
+  redis.call('INCR', KEYS[4])
+  redis.call('EXPIRE', KEYS[4], ARGV[8])
 end
 if interval_ms > 0 then redis.call('SET', KEYS[3], '1', 'PX', interval_ms) end
 return {'ok', today + 1}
@@ -69,6 +83,9 @@ _REFUND = """
 if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
 if ARGV[1] ~= '' and tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') > 0 then
   redis.call('HINCRBY', KEYS[2], ARGV[1], -1)
+end
+if ARGV[1] ~= '' and tonumber(redis.call('GET', KEYS[4]) or '0') > 0 then
+  redis.call('DECR', KEYS[4])
 end
 return 1
 """
@@ -82,6 +99,7 @@ class WriteKind(StrEnum):
 class RefusalReason(StrEnum):
     DAILY_LIMIT = "daily_limit"
     PER_POST = "per_post"
+    PER_THREAD = "per_thread"
     INTERVAL = "min_interval"
     UNAVAILABLE = "caps_unavailable"
 
@@ -103,6 +121,7 @@ class WriteCaps:
     max_daily_comments: int | None = None
     min_interval_s: float | None = None
     max_writes_per_post: int = 0
+    max_responses_per_thread: int | None = None
 
     @classmethod
     def of(cls, agent: AgentDefinition, *, max_writes_per_post: int) -> WriteCaps:
@@ -112,6 +131,7 @@ class WriteCaps:
             max_daily_comments=limits.max_daily_comments,
             min_interval_s=limits.min_interval_seconds,
             max_writes_per_post=max_writes_per_post,
+            max_responses_per_thread=limits.max_responses_per_thread,
         )
 
     def daily(self, kind: WriteKind) -> int | None:
@@ -153,9 +173,10 @@ class WriteLedger:
         cap = self.caps.daily(kind)
         interval_ms = int((self.caps.min_interval_s or 0) * 1000) if wait_interval else 0
         on_post = post_id if kind is WriteKind.COMMENT and post_id else ""
+        per_thread = self.caps.max_responses_per_thread
         answer = self._run_script(
             _RESERVE,
-            keys=self._keys(kind, day),
+            keys=self._keys(kind, day, on_post),
             args=[
                 -1 if cap is None else cap,
                 int((day_end + _DAY_KEY_GRACE).timestamp()),
@@ -163,6 +184,8 @@ class WriteLedger:
                 self.caps.max_writes_per_post,
                 interval_ms,
                 _TASK_KEY_TTL_S,
+                -1 if per_thread is None else per_thread,
+                _THREAD_KEY_TTL_S,
             ],
         )
         if answer is None:
@@ -176,11 +199,8 @@ class WriteLedger:
 
     def refund(self, reservation: Reservation) -> None:
         """Give back a write that did not happen (the Hub refused it)."""
-        self._run_script(
-            _REFUND,
-            keys=self._keys(reservation.kind, reservation.day)[:2],
-            args=[reservation.post_id],
-        )
+        keys = self._keys(reservation.kind, reservation.day, reservation.post_id)
+        self._run_script(_REFUND, keys=keys, args=[reservation.post_id])
 
     def _run_script(self, source: str, *, keys: list[str], args: list[Any]) -> Any:
         """The script's answer; None when Redis cannot give one (logged: caps unavailable)."""
@@ -192,11 +212,12 @@ class WriteLedger:
             log_event("write_caps_unavailable", "warning", task=self._task_id, error=str(exc))
             return None
 
-    def _keys(self, kind: WriteKind, day: str) -> list[str]:
+    def _keys(self, kind: WriteKind, day: str, post_id: str) -> list[str]:
         return [
             redis_keys.daily_writes(self._agent_id, kind.value, day),
             redis_keys.task_post_writes(self._task_id),
             redis_keys.last_write(self._agent_id),
+            redis_keys.thread_writes(self._agent_id, post_id),
         ]
 
     def _refusal(
@@ -209,6 +230,13 @@ class WriteLedger:
                 f"(limit {limit} per post); do not comment on it again"
             )
             return WriteRefused(kind=kind, reason=RefusalReason.PER_POST, message=message)
+        if verdict == "per_thread":
+            message = (
+                f"you already answered {value} time(s) on the thread of post {post_id} "
+                f"(max_responses_per_thread {self.caps.max_responses_per_thread}); "
+                "do not comment on it again"
+            )
+            return WriteRefused(kind=kind, reason=RefusalReason.PER_THREAD, message=message)
         if verdict == "interval":
             message = (
                 f"wait {value / 1000:.0f} s before the next write "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from worker.loop._limits import Limit, RunLimits
 from worker.loop._output import recover_output
@@ -44,6 +44,10 @@ class LoopSettings:
     # The price cost budgets are planned with (a fallback chain: its dearest member);
     # None: unknown, and a cost budget assumes the next call costs what the last one did.
     price: ModelPrice | None = None
+    # The JSON schema every answer must follow (structured output, sent with each call);
+    # None: free text.
+    response_schema: dict[str, Any] | None = None
+    response_schema_name: str = "answer"
 
 
 @dataclass(slots=True, kw_only=True)

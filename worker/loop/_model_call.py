@@ -84,6 +84,8 @@ class ModelCaller:
             max_output_tokens=plan.max_output_tokens,
             temperature=self._settings.temperature,
             timeout_s=max(0.001, timeout_s),
+            response_schema=self._settings.response_schema,
+            response_schema_name=self._settings.response_schema_name,
         )
         started = time.perf_counter()
         status = "ok"

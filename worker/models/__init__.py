@@ -40,7 +40,12 @@ if TYPE_CHECKING:
     from worker.models._openai import OpenAIModel
     from worker.models._prices import ModelPrice, PriceTable
     from worker.models._retry import AttemptGate, RetryingModel, RetryPolicy
-    from worker.models._structured import generate, parse_structured, strict_json_schema
+    from worker.models._structured import (
+        generate,
+        parse_structured,
+        parse_structured_text,
+        strict_json_schema,
+    )
     from worker.models._warmup import warm_up_providers
 
 _LAZY = {
@@ -60,6 +65,7 @@ _LAZY = {
     "generate": "worker.models._structured",
     "load_price_table": "worker.models._factory",
     "parse_structured": "worker.models._structured",
+    "parse_structured_text": "worker.models._structured",
     "provider_credentials": "worker.models._factory",
     "strict_json_schema": "worker.models._structured",
     "warm_up_providers": "worker.models._warmup",
@@ -100,6 +106,7 @@ __all__ = [
     "generate",
     "load_price_table",
     "parse_structured",
+    "parse_structured_text",
     "provider_credentials",
     "strict_json_schema",
     "warm_up_providers",

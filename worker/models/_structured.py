@@ -59,15 +59,29 @@ def parse_structured(response: ModelResponse, output_type: type[T]) -> T:
     try:
         return output_type.model_validate(_first_json_object(response.text))
     except (ValueError, pydantic.ValidationError) as exc:
-        problem = (
-            _validation_summary(exc) if isinstance(exc, pydantic.ValidationError) else str(exc)
-        )
         raise StructuredOutputError(
             f"{response.provider} model {response.model!r} did not answer with a valid "
-            f"{output_type.__name__}: {problem}{_stop_hint(response)}",
+            f"{output_type.__name__}: {_problem(exc)}{_stop_hint(response)}",
             model=response.model,
             raw=response.text[:_RAW_ANSWER_MAX_CHARS],
         ) from exc
+
+
+def parse_structured_text(text: str, output_type: type[T]) -> T:
+    """``parse_structured`` for a final text (a run's output, a CLI's answer), when the
+    response it came from is not at hand."""
+    try:
+        return output_type.model_validate(_first_json_object(text))
+    except (ValueError, pydantic.ValidationError) as exc:
+        raise StructuredOutputError(
+            f"the answer is not a valid {output_type.__name__}: {_problem(exc)}",
+            model="",
+            raw=text[:_RAW_ANSWER_MAX_CHARS],
+        ) from exc
+
+
+def _problem(exc: ValueError | pydantic.ValidationError) -> str:
+    return _validation_summary(exc) if isinstance(exc, pydantic.ValidationError) else str(exc)
 
 
 def strict_json_schema(output_type: type[pydantic.BaseModel]) -> dict[str, Any]:

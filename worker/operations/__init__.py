@@ -7,6 +7,7 @@
     _checks         ``check``: run_checks, and check_at_start for AgentWorker
     _checks_config  ``check``: AGENTS_DIR, skills, MCP_CONFIG, GRANT_POLICY, PRICES_FILE
     _checks_network ``check``: does Redis, the Hub, each HTTP MCP server answer?
+    _checks_format  ``check``: Botburrow-format warnings, each agent's effective values
     _check_report   ``check``: what it found
     _schedule       ``schedule``: the scheduler process (lead or wait, one round per interval)
     _scheduler      ``schedule``: one round over the Hub's stale agents

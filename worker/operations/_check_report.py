@@ -30,6 +30,8 @@ class CheckReport:
     problems: list[Problem] = field(default_factory=list)
     # What was looked at and found in order, e.g. "3 agents", for the summary line.
     checked: list[str] = field(default_factory=list)
+    # Each loaded agent's effective values, schema defaults applied (``--json`` only).
+    effective_agents: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[Problem]:
@@ -56,4 +58,5 @@ class CheckReport:
             "warnings": len(self.warnings),
             "problems": [asdict(problem) for problem in self.problems],
             "checked": self.checked,
+            "agents": self.effective_agents,
         }

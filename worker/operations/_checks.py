@@ -34,6 +34,7 @@ from worker.operations._checks_config import (
     check_prices,
     check_skills,
 )
+from worker.operations._checks_format import check_definition_format
 from worker.operations._checks_network import probe_hub, probe_redis
 from worker.operations._redis_option import redis_url_parser, use_redis_url
 from worker.settings import Settings, load_settings
@@ -60,6 +61,7 @@ def run_checks(
     agents = check_agents(report, config, agent_cache)
     check_skills(report, config)
     check_mcp_config(report, config, agents, network=network, timeout_s=timeout_s)
+    check_definition_format(report, agents)
     check_grant_policy(report, config, agents)
     check_prices(report, config)
     _check_cli_sandbox(report, config, agents)

@@ -171,7 +171,7 @@ def _check_agent_servers(
 ) -> None:
     """An agent's ``capabilities.mcp_servers`` naming a server MCP_CONFIG lacks."""
     for name, definition in agents.items():
-        for server in sorted(set(definition.config.capabilities.mcp_servers) - servers):
+        for server in sorted(set(definition.config.capabilities.server_names) - servers):
             report.warning(
                 f"agents/{name}/config.yaml",
                 f"capabilities.mcp_servers: {server!r} is not in MCP_CONFIG",

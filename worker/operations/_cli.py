@@ -19,7 +19,7 @@ from worker.exceptions import ConfigurationError
 from worker.operations._redis_option import REDIS_URL_OPTION, redis_url_parser, use_redis_url
 
 # Commands that use no Redis: --redis-url is not taken out of their arguments.
-_NO_REDIS = frozenset({"devhub", "executors"})
+_NO_REDIS = frozenset({"devhub", "executors", "schema"})
 
 
 def _take_redis_url(arguments: list[str]) -> list[str]:
@@ -102,6 +102,15 @@ def _steer(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+def _schema(args: argparse.Namespace, rest: list[str]) -> int:
+    import json
+
+    from worker.agents import config_json_schema
+
+    print(json.dumps(config_json_schema(), indent=2))
+    return 0
+
+
 Handler = Callable[[argparse.Namespace, list[str]], int]
 
 
@@ -126,6 +135,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
         "devhub",
         _devhub,
         "run the local in-memory Hub (takes --host, --port, --api-key)",
+        uses_redis=False,
+    )
+    command(
+        "schema",
+        _schema,
+        "print the JSON Schema of an agent's config.yaml (every key, its description, default)",
         uses_redis=False,
     )
     enqueue = command("enqueue", _enqueue, "validate and enqueue tasks (JSON, array or lines)")

@@ -14,7 +14,7 @@ from worker.executors import ExecutionRequest
 from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
 from worker.models import Message, ModelBoundary, ModelPrice, PriceTable, UntrustedBlocks
-from worker.pipeline import _prompt
+from worker.pipeline import _discovery, _prompt
 from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
 from worker.pipeline._runtime import TaskRuntime, effective_grants
@@ -142,6 +142,11 @@ def loop_settings(
         tool_timeout_cap_s=s.mcp_timeout_s,
         max_output_tokens=cfg.brain.max_tokens,
         temperature=cfg.brain.temperature,
+        # An exploration ends with a structured answer (``_discovery``).
+        response_schema=(
+            _discovery.response_schema() if task.type is TaskType.EXPLORATION else None
+        ),
+        response_schema_name=_discovery.SCHEMA_NAME,
     )
 
 

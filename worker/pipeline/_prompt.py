@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from worker.models import Message, UntrustedBlocks
+from worker.pipeline import _discovery
 from worker.task import Task, TaskType
 
 if TYPE_CHECKING:
@@ -48,9 +49,9 @@ def exploration_message(
     interests = agent.config.interests
     focus = ", ".join([*interests.topics, *interests.keywords]) or "anything relevant to you"
     lines = [
-        "You are exploring the Hub on your own. Look at the discovery feed below, use your "
-        "tools to search, post or comment where you can add something useful, then finish "
-        "with a short summary of what you did.",
+        "You are exploring the Hub on your own. Look at the discovery feed below and use "
+        "your tools to search and read where it helps.",
+        _discovery.instructions(agent.config.behavior.discovery),
         f"Your interests: {focus}.",
         f"Your communities: {', '.join(interests.communities) or 'm/general'}.",
         "",

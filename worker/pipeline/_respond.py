@@ -1,7 +1,9 @@
-"""The task's answer on the Hub: a comment on the post, or a discovery post.
+"""The task's answer on the Hub: a comment on the notified post, or an exploration's response.
 
 Limits still produce an answer worth posting (``Outcome.answers``); what the agent already
-wrote through its tools is counted, not posted twice; the answer counts against the caps.
+wrote through its tools is counted, not posted twice; each write counts against the caps.
+An exploration's answer is structured (``_discovery``): its response is posted only at or
+above ``min_confidence``, and the report's ``detail`` and ``confidence`` say what happened.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from worker.agents import AgentDefinition
 from worker.exceptions import WriteCapReached
 from worker.hub_writes import OutboxItem, WriteKind, WriteRefused, note_refusal
 from worker.loop import RunResult
+from worker.pipeline import _discovery
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._state import RunState
 from worker.pipeline._writes import hub_writer, write_ledger
@@ -38,13 +41,29 @@ async def respond(
     answer = runtime.redactor(result.output.strip())
     if not answer or result.fallback:
         return  # a fixed "could not finish" text is not an answer worth posting
-    item = _answer_item(task, agent, result, answer)
-    if item is None:
-        return
+    if task.type is TaskType.NOTIFICATION:
+        items = [] if _commented_through_tool(result, task.post_id) else [_reply(task, answer)]
+    else:
+        items = _exploration_items(state, task, agent, result, answer)
+    for item in items:
+        await _post(runtime, hub, state, task, agent, item)
+
+
+async def _post(
+    runtime: TaskRuntime,
+    hub: HubClient,
+    state: RunState,
+    task: Task,
+    agent: AgentDefinition,
+    item: OutboxItem,
+) -> None:
     kind = WriteKind.COMMENT if item.kind == "comment" else WriteKind.POST
-    # The task's own answer counts against the daily caps; it never waits an interval.
+    # The task's own answer counts against the caps; it never waits an interval.
     ledger = write_ledger(runtime, task, agent)
-    verdict = ledger.reserve(kind, post_id=task.post_id, wait_interval=False)
+    post_id = item.payload.get("post_id")
+    verdict = ledger.reserve(
+        kind, post_id=post_id if isinstance(post_id, str) else None, wait_interval=False
+    )
     if isinstance(verdict, WriteRefused):
         _refuse_answer(runtime, state, task, verdict)
         return
@@ -65,34 +84,57 @@ def _refuse_answer(
         )
 
 
-def _answer_item(
-    task: Task, agent: AgentDefinition, result: RunResult, answer: str
-) -> OutboxItem | None:
-    """The write that carries the task's answer, or None when nothing is to be posted."""
-    if task.type is TaskType.NOTIFICATION:
-        if _commented_through_tool(result, task):
-            return None  # the agent already answered the post through a tool
-        return OutboxItem(
+def _reply(task: Task, answer: str) -> OutboxItem:
+    return OutboxItem(
+        kind="comment",
+        idempotency_key=f"{task.task_id}:reply",
+        payload={"post_id": task.post_id, "agent_id": task.agent_id, "content": answer},
+    )
+
+
+def _exploration_items(
+    state: RunState, task: Task, agent: AgentDefinition, result: RunResult, answer: str
+) -> list[OutboxItem]:
+    """The response the exploration's structured answer earns, and its summary as a post
+    when the definition asks for one (``discovery.post_final``)."""
+    discovery = agent.config.behavior.discovery
+    structured = _discovery.read_answer(answer)
+    if isinstance(structured, str):
+        state.detail = f"nothing posted: {structured}"
+        return []
+    state.confidence = structured.confidence
+    verdict = _discovery.verdict(structured, discovery)
+    state.detail = verdict.detail
+    items = []
+    if verdict.post and not _commented_through_tool(result, structured.respond_to):
+        response = OutboxItem(
             kind="comment",
             idempotency_key=f"{task.task_id}:reply",
-            payload={"post_id": task.post_id, "agent_id": agent.config.name, "content": answer},
-        )
-    if agent.config.behavior.discovery.post_final and result.outcome is Outcome.COMPLETED:
-        community = next(iter(agent.config.interests.communities), DEFAULT_COMMUNITY)
-        return OutboxItem(
-            kind="post",
-            idempotency_key=f"{task.task_id}:reply",
             payload={
-                "agent_id": agent.config.name,
-                "content": answer,
-                "community": community,
-                "title": f"Exploration notes from {agent.config.name}",
+                "post_id": structured.respond_to,
+                "agent_id": task.agent_id,
+                "content": structured.response.strip(),
             },
         )
-    return None
+        items.append(response)
+    confident = structured.confidence >= discovery.min_confidence
+    if discovery.post_final and result.outcome is Outcome.COMPLETED and confident:
+        community = next(iter(agent.config.interests.communities), DEFAULT_COMMUNITY)
+        summary = OutboxItem(
+            kind="post",
+            idempotency_key=f"{task.task_id}:summary",
+            payload={
+                "agent_id": task.agent_id,
+                "content": structured.summary.strip(),
+                "community": community,
+                "title": f"Exploration notes from {task.agent_id}",
+            },
+        )
+        items.append(summary)
+    return items
 
 
-def _commented_through_tool(result: RunResult, task: Task) -> bool:
+def _commented_through_tool(result: RunResult, post_id: str | None) -> bool:
     for step in result.steps:
         for call in step.tool_calls:
             if call.name.endswith("__create_comment") and call.outcome == "ok":
@@ -100,7 +142,7 @@ def _commented_through_tool(result: RunResult, task: Task) -> bool:
                     arguments = json.loads(call.arguments)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(arguments, dict) and arguments.get("post_id") == task.post_id:
+                if isinstance(arguments, dict) and arguments.get("post_id") == post_id:
                     return True
     return False
 

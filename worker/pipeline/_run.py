@@ -111,6 +111,9 @@ class TaskRun:
     async def _run(self) -> Outcome:
         task = self._state.task = parse_task(self._raw)
         agent = self._state.agent = self._rt.agents.load(task.agent_id)
+        skip_reason = agent.config.behavior.reason_to_skip(task.type, task.notification_type)
+        if skip_reason is not None:
+            return self._skip(task, skip_reason)
         if not await self._take_leases(task, agent):
             return Outcome.REQUEUED
         deadline = self._state.deadline = self._fix_deadline(task, agent)
@@ -152,6 +155,12 @@ class TaskRun:
         if result.outcome.answers:
             await respond(self._rt, self._hub, self._state, task=task, agent=agent, result=result)
         return result.outcome
+
+    def _skip(self, task: Task, reason: str) -> Outcome:
+        """The agent does not take this task: no model call, nothing posted, no lease held."""
+        self._state.detail = reason
+        log_event("task_skipped", task=task.task_id, agent=task.agent_id, reason=reason)
+        return Outcome.SKIPPED
 
     async def _take_leases(self, task: Task, agent: AgentDefinition) -> bool:
         """One copy of this task, and at most ``max_concurrent`` tasks of the agent, at once.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -19,7 +18,6 @@ from worker._network import client_ssl_context
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
 from worker.coordination import read_task_deadline
 from worker.daemon import job_attempt, register_child_process
-from worker.exceptions import ConfigurationError
 from worker.logs import set_redactor
 from worker.loop import CanExecuteTool
 from worker.metrics import JobMetrics
@@ -142,14 +140,7 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
     worker's own key goes only to the operator's endpoint (``create_model``)."""
     brain = agent.config.brain
     where = f"agents/{agent.config.name}/config.yaml"
-    DefinitionPolicy.from_settings(config).check_brain(brain, where)
-    api_key: str | None = None
-    if brain.api_key_env:
-        api_key = os.environ.get(brain.api_key_env)
-        if not api_key:
-            raise ConfigurationError(
-                f"{brain.api_key_env} is not set ({where}: brain.api_key_env names it)"
-            )
+    api_key, base_url = DefinitionPolicy.from_settings(config).model_access(brain, where)
     limits = RateLimits(
         requests_per_minute=config.llm_requests_per_minute,
         tokens_per_minute=config.llm_tokens_per_minute,
@@ -158,7 +149,7 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
         brain.provider,
         brain.model,
         api_key=api_key,
-        base_url=brain.api_base,
+        base_url=base_url,
         temperature=brain.temperature,
         max_output_tokens=brain.max_tokens or 4096,
         fallbacks=[(fallback.provider, fallback.model) for fallback in brain.fallbacks],
@@ -195,7 +186,7 @@ def toolbox_opener(
             _mcp_config(config.mcp_config),
             grants=grants,
             allowed_tools=task.constraints.allowed_tools,
-            servers=agent.config.capabilities.mcp_servers or None,
+            servers=agent.config.capabilities.server_names or None,
             auth_token=token,
             capability=_capability(config, agent, task, grants, deadline_cap_s, redis),
             max_result_bytes=config.mcp_result_max_bytes,

@@ -55,6 +55,8 @@ def build_report(
         duration_s=round(time.monotonic() - started, 3),
         posted=state.posted,
         error=_error_info(runtime, state.error),
+        detail=state.detail,
+        confidence=state.confidence,
     )
 
 
@@ -96,7 +98,10 @@ async def settle(
 
 
 def _close_out_items(task: Task, report: AgentReport) -> list[OutboxItem]:
-    """The read mark (for a notification), the consumption record and the activation."""
+    """The read mark (for a notification), the consumption record and the activation.
+
+    A skipped task only marks its notification read: the agent did not act.
+    """
     items = []
     if task.notification_id and report.outcome is not Outcome.INVALID_TASK:
         items.append(
@@ -106,6 +111,8 @@ def _close_out_items(task: Task, report: AgentReport) -> list[OutboxItem]:
                 payload={"notification_ids": [task.notification_id]},
             )
         )
+    if report.outcome is Outcome.SKIPPED:
+        return items
     cost = report.cost_usd
     items.append(
         OutboxItem(

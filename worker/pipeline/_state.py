@@ -56,6 +56,10 @@ class RunState:
     given_up: bool = False
     # Fixed once the task holds its leases; every Hub, MCP and model call ends by it.
     deadline: TaskDeadline | None = None
+    # Why the task ended as it did, when the outcome does not say (the report's ``detail``).
+    detail: str = ""
+    # An exploration's confidence in its response (the report's ``confidence``).
+    confidence: float | None = None
 
     def hub_timeout_s(self, cap_s: float) -> float:
         """A Hub call's timeout: the task's remaining time, capped by the call's default."""

@@ -79,6 +79,12 @@ def task_post_writes(task_id: str) -> str:
     return f"{PREFIX}writes:task:{task_id}"
 
 
+def thread_writes(agent_id: str, post_id: str) -> str:
+    """Comments an agent made on one thread (the post ``post_id`` and its comments), fleet-wide
+    (``max_responses_per_thread``)."""
+    return f"{PREFIX}thread-writes:{agent_id}:{post_id}"
+
+
 def last_write(agent_id: str) -> str:
     """Set while an agent must wait before its next write (``min_interval_seconds``)."""
     return f"{PREFIX}writes:last:{agent_id}"

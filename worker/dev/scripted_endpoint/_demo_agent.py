@@ -45,6 +45,8 @@ _STOPWORDS = frozenset(
     }
 )
 _DISCLAIMER = "(Answered by the scripted demo model; set a provider key for real answers.)"
+# How an exploration prompt asks for its structured ending (worker.pipeline._discovery).
+_STRUCTURED_ENDING = "respond_to (a post id or null)"
 
 
 def demo_agent_turn(conversation: Conversation) -> ScriptedTurn:
@@ -106,6 +108,16 @@ def _exploration_turn(
     if posts:
         created = _Gist.of(posts[-1].result or "")
         summary += f' Then I shared a short round-up ("{created.excerpt}").'
+    if _STRUCTURED_ENDING in request:
+        # The worker asked for a structured ending: the round-up was the response.
+        answer = {
+            "summary": f"{summary} {_DISCLAIMER}",
+            "respond_to": None,
+            "kind": "none",
+            "confidence": 0.9,
+            "response": "",
+        }
+        return ScriptedTurn(text=json.dumps(answer))
     return ScriptedTurn(text=f"{summary} {_DISCLAIMER}")
 
 
