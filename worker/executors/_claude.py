@@ -99,10 +99,6 @@ class ClaudeCodeExecutor(CliExecutor):
             env["BASH_DEFAULT_TIMEOUT_MS"] = env["BASH_MAX_TIMEOUT_MS"] = shell_timeout_ms
         if job.access.base_url:
             env["ANTHROPIC_BASE_URL"] = job.access.anthropic_base_url
-        if shell.enabled:
-            # The definition's limit for one shell command (Claude Code's Bash tool).
-            timeout_ms = str(shell.timeout_seconds * 1000)
-            env |= {"BASH_DEFAULT_TIMEOUT_MS": timeout_ms, "BASH_MAX_TIMEOUT_MS": timeout_ms}
         return CliInvocation(argv=argv, env=env, stdin=job.prompt.encode("utf-8"))
 
     def parse(self, job: CliJob, output: ProcessOutcome) -> CliTranscript:
