@@ -60,6 +60,8 @@ class Brain(_Section):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
     fallbacks: list[Fallback] = Field(default_factory=list)
+    # The model's context window in tokens (public Botburrow key): the prompt is cut to fit.
+    max_context_tokens: int | None = Field(default=None, ge=1024)
 
 
 class Shell(_Section):

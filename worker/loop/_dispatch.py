@@ -148,6 +148,8 @@ class ToolDispatcher:
         except Exception as exc:  # a broken tool must not end the task
             message = f"Error: tool '{name}' failed: {exc}"
             return DispatchResult(ToolOutcome.ERROR, message, server)
+        if result.refused:
+            return DispatchResult(ToolOutcome.REFUSED, result.content, server)
         outcome = ToolOutcome.ERROR if result.is_error else ToolOutcome.OK
         return DispatchResult(outcome, result.content, server)
 
@@ -248,6 +250,46 @@ class ToolDispatcher:
         if isinstance(verdict, str) and verdict:
             return verdict
         return f"tool '{name}' was not run: the operator's tool check refused it"
+
+
+REPEATED_READ_NOTE = (
+    "[Same result as step {step}: this exact call was already made. "
+    "Answer now, or try something else.]\n"
+)
+
+
+class RepeatedReads:
+    """The earlier result of each read-only call: an identical repeat gets it back, not run.
+
+    A small model often repeats a read it already has the answer to; running it again
+    costs time and tells it nothing new, while a note that says so may turn it to answer.
+    Only successful results are kept: a failed read may succeed when run again.
+    """
+
+    def __init__(self) -> None:
+        self._results: dict[tuple[str, str], tuple[int, ToolCallRecord]] = {}
+
+    def earlier(self, call: ToolCall) -> tuple[int, ToolCallRecord] | None:
+        """(step, record) of the same call made before, if it is remembered."""
+        return self._results.get((call.name, _canonical(call.arguments)))
+
+    def remember(self, step: int, record: ToolCallRecord) -> None:
+        key = (record.name, _canonical(record.arguments))
+        if record.outcome is ToolOutcome.OK and key not in self._results:
+            self._results[key] = (step, record)
+
+    def repeat(self, call: ToolCall, earlier: tuple[int, ToolCallRecord]) -> ToolCallRecord:
+        """The record of ``call`` answered from ``earlier``, with a note saying so."""
+        earlier_step, record = earlier
+        return ToolCallRecord(
+            call_id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            server=record.server,
+            outcome=ToolOutcome.OK,
+            is_error=False,
+            content=REPEATED_READ_NOTE.format(step=earlier_step) + record.content,
+        )
 
 
 class ToolLoopGuard:
