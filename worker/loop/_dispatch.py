@@ -253,8 +253,8 @@ class ToolDispatcher:
 
 
 REPEATED_READ_NOTE = (
-    "[Same result as step {step}: this exact call was already made. "
-    "Answer now, or try something else.]\n"
+    "Your call to {tool} is the same as in step {step}, so it was not run again: its result is "
+    "the same as then. Answer now, or try something else."
 )
 
 
@@ -262,7 +262,8 @@ class RepeatedReads:
     """The earlier result of each read-only call: an identical repeat gets it back, not run.
 
     A small model often repeats a read it already has the answer to; running it again
-    costs time and tells it nothing new, while a note that says so may turn it to answer.
+    costs time and tells it nothing new, while a note that says so (``REPEATED_READ_NOTE``,
+    a message of the worker's own, outside the untrusted tool result) may turn it to answer.
     Only successful results are kept: a failed read may succeed when run again.
     """
 
@@ -278,9 +279,10 @@ class RepeatedReads:
         if record.outcome is ToolOutcome.OK and key not in self._results:
             self._results[key] = (step, record)
 
-    def repeat(self, call: ToolCall, earlier: tuple[int, ToolCallRecord]) -> ToolCallRecord:
-        """The record of ``call`` answered from ``earlier``, with a note saying so."""
-        earlier_step, record = earlier
+    @staticmethod
+    def repeat(call: ToolCall, earlier: ToolCallRecord) -> ToolCallRecord:
+        """The record of ``call`` answered with the result of ``earlier``."""
+        record = earlier
         return ToolCallRecord(
             call_id=call.id,
             name=call.name,
@@ -288,7 +290,7 @@ class RepeatedReads:
             server=record.server,
             outcome=ToolOutcome.OK,
             is_error=False,
-            content=REPEATED_READ_NOTE.format(step=earlier_step) + record.content,
+            content=record.content,
         )
 
 

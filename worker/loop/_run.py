@@ -28,6 +28,7 @@ from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
 from worker.loop._contract import Closing, ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import (
     DONE_TOOL,
+    REPEATED_READ_NOTE,
     CanExecuteTool,
     RepeatedReads,
     ToolDispatcher,
@@ -278,6 +279,7 @@ class AgentLoop:
     async def _run_tools(self, state: LoopState, calls: tuple[ToolCall, ...]) -> NextStep:
         step = state.steps[-1].index
         records = []
+        notes = []
         for call in calls:
             if self._guard.repeats_too_often(call):
                 return self._loop_guard_tripped(
@@ -292,9 +294,16 @@ class AgentLoop:
                 # needs one) and the next limit check winds the run down.
                 self._skip_pending(state, DEADLINE_SKIPPED_TOOL)
                 return AskModel()
-            record = await self._call_or_recall(step, index, call, timeout_s)
+            earlier = self._reads.earlier(call) if self._read_only(call.name) else None
+            if earlier is not None:
+                record = self._reads.repeat(call, earlier[1])
+                notes.append(REPEATED_READ_NOTE.format(tool=call.name, step=earlier[0]))
+            else:
+                record = await self._dispatcher.run(step, index, call, timeout_s)
             self._commit(state, ToolEntry(step=step, record=record))
             records.append(record)
+            if self._read_only(call.name):
+                self._reads.remember(step, record)
             rules = self._settings.call_rules
             closing = rules.closing_after(record) if rules is not None else None
             if closing is not None:
@@ -308,20 +317,9 @@ class AgentLoop:
                 f"{self._settings.max_consecutive_error_steps} consecutive steps whose tool calls "
                 "all failed",
             )
+        if notes:  # the worker's own words, after the step's (untrusted) results
+            self._commit(state, SteerEntry(text=" ".join(notes)))
         return AskModel()
-
-    async def _call_or_recall(
-        self, step: int, index: int, call: ToolCall, timeout_s: float
-    ) -> ToolCallRecord:
-        """Run the call; an identical read-only call made before gets its earlier result."""
-        if not self._read_only(call.name):
-            return await self._dispatcher.run(step, index, call, timeout_s)
-        earlier = self._reads.earlier(call)
-        if earlier is not None:
-            return self._reads.repeat(call, earlier)
-        record = await self._dispatcher.run(step, index, call, timeout_s)
-        self._reads.remember(step, record)
-        return record
 
     def _read_only(self, tool: str) -> bool:
         rules = self._settings.call_rules
