@@ -8,16 +8,19 @@ Through the job pipeline, with the devhub in-process and a scripted model.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.unit.test_jobs import Harness, notification
+from worker.loop import Closing, ToolCallRecord, ToolOutcome
 from worker.models import ScriptedModel, Turn
+from worker.pipeline._call_rules import DELIVERED_REASON, TaskCallRules
 from worker.settings import Settings
-from worker.task import Outcome
-from worker.tools import CallContext, LocalTool, LocalToolbox
+from worker.task import Outcome, Task
+from worker.tools import CallContext, LocalTool, LocalToolbox, load_mcp_config
 
 pytestmark = pytest.mark.anyio
 
@@ -97,3 +100,47 @@ async def test_an_exploration_repeating_its_feed_read_closes_with_an_answer(
     note = h.model.requests[2].messages[-1]
     assert note.role == "user" and "is the same as in step 1" in note.content
     assert not error_posts(await h.state())
+
+
+def record(
+    name: str, arguments: dict[str, Any], outcome: ToolOutcome, content: str
+) -> ToolCallRecord:
+    return ToolCallRecord(
+        call_id="c1",
+        name=name,
+        arguments=json.dumps(arguments),
+        server="hub",
+        outcome=outcome,
+        is_error=outcome is not ToolOutcome.OK,
+        content=content,
+    )
+
+
+def test_which_writes_close_a_run(tmp_path: Path) -> None:
+    config = tmp_path / "mcp.yaml"
+    config.write_text(MCP_CONFIG)
+    task = Task(task_id="t-1", type="notification", agent_id="demo-agent", post_id="p-1")
+    rules = TaskCallRules(task, hub_server="hub", mcp_config=load_mcp_config(config))
+    ok = ToolOutcome.OK
+    reply = record("hub__create_comment", {"post_id": "p-1", "content": REPLY}, ok, "Created")
+    assert rules.closing_after(reply) == Closing(reason=DELIVERED_REASON, delivered=REPLY)
+    elsewhere = record("hub__create_comment", {"post_id": "p-2", "content": "hi"}, ok, "Created")
+    assert rules.closing_after(elsewhere) is None  # not the reply to this thread
+    refused = record(
+        "hub__create_comment",
+        {"post_id": "p-2", "content": "hi"},
+        ToolOutcome.REFUSED,
+        "Error: daily comment limit (1) reached",
+    )
+    assert rules.closing_after(refused) == Closing(
+        reason="The Hub write was not made: daily comment limit (1) reached."
+    )
+    assert rules.closing_after(record("hub__get_feed", {}, ok, "[post p-9]")) is None
+    assert rules.read_only("hub__get_feed") and not rules.read_only("hub__create_comment")
+    assert not rules.read_only("web__fetch")  # not in this MCP_CONFIG
+    exploration = Task(task_id="t-2", type="exploration", agent_id="demo-agent")
+    explore_rules = TaskCallRules(exploration, hub_server="hub", mcp_config=None)
+    assert explore_rules.closing_after(elsewhere) == Closing(
+        reason=DELIVERED_REASON, delivered="hi"
+    )
+    assert not explore_rules.read_only("hub__get_feed")  # no MCP_CONFIG: nothing is read-only
