@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import time
@@ -281,16 +282,9 @@ class RepeatedReads:
 
     @staticmethod
     def repeat(call: ToolCall, earlier: ToolCallRecord) -> ToolCallRecord:
-        """The record of ``call`` answered with the result of ``earlier``."""
-        record = earlier
-        return ToolCallRecord(
-            call_id=call.id,
-            name=call.name,
-            arguments=call.arguments,
-            server=record.server,
-            outcome=ToolOutcome.OK,
-            is_error=False,
-            content=record.content,
+        """The record of ``call`` answered with the result of ``earlier`` (not run)."""
+        return dataclasses.replace(
+            earlier, call_id=call.id, arguments=call.arguments, duration_s=0.0
         )
 
 
