@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +34,7 @@ from rq.serializers import JSONSerializer
 
 from hub_client import HubClient
 from worker.dev.devstack import DevStack, free_port, running_stack
+from worker.dev.realmodel._record import recording_proxy
 from worker.dev.realmodel._scenarios import AGENT, PAGE_HTML, PAGE_PATH, SCENARIOS, Scenario
 from worker.dev.realmodel._server import RunningModel
 from worker.enqueue import enqueue_task
@@ -75,7 +76,13 @@ def run_eval(model: RunningModel, *, only: Sequence[str] = ()) -> list[Row]:
     # mcp-web may fetch the page server on loopback (it refuses private addresses otherwise).
     os.environ["MCP_WEB_ALLOW_NETWORKS"] = "127.0.0.1/32"
     try:
-        with page_server() as page_url, running_stack(scripted_llm=False) as stack:
+        with ExitStack() as running:
+            page_url = running.enter_context(page_server())
+            stack = running.enter_context(running_stack(scripted_llm=False))
+            base_url = model.base_url
+            record = os.environ.get("REALMODEL_RECORD")
+            if record:  # every exchange with the model, for tests to replay
+                base_url = running.enter_context(recording_proxy(base_url, Path(record)))
             agents = agents_dir(workdir, model.alias)
             seeded = anyio.run(_seed_all, stack, scenarios, page_url)
             connection = redis.Redis.from_url(stack.redis_url)
@@ -90,7 +97,7 @@ def run_eval(model: RunningModel, *, only: Sequence[str] = ()) -> list[Row]:
                 if task_type == "notification":
                     task |= {"post_id": post_id, "notification_id": f"n-{run_id}-{index}"}
                 task_ids.append(enqueue_task(connection, task, queue_name=QUEUE).task_id)
-            code = run_worker(stack, agents, model, canary, workdir)
+            code = run_worker(stack, agents, base_url, canary, workdir)
             if code != 0:
                 print(f"realmodel: rq worker exited with {code}", file=sys.stderr)
             state = anyio.run(_dev_state, stack)
@@ -114,15 +121,13 @@ def agents_dir(workdir: Path, model_alias: str) -> Path:
     return target
 
 
-def run_worker(
-    stack: DevStack, agents: Path, model: RunningModel, canary: str, workdir: Path
-) -> int:
+def run_worker(stack: DevStack, agents: Path, base_url: str, canary: str, workdir: Path) -> int:
     env = {
         **os.environ,
         **stack.worker_env(
             AGENTS_DIR=str(agents),
             METRICS_PORT="0",
-            OPENAI_BASE_URL=model.base_url,
+            OPENAI_BASE_URL=base_url,
             # llama-server takes any key: this one is a canary no reply may contain.
             OPENAI_API_KEY=canary,
             LLM_TIMEOUT_S="300",
