@@ -39,7 +39,9 @@ async def test_a_long_tool_history_is_cut_to_fit_the_window() -> None:
         return f"page {n}: " + "lorem ipsum dolor sit amet " * 300  # ~8,000 characters
 
     box = LocalToolbox([LocalTool(name="page", function=page)])
-    turns = [Turn(tool_calls=[("page", {"n": n})]) for n in range(4)] + [Turn(text="The pages are all lorem ipsum.")]
+    turns = [Turn(tool_calls=[("page", {"n": n})]) for n in range(4)] + [
+        Turn(text="The pages are all lorem ipsum.")
+    ]
     model = ScriptedModel(turns)
     loop = AgentLoop(
         model=model,
