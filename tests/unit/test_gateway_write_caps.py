@@ -131,8 +131,11 @@ async def test_the_gateway_holds_the_caps_shared_with_native_tasks_and_tells_the
         content="Error: you already commented on post p-1 in this task (limit 1 per post); "
         "do not comment on it again",
         is_error=True,
+        refused=True,
     )
-    assert results[2] == ToolResult(content="Error: daily comment limit (2) reached", is_error=True)
+    assert results[2] == ToolResult(
+        content="Error: daily comment limit (2) reached", is_error=True, refused=True
+    )
     assert [(refusal.reason, via) for refusal, via in activity.refusals] == [
         (RefusalReason.PER_POST, "hub__create_comment"),
         (RefusalReason.DAILY_LIMIT, "hub__create_comment"),

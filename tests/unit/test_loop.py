@@ -372,11 +372,22 @@ async def test_n_identical_calls_are_still_allowed() -> None:
     assert result.outcome is Outcome.COMPLETED
 
 
-async def test_consecutive_failed_steps_are_a_tool_loop() -> None:
-    turns = [Turn(tool_calls=[("explode", {"n": i})]) for i in range(3)] + [Turn(text="x")]
-    result, _, _ = await run(turns, settings=LoopSettings(max_consecutive_error_steps=3))
+async def test_consecutive_failed_steps_close_with_a_tool_less_turn() -> None:
+    turns = [Turn(tool_calls=[("explode", {"n": i})]) for i in range(3)]
+    turns.append(Turn(text="The tool is broken, so here is what I know."))
+    result, model, _ = await run(turns, settings=LoopSettings(max_consecutive_error_steps=3))
+    assert result.outcome is Outcome.COMPLETED
+    assert result.output == "The tool is broken, so here is what I know."
+    assert result.state.iterations == 3 and not model.requests[-1].tools
+    assert "Do not call any tool" in model.requests[-1].messages[-1].content
+
+
+async def test_consecutive_failed_steps_without_a_closing_answer_are_a_tool_loop() -> None:
+    turns = [Turn(tool_calls=[("explode", {"n": i})]) for i in range(3)]
+    turns.append(Turn(tool_calls=[("explode", {"n": 9})]))  # still no answer when closing
+    result, _, box = await run(turns, settings=LoopSettings(max_consecutive_error_steps=3))
     assert result.outcome is Outcome.TOOL_LOOP
-    assert result.state.iterations == 3
+    assert result.state.iterations == 3 and len(box.calls) == 3
 
 
 async def test_a_successful_step_resets_the_failed_steps_count() -> None:

@@ -204,7 +204,9 @@ async def test_capped_toolbox_refuses_hub_writes_over_the_cap_without_calling_th
     await toolbox.call("hub__search_posts", {"query": "x"}, ctx(4))
 
     assert not first.is_error
-    assert second == ToolResult(content="Error: daily comment limit (1) reached", is_error=True)
+    assert second == ToolResult(
+        content="Error: daily comment limit (1) reached", is_error=True, refused=True
+    )
     assert inner.calls == ["hub__create_comment", "web__create_comment", "hub__search_posts"]
     batch = metrics._take()
     assert batch is not None

@@ -76,6 +76,9 @@ class Brain(_Section):
     """Output tokens per model call. Unset: 4096."""
     fallbacks: list[Fallback] = []
     """This worker's extension: models tried in order when the primary stays unavailable."""
+    max_context_tokens: int | None = Field(default=None, ge=1024)
+    """The model's context window in tokens: the prompt is cut oldest-first to fit it. Unset:
+    unbounded."""
 
 
 class Shell(_Section):

@@ -308,7 +308,7 @@ class CappedToolbox(ToolboxWrapper):
         outcome = self._ledger.reserve(kind, post_id=post_id if isinstance(post_id, str) else None)
         if isinstance(outcome, WriteRefused):
             self._on_refused(outcome, name)
-            return ToolResult(content=f"Error: {outcome.message}", is_error=True)
+            return ToolResult(content=f"Error: {outcome.message}", is_error=True, refused=True)
         result = await self._inner.call(name, arguments, ctx)
         if result.is_error:
             self._ledger.refund(outcome)

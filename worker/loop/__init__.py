@@ -3,6 +3,8 @@
 from worker.loop._budget import dearest_price
 from worker.loop._clock import DeadlineToolbox
 from worker.loop._contract import (
+    CallRules,
+    Closing,
     Control,
     ControlSource,
     LoopSettings,
@@ -44,7 +46,9 @@ __all__ = [
     "FALLBACK_ANSWER",
     "AgentLoop",
     "ArgumentRedactingToolbox",
+    "CallRules",
     "CanExecuteTool",
+    "Closing",
     "Control",
     "ControlSource",
     "DeadlineToolbox",

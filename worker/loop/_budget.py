@@ -73,6 +73,10 @@ class InputEstimator:
         tokens = chars * self._tokens_per_char * (1 + self.safety_margin)
         return math.ceil(tokens) + TOKENS_PER_MESSAGE * (messages + 1)
 
+    def chars_per_token_now(self) -> float:
+        """Characters the estimate counts as one token, margin included."""
+        return 1 / (self._tokens_per_char * (1 + self.safety_margin))
+
     def observe(self, chars: int, input_tokens: int) -> None:
         """Learn from a call's reported input; the estimate only ever grows."""
         if chars > 0 and input_tokens > 0:

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from worker.loop._limits import Limit, RunLimits
 from worker.loop._output import recover_output
-from worker.loop._state import JournalEntry, LoopState, StepRecord
+from worker.loop._state import JournalEntry, LoopState, StepRecord, ToolCallRecord
 from worker.models import Message, ModelPrice
 from worker.task import Outcome
 
@@ -23,6 +23,30 @@ class ControlSource(Protocol):
     """Cancel and steer requests for a running task, drained before each step."""
 
     async def poll(self) -> Control: ...
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class Closing:
+    """Why a run asks for its answer now, in one tool-less closing turn.
+
+    ``delivered`` is the task's answer when it already reached its reader (the reply
+    posted through a tool): the run is then complete whatever the closing turn says.
+    """
+
+    reason: str
+    delivered: str | None = None
+
+
+class CallRules(Protocol):
+    """What the task knows about its tool calls that the loop does not."""
+
+    def read_only(self, tool: str) -> bool:
+        """The tool only reads: an identical repeated call may get the earlier result."""
+        ...
+
+    def closing_after(self, record: ToolCallRecord) -> Closing | None:
+        """After a call: why the run should close now (answer delivered, write refused)."""
+        ...
 
 
 @dataclass(slots=True, kw_only=True)
@@ -48,6 +72,12 @@ class LoopSettings:
     # None: free text.
     response_schema: dict[str, Any] | None = None
     response_schema_name: str = "answer"
+    # Read-only tools and closing triggers, from the task; None: no tool is read-only and
+    # only the limits and loop guards close a run.
+    call_rules: CallRules | None = None
+    # The model's context window (prompt and answer, in tokens); None: unbounded. Older
+    # tool outputs, then the middle of the longest message, are cut to fit it.
+    context_window_tokens: int | None = None
 
 
 @dataclass(slots=True, kw_only=True)

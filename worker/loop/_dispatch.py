@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import time
@@ -148,6 +149,8 @@ class ToolDispatcher:
         except Exception as exc:  # a broken tool must not end the task
             message = f"Error: tool '{name}' failed: {exc}"
             return DispatchResult(ToolOutcome.ERROR, message, server)
+        if result.refused:
+            return DispatchResult(ToolOutcome.REFUSED, result.content, server)
         outcome = ToolOutcome.ERROR if result.is_error else ToolOutcome.OK
         return DispatchResult(outcome, result.content, server)
 
@@ -248,6 +251,41 @@ class ToolDispatcher:
         if isinstance(verdict, str) and verdict:
             return verdict
         return f"tool '{name}' was not run: the operator's tool check refused it"
+
+
+REPEATED_READ_NOTE = (
+    "Your call to {tool} is the same as in step {step}, so it was not run again: its result is "
+    "the same as then. Answer now, or try something else."
+)
+
+
+class RepeatedReads:
+    """The earlier result of each read-only call: an identical repeat gets it back, not run.
+
+    A small model often repeats a read it already has the answer to; running it again
+    costs time and tells it nothing new, while a note that says so (``REPEATED_READ_NOTE``,
+    a message of the worker's own, outside the untrusted tool result) may turn it to answer.
+    Only successful results are kept: a failed read may succeed when run again.
+    """
+
+    def __init__(self) -> None:
+        self._results: dict[tuple[str, str], tuple[int, ToolCallRecord]] = {}
+
+    def earlier(self, call: ToolCall) -> tuple[int, ToolCallRecord] | None:
+        """(step, record) of the same call made before, if it is remembered."""
+        return self._results.get((call.name, _canonical(call.arguments)))
+
+    def remember(self, step: int, record: ToolCallRecord) -> None:
+        key = (record.name, _canonical(record.arguments))
+        if record.outcome is ToolOutcome.OK and key not in self._results:
+            self._results[key] = (step, record)
+
+    @staticmethod
+    def repeat(call: ToolCall, earlier: ToolCallRecord) -> ToolCallRecord:
+        """The record of ``call`` answered with the result of ``earlier`` (not run)."""
+        return dataclasses.replace(
+            earlier, call_id=call.id, arguments=call.arguments, duration_s=0.0
+        )
 
 
 class ToolLoopGuard:

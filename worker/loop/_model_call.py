@@ -21,10 +21,12 @@ from worker.loop._contract import LoopSettings
 from worker.loop._events import EventBus, LlmCalled
 from worker.loop._limits import Limit
 from worker.loop._state import LoopState
-from worker.models import Model, ModelRequest, ModelResponse, ToolSpec, Usage
+from worker.models import Model, ModelRequest, ModelResponse, ToolSpec, Usage, with_text_calls
 
 # How far past its timeout a call may run before the loop's own backstop cuts it.
 _CALL_BACKSTOP_S = 0.5
+# Of a bounded context window, the part kept free for the answer (a quarter).
+ANSWER_SHARE_OF_WINDOW = 4
 
 
 class ModelCaller:
@@ -50,19 +52,42 @@ class ModelCaller:
         self, state: LoopState, tools: Sequence[ToolSpec], *, closing: bool, extra: str = ""
     ) -> CallPlan:
         """What the next call may spend; LimitReached when not even a minimal call fits."""
-        chars = self._estimator.request_chars(self._system, state.messages, tools) + len(extra)
-        messages = len(state.messages) + (1 if extra else 0)
+        chars, input_tokens = self._input(state, tools, extra)
+        wanted = self._settings.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
+        window = self._settings.context_window_tokens
+        if window is not None:
+            # Prompt and answer share the window: the answer gets what the prompt leaves.
+            wanted = max(MIN_CLOSING_OUTPUT_TOKENS, min(wanted, window - input_tokens))
         return plan_call(
             self._settings.limits,
             state.usage,
-            input_tokens=self._estimator.estimate(chars, messages),
+            input_tokens=input_tokens,
             input_chars=chars,
-            wanted_output_tokens=self._settings.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,
+            wanted_output_tokens=wanted,
             minimum_output_tokens=MIN_CLOSING_OUTPUT_TOKENS if closing else MIN_STEP_OUTPUT_TOKENS,
             price=self._settings.price,
             # A closing call is the last: only a known price can refuse it.
             last_call=state.steps[-1].usage if state.steps and not closing else None,
         )
+
+    def tokens_over_window(
+        self, state: LoopState, tools: Sequence[ToolSpec], extra: str, window: int
+    ) -> int:
+        """How many tokens the next request is over ``window``, keeping room for an answer."""
+        _, input_tokens = self._input(state, tools, extra)
+        wanted = self._settings.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
+        answer_room = min(wanted, max(MIN_STEP_OUTPUT_TOKENS, window // ANSWER_SHARE_OF_WINDOW))
+        return input_tokens + answer_room - window
+
+    def chars_per_token(self) -> float:
+        """Characters per input token, as the estimate counts them now (the safe side)."""
+        return self._estimator.chars_per_token_now()
+
+    def _input(self, state: LoopState, tools: Sequence[ToolSpec], extra: str) -> tuple[int, int]:
+        """(characters, estimated tokens) of the next request."""
+        chars = self._estimator.request_chars(self._system, state.messages, tools) + len(extra)
+        messages = len(state.messages) + (1 if extra else 0)
+        return chars, self._estimator.estimate(chars, messages)
 
     async def ask(
         self,
@@ -111,7 +136,9 @@ class ModelCaller:
         finally:
             self._observe(step, response, status, time.perf_counter() - started, final)
         self._estimator.observe(plan.input_chars, response.usage.input_tokens)
-        return response
+        # A call the provider left in the text is parsed; with no tools offered (a closing
+        # turn) an imitation of one is taken out, so it is never read as the answer.
+        return with_text_calls(response, [tool.name for tool in tools], id_prefix=f"text-{step}")
 
     def _raise_if_deadline(self, timeout_s: float, cap_s: float) -> None:
         """A call cut by the task's deadline ends the run as `deadline`, never a requeue."""

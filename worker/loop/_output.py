@@ -52,6 +52,19 @@ def is_preamble(step: StepRecord) -> bool:
     return len(text) < _SHORT_TEXT and _ANNOUNCING.search(text) is not None
 
 
+def is_announcement(text: str) -> bool:
+    """A short text that only announces work ("I'll fetch the page now."), not an answer."""
+    stripped = text.strip()
+    if not stripped or len(stripped) >= _SHORT_TEXT:
+        return False
+    return stripped.endswith((":", "...", "…")) or _ANNOUNCING.match(stripped) is not None
+
+
+def is_answer(text: str) -> bool:
+    """Text that can stand as the task's answer: not blank, not only an announcement."""
+    return bool(text.strip()) and not is_announcement(text)
+
+
 def recover_output(steps: Sequence[StepRecord], closing_text: str) -> str:
     """The report's output: the closing text, or the answer it points back to.
 

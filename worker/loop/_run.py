@@ -6,6 +6,8 @@ run():   restore from the journal → until a step says stop, dispatch on what i
          RunTools     run the calls → watch for a tool loop
          Nudge        remind the model of the done tool → AskModel
          WindDown     one last tool-less call for a final answer within what is left
+         Close        one tool-less closing call: the answer was delivered, a write was
+                      refused or a loop guard tripped; its answer completes the run
          FinalAnswer / Stop  the run's outcome
 
 Time is one absolute deadline (epoch seconds) that re-runs of the task share;
@@ -23,12 +25,19 @@ import anyio
 from worker.exceptions import LimitReached, ModelError
 from worker.logs import log_event
 from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
-from worker.loop._contract import ControlSource, LoopSettings, RunResult
-from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher, ToolLoopGuard
+from worker.loop._contract import Closing, ControlSource, LoopSettings, RunResult
+from worker.loop._dispatch import (
+    DONE_TOOL,
+    REPEATED_READ_NOTE,
+    CanExecuteTool,
+    RepeatedReads,
+    ToolDispatcher,
+    ToolLoopGuard,
+)
 from worker.loop._events import EventBus, LoopObserver, StepFinished, StepStarted, log_observer
 from worker.loop._limits import Limit
 from worker.loop._model_call import ModelCaller
-from worker.loop._output import Compactor, recover_output
+from worker.loop._output import Compactor, is_answer, recover_output
 from worker.loop._state import (
     Journal,
     JournalEntry,
@@ -42,6 +51,7 @@ from worker.loop._state import (
 )
 from worker.loop._steps import (
     AskModel,
+    Close,
     FinalAnswer,
     NextStep,
     Nudge,
@@ -50,6 +60,7 @@ from worker.loop._steps import (
     WindDown,
     decide,
 )
+from worker.loop._window import fit_window
 from worker.models import Message, Model, ModelResponse, ToolCall, ToolSpec
 from worker.task import Outcome
 from worker.tools import Toolbox
@@ -58,7 +69,13 @@ WIND_DOWN_PROMPT = (
     "You have reached this task's limit ({detail}). Do not call any tool. "
     "Reply now with your final answer, based on what you already have."
 )
+CLOSING_PROMPT = (
+    "{reason} Do not call any tool. "
+    "Reply now with your final answer, based on what you already have."
+)
 DEADLINE_SKIPPED_TOOL = "Error: not run: the task's deadline was reached before this call"
+CLOSED_SKIPPED_TOOL = "Error: not run: the task is closing ({reason})"
+NO_ANSWER_REASON = "You wrote no answer yet."
 
 
 class AgentLoop:
@@ -118,6 +135,7 @@ class AgentLoop:
             max_same_call_repeats=settings.max_same_call_repeats,
             max_consecutive_error_steps=settings.max_consecutive_error_steps,
         )
+        self._reads = RepeatedReads()
         self._compactor = Compactor(settings.context_budget_chars)
 
     # --- the run -----------------------------------------------------------------------------
@@ -147,6 +165,10 @@ class AgentLoop:
         for entry in resume:
             self._apply(state, entry)
         self._guard.replay(state.steps)
+        for step in state.steps:
+            for record in step.tool_calls:
+                if self._read_only(record.name):
+                    self._reads.remember(step.index, record)
         return state
 
     async def _run_steps(self, state: LoopState) -> Stop:
@@ -156,6 +178,10 @@ class AgentLoop:
                 case Stop():
                     return next_step
                 case FinalAnswer(text=text):
+                    if not is_answer(text) and not state.steps[-1].final:
+                        # Only an announcement ("Let me check."), or nothing: ask once more.
+                        next_step = Close(Closing(reason=NO_ANSWER_REASON))
+                        continue
                     return Stop(Outcome.COMPLETED, "", recover_output(state.steps, text))
                 case AskModel():
                     next_step = await self._ask_model(state)
@@ -166,6 +192,8 @@ class AgentLoop:
                     next_step = AskModel()
                 case WindDown():
                     next_step = await self._wind_down(state, next_step)
+                case Close():
+                    next_step = await self._close(state, next_step)
                 case _:
                     raise TypeError(f"unknown next step {next_step!r}")
 
@@ -206,6 +234,7 @@ class AgentLoop:
         tools = self._offered_tools()
         try:
             self._limits.check_step(state, remaining_s=self._run_clock.remaining())
+            self._fit_window(state, tools)
             plan = self._model.plan(state, tools, closing=False)
             self.events.emit(StepStarted(step=step))
             response = await self._model.ask(state, tools, step=step, plan=plan)
@@ -250,10 +279,11 @@ class AgentLoop:
     async def _run_tools(self, state: LoopState, calls: tuple[ToolCall, ...]) -> NextStep:
         step = state.steps[-1].index
         records = []
+        notes = []
         for call in calls:
             if self._guard.repeats_too_often(call):
-                return Stop(
-                    Outcome.TOOL_LOOP,
+                return self._loop_guard_tripped(
+                    state,
                     f"tool {call.name!r} called with the same arguments more than "
                     f"{self._settings.max_same_call_repeats} times",
                 )
@@ -262,64 +292,132 @@ class AgentLoop:
             if timeout_s <= 0:
                 # Out of time: the calls left get an error result (every call the model made
                 # needs one) and the next limit check winds the run down.
-                self._skip_calls(state, step, tuple(state.steps[-1].pending_calls))
+                self._skip_pending(state, DEADLINE_SKIPPED_TOOL)
                 return AskModel()
-            record = await self._dispatcher.run(step, index, call, timeout_s)
+            earlier = self._reads.earlier(call) if self._read_only(call.name) else None
+            if earlier is not None:
+                record = self._reads.repeat(call, earlier[1])
+                notes.append(REPEATED_READ_NOTE.format(tool=call.name, step=earlier[0]))
+            else:
+                record = await self._dispatcher.run(step, index, call, timeout_s)
             self._commit(state, ToolEntry(step=step, record=record))
             records.append(record)
+            if self._read_only(call.name):
+                self._reads.remember(step, record)
+            rules = self._settings.call_rules
+            closing = rules.closing_after(record) if rules is not None else None
+            if closing is not None:
+                self._skip_pending(state, CLOSED_SKIPPED_TOOL.format(reason=closing.reason))
+                return Close(closing)
         failed = sum(1 for record in records if record.is_error)
         self.events.emit(StepFinished(step=step, tool_calls=len(records), failed_tool_calls=failed))
         if self._guard.step_finished(records):
-            return Stop(
-                Outcome.TOOL_LOOP,
+            return self._loop_guard_tripped(
+                state,
                 f"{self._settings.max_consecutive_error_steps} consecutive steps whose tool calls "
                 "all failed",
             )
+        if notes:  # the worker's own words, after the step's (untrusted) results
+            self._commit(state, SteerEntry(text=" ".join(notes)))
         return AskModel()
 
-    def _skip_calls(self, state: LoopState, step: int, calls: tuple[ToolCall, ...]) -> None:
-        for call in calls:
+    def _read_only(self, tool: str) -> bool:
+        rules = self._settings.call_rules
+        return rules is not None and rules.read_only(tool)
+
+    def _loop_guard_tripped(self, state: LoopState, detail: str) -> Close:
+        """A loop guard stopped the tools: close, and end as tool_loop only without an answer."""
+        self._skip_pending(state, CLOSED_SKIPPED_TOOL.format(reason="a tool loop was stopped"))
+        reason = f"The worker stopped your tool calls: {detail}."
+        return Close(Closing(reason=reason), silent_outcome=Outcome.TOOL_LOOP)
+
+    def _skip_pending(self, state: LoopState, content: str) -> None:
+        """Give every call of the last step that has not run an error result, unrun."""
+        step = state.steps[-1]
+        outcome = ToolOutcome.DEADLINE if content == DEADLINE_SKIPPED_TOOL else ToolOutcome.REFUSED
+        for call in step.pending_calls:
             record = ToolCallRecord(
                 call_id=call.id,
                 name=call.name,
                 arguments=call.arguments,
                 server="",
-                outcome=ToolOutcome.DEADLINE,
+                outcome=outcome,
                 is_error=True,
-                content=DEADLINE_SKIPPED_TOOL,
+                content=content,
             )
-            self._commit(state, ToolEntry(step=step, record=record))
+            self._commit(state, ToolEntry(step=step.index, record=record))
 
     async def _wind_down(self, state: LoopState, wind_down: WindDown) -> Stop:
         """Stop calling tools; ask once, without tools, for an answer within what is left."""
         limit, detail = wind_down.limit, wind_down.detail
-        prompt = WIND_DOWN_PROMPT.format(detail=detail)
+        answer = await self._closing_answer(state, WIND_DOWN_PROMPT.format(detail=detail))
+        if answer is None:
+            return Stop.at_limit(limit, detail, recover_output(state.steps, ""))
+        overspent = self._overspent(state, answer)
+        if overspent is not None:
+            return overspent
+        text = answer.text if is_answer(answer.text) else ""
+        return Stop.at_limit(limit, detail, recover_output(state.steps, text))
+
+    async def _close(self, state: LoopState, close: Close) -> Stop:
+        """Ask once, without tools, for the answer; the run completes when there is one."""
+        closing = close.closing
+        prompt = CLOSING_PROMPT.format(reason=closing.reason)
+        answer = await self._closing_answer(state, prompt)
+        if answer is not None:
+            overspent = self._overspent(state, answer)
+            if overspent is not None and closing.delivered is None:
+                return overspent
+        text = answer.text if answer is not None and is_answer(answer.text) else ""
+        output = recover_output(state.steps, text) if text else ""
+        if output or closing.delivered is not None:
+            return Stop(Outcome.COMPLETED, closing.reason, output or closing.delivered or "")
+        if close.silent_outcome is Outcome.COMPLETED:
+            return Stop(Outcome.COMPLETED, closing.reason, "")
+        return Stop(close.silent_outcome, closing.reason, recover_output(state.steps, ""))
+
+    async def _closing_answer(self, state: LoopState, prompt: str) -> ModelResponse | None:
+        """The one tool-less closing call; None when there was no room for it or it failed.
+
+        Any tool calls in its answer are dropped: no tools run after a run starts closing.
+        """
         try:
             if self._run_clock.remaining() < MIN_CLOSING_CALL_S:
                 raise LimitReached("no time left for a closing answer", limit=Limit.DEADLINE)
+            self._fit_window(state, (), prompt)
             plan = self._model.plan(state, (), closing=True, extra=prompt)
         except LimitReached as no_room:
             log_event("final_answer_skipped", task=self._task_id, reason=no_room.message)
-            return Stop.at_limit(limit, detail, recover_output(state.steps, ""))
+            return None
         self._commit(state, SteerEntry(text=prompt))
         step = len(state.steps) + 1
         try:
             response = await self._model.ask(state, (), step=step, plan=plan, final=True)
         except (ModelError, TimeoutError, LimitReached) as exc:
             log_event("final_answer_failed", "warning", task=self._task_id, error=str(exc))
-            return Stop.at_limit(limit, detail, recover_output(state.steps, ""))
+            return None
         answer = ModelResponse(
             text=response.text,
             stop_reason=response.stop_reason,
             usage=response.usage,
             provider=response.provider,
             model=response.model,
-        )  # any tool calls in the closing answer are dropped: no tools run after a limit
+        )
         self._commit(state, ResponseEntry(step=step, response=answer, final=True))
-        overspent = self._overspent(state, answer)
-        if overspent is not None:
-            return overspent
-        return Stop.at_limit(limit, detail, recover_output(state.steps, answer.text))
+        return answer
+
+    def _fit_window(self, state: LoopState, tools: Sequence[ToolSpec], extra: str = "") -> None:
+        """Cut the conversation, oldest first, until the next request fits the context window."""
+        window = self._settings.context_window_tokens
+        if window is None:
+            return
+        cut = fit_window(
+            state.messages,
+            over_by=lambda: self._model.tokens_over_window(state, tools, extra, window),
+            chars_per_token=self._model.chars_per_token(),
+        )
+        if cut:
+            log_event("context_trimmed", task=self._task_id, cuts=cut, window_tokens=window)
 
     # --- state -------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ class ToolOutcome(StrEnum):
     MISSING_GRANT = "missing_grant"  # the agent lacks the tool's grant
     NOT_ALLOWED = "not_allowed"  # the task's allowed_tools leave it out
     INVALID_ARGUMENTS = "invalid_arguments"  # not JSON, or not valid for the input schema
-    REFUSED = "refused"  # the operator's check (or a CLI itself) refused to run it
+    REFUSED = "refused"  # the operator's check, a write cap (or a CLI itself) refused to run it
     DEADLINE = "deadline"  # never run: the task's deadline came first
 
     @property

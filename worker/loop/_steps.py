@@ -4,6 +4,8 @@ AskModel     check the limits, budget the call, ask the model
 RunTools     run the tool calls the model made
 Nudge        append a user message, then ask again (the done tool was not called)
 WindDown     a limit was reached: one last tool-less call for a final answer
+Close        the answer was delivered, a write was refused or a loop guard tripped:
+             one tool-less closing call, whose answer completes the run
 FinalAnswer  the model answered: the run is complete
 Stop         the run ends with an outcome
 """
@@ -14,6 +16,7 @@ import json
 from dataclasses import dataclass
 
 from worker.exceptions import WorkerError
+from worker.loop._contract import Closing
 from worker.loop._dispatch import DONE_TOOL
 from worker.loop._limits import Limit
 from worker.models import ModelResponse, ToolCall
@@ -47,6 +50,13 @@ class WindDown:
 
 
 @dataclass(slots=True, frozen=True)
+class Close:
+    closing: Closing
+    # The outcome when the closing call gives no answer (and none was delivered).
+    silent_outcome: Outcome = Outcome.COMPLETED
+
+
+@dataclass(slots=True, frozen=True)
 class FinalAnswer:
     text: str
 
@@ -76,7 +86,7 @@ class Stop:
         return cls(limit.outcome, detail, limit.fallback_answer, fallback=True)
 
 
-NextStep = AskModel | RunTools | Nudge | WindDown | FinalAnswer | Stop
+NextStep = AskModel | RunTools | Nudge | WindDown | Close | FinalAnswer | Stop
 
 
 def decide(response: ModelResponse, *, require_done_tool: bool) -> FinalAnswer | RunTools | Nudge:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 from worker.models._boundary import ModelBoundary
 from worker.models._scripted import ScriptedModel, Turn
+from worker.models._text_calls import calls_in_text, with_text_calls
 from worker.models._types import (
     Message,
     Model,
@@ -102,6 +103,7 @@ __all__ = [
     "UntrustedBlocks",
     "Usage",
     "aclose_shared_http_clients",
+    "calls_in_text",
     "create_model",
     "generate",
     "load_price_table",
@@ -110,4 +112,5 @@ __all__ = [
     "provider_credentials",
     "strict_json_schema",
     "warm_up_providers",
+    "with_text_calls",
 ]

@@ -15,9 +15,10 @@ from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
 from worker.models import Message, ModelBoundary, ModelPrice, PriceTable, UntrustedBlocks
 from worker.pipeline import _discovery, _prompt
+from worker.pipeline._call_rules import TaskCallRules
 from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
-from worker.pipeline._runtime import TaskRuntime, effective_grants
+from worker.pipeline._runtime import TaskRuntime, effective_grants, mcp_config
 from worker.pipeline._state import RunState
 from worker.pipeline._writes import capped_toolbox, refusal_handler
 from worker.task import Task, TaskType
@@ -147,6 +148,12 @@ def loop_settings(
             _discovery.response_schema() if task.type is TaskType.EXPLORATION else None
         ),
         response_schema_name=_discovery.SCHEMA_NAME,
+        call_rules=TaskCallRules(
+            task,
+            hub_server=s.hub_tool_server,
+            mcp_config=mcp_config(s.mcp_config) if s.mcp_config is not None else None,
+        ),
+        context_window_tokens=cfg.brain.max_context_tokens,
     )
 
 

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from worker.agents import AgentDefinition
 
 _MAX_ITEM_CHARS = 4_000
+THREAD_CUT_MARKER = "[… {count} older comment(s) left out to fit the model's context window]"
+# Of a bounded context window, what the thread may fill (in estimated characters): half.
+THREAD_CHARS_PER_WINDOW_TOKEN = 1.5
 
 
 def system_prompt(
@@ -30,17 +33,35 @@ def system_prompt(
     return "\n\n".join(part for part in parts if part)
 
 
-def notification_message(task: Task, thread: Post, blocks: UntrustedBlocks) -> Message:
+def notification_message(
+    task: Task, thread: Post, blocks: UntrustedBlocks, *, max_chars: int | None = None
+) -> Message:
     lines = [
         f"You were mentioned or replied to on the Hub, in the thread of post {thread.id}.",
         "Read the thread and write your reply to it. Your final answer is posted as your "
         "comment on that post, so write it as the comment itself.",
         "",
-        blocks.wrap(
-            "thread", [_render_post(thread), *(_render_comment(c) for c in thread.comments)]
-        ),
+        blocks.wrap("thread", _thread_items(thread, max_chars)),
     ]
     return Message(role="user", content="\n".join(lines))
+
+
+def _thread_items(thread: Post, max_chars: int | None) -> list[str]:
+    """The post and its comments; within ``max_chars``, the oldest comments give way first."""
+    post = _render_post(thread)
+    comments = [_render_comment(comment) for comment in thread.comments]
+    if max_chars is None:
+        return [post, *comments]
+    room = max_chars - len(post)
+    kept: list[str] = []
+    for comment in reversed(comments):
+        if len(comment) > room:
+            break
+        kept.append(comment)
+        room -= len(comment)
+    left_out = len(comments) - len(kept)
+    marker = [THREAD_CUT_MARKER.format(count=left_out)] if left_out else []
+    return [post, *marker, *reversed(kept)]
 
 
 def exploration_message(
@@ -70,7 +91,9 @@ def first_message(
 ) -> Message:
     if task.type is TaskType.NOTIFICATION:
         assert thread is not None, "notification tasks are built with their thread"
-        return notification_message(task, thread, blocks)
+        window = agent.config.brain.max_context_tokens
+        max_chars = None if window is None else int(window * THREAD_CHARS_PER_WINDOW_TOKEN)
+        return notification_message(task, thread, blocks, max_chars=max_chars)
     return exploration_message(task, agent, feed, blocks)
 
 

@@ -95,7 +95,8 @@ def _prices() -> PriceTable:
 
 
 @lru_cache(maxsize=4)
-def _mcp_config(path: Path) -> McpConfig:
+def mcp_config(path: Path) -> McpConfig:
+    """``MCP_CONFIG``, read once per process."""
     return load_mcp_config(path)
 
 
@@ -126,7 +127,7 @@ def preload() -> None:
     _prices()
     _grant_policy(config.grant_policy)
     if config.mcp_config is not None:
-        _mcp_config(config.mcp_config)
+        mcp_config(config.mcp_config)
     client_ssl_context()
     client_ssl_context(trust_env=False)
     for module in _FIRST_USE_MODULES:
@@ -183,7 +184,7 @@ def toolbox_opener(
         grants = effective_grants(config, agent)
         token = config.mcp_auth_token.get_secret_value() if config.mcp_auth_token else None
         async with McpToolbox.open(
-            _mcp_config(config.mcp_config),
+            mcp_config(config.mcp_config),
             grants=grants,
             allowed_tools=task.constraints.allowed_tools,
             servers=agent.config.capabilities.server_names or None,

@@ -15,6 +15,8 @@ class ToolResult:
 
     content: str
     is_error: bool = False
+    # Not run: the worker's own policy held it back (a write cap), not the tool.
+    refused: bool = False
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

@@ -1,0 +1,212 @@
+"""Closing instead of failing: the loop's tool-less closing turn, repeated reads, model quirks.
+
+Driven by ScriptedModel and in-process tools; ``Rules`` stands in for the task's CallRules
+(the pipeline's, tested in test_jobs, says which writes deliver the answer).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from worker.loop import (
+    FALLBACK_ANSWER,
+    AgentLoop,
+    Closing,
+    LoopSettings,
+    RunLimits,
+    RunResult,
+    ToolCallRecord,
+    ToolOutcome,
+)
+from worker.models import Message, ScriptedModel, Turn
+from worker.task import Outcome
+from worker.tools import LocalTool, LocalToolbox, ToolResult
+
+pytestmark = pytest.mark.anyio
+
+REPLY = "Run one `rq worker agents` per core; the queue hands each task to one worker."
+
+
+class Rules:
+    """``post`` delivers the answer, ``capped`` is refused by a write cap; ``lookup`` reads."""
+
+    def read_only(self, tool: str) -> bool:
+        return tool == "lookup"
+
+    def closing_after(self, record: ToolCallRecord) -> Closing | None:
+        if record.name == "capped" and record.outcome is ToolOutcome.REFUSED:
+            return Closing(reason="The write was not made: daily comment limit (1) reached.")
+        if record.name == "post" and record.outcome is ToolOutcome.OK:
+            return Closing(
+                reason="Your reply is posted.", delivered=json.loads(record.arguments)["text"]
+            )
+        return None
+
+
+def toolbox() -> LocalToolbox:
+    def lookup(topic: str) -> str:
+        return f"notes on {topic}"
+
+    def post(text: str) -> str:
+        return "Created comment c-1 on post p-1."
+
+    class CappedBox(LocalToolbox):
+        async def call(self, name: str, arguments: dict[str, Any], ctx: Any) -> ToolResult:
+            if name == "capped":
+                self.calls.append((name, arguments))
+                return ToolResult(
+                    content="Error: daily comment limit (1) reached", is_error=True, refused=True
+                )
+            return await super().call(name, arguments, ctx)
+
+    return CappedBox(
+        [
+            LocalTool(name="lookup", function=lookup),
+            LocalTool(name="post", function=post),
+            LocalTool(name="capped", function=post),
+        ]
+    )
+
+
+async def run(turns: list[Turn], **settings: Any) -> tuple[RunResult, ScriptedModel, LocalToolbox]:
+    model = ScriptedModel(turns)
+    box = toolbox()
+    loop = AgentLoop(
+        model=model,
+        toolbox=box,
+        system="You are a test agent.",
+        settings=LoopSettings(call_rules=Rules(), **settings),
+        task_id="t-1",
+        agent_id="test-agent",
+    )
+    result = await loop.run([Message(role="user", content="How do I scale workers?")])
+    return result, model, box
+
+
+# --- closing instead of failing -----------------------------------------------------------
+
+
+async def test_a_delivered_reply_closes_the_run_with_a_tool_less_turn() -> None:
+    result, model, box = await run(
+        [Turn(tool_calls=[("post", {"text": REPLY})]), Turn(text="I answered on the thread.")]
+    )
+    assert result.outcome is Outcome.COMPLETED and result.output == "I answered on the thread."
+    closing = model.requests[-1]
+    assert not closing.tools and "Do not call any tool" in closing.messages[-1].content
+    assert box.calls == [("post", {"text": REPLY})]
+
+
+async def test_a_delivered_reply_completes_the_run_when_the_closing_turn_writes_no_answer() -> None:
+    # The closing turn of a weak model: it calls the write tool again (dropped: no tools).
+    result, _, box = await run(
+        [Turn(tool_calls=[("post", {"text": REPLY})]), Turn(tool_calls=[("post", {"text": REPLY})])]
+    )
+    assert result.outcome is Outcome.COMPLETED and result.output == REPLY
+    assert len(box.calls) == 1
+
+
+async def test_calls_after_the_delivered_reply_in_the_same_step_do_not_run() -> None:
+    turns = [
+        Turn(tool_calls=[("post", {"text": REPLY}), ("post", {"text": "again"})]),
+        Turn(text="Done."),
+    ]
+    result, _, box = await run(turns)
+    assert box.calls == [("post", {"text": REPLY})]
+    [step] = [s for s in result.steps if s.tool_calls]
+    assert [c.outcome for c in step.tool_calls] == [ToolOutcome.OK, ToolOutcome.REFUSED]
+    assert step.tool_calls[1].content.startswith("Error: not run: the task is closing")
+
+
+async def test_a_write_refused_by_a_cap_closes_the_run() -> None:
+    result, model, _ = await run([Turn(tool_calls=[("capped", {"text": REPLY})]), Turn(text=REPLY)])
+    assert result.outcome is Outcome.COMPLETED and result.output == REPLY
+    assert "daily comment limit (1) reached" in model.requests[-1].messages[-1].content
+    assert result.steps[0].tool_calls[0].outcome is ToolOutcome.REFUSED
+
+
+async def test_a_loop_guard_closes_and_its_answer_completes_the_run() -> None:
+    turns = [Turn(tool_calls=[("lookup", {"topic": "rq"})]) for _ in range(4)]
+    turns.append(Turn(text=REPLY))
+    result, model, box = await run(turns, max_same_call_repeats=3)
+    assert result.outcome is Outcome.COMPLETED and result.output == REPLY
+    assert len(box.calls) == 1  # the repeats were answered from the first result
+    assert (
+        "called with the same arguments more than 3 times"
+        in model.requests[-1].messages[-1].content
+    )
+
+
+async def test_a_loop_guard_without_a_closing_answer_is_a_tool_loop() -> None:
+    turns = [Turn(tool_calls=[("lookup", {"topic": "rq"})]) for _ in range(5)]
+    result, _, _ = await run(turns, max_same_call_repeats=3)
+    assert result.outcome is Outcome.TOOL_LOOP
+    # Every call the model made got a result, so the closing request was well formed.
+    assert all(not step.pending_calls for step in result.steps)
+
+
+# --- repeated reads -----------------------------------------------------------------------
+
+
+async def test_a_repeated_read_gets_the_earlier_result_with_a_note() -> None:
+    turns = [
+        Turn(tool_calls=[("lookup", {"topic": "rq"})]),
+        Turn(tool_calls=[("lookup", {"topic": "rq"})]),
+        Turn(text=REPLY),
+    ]
+    result, model, box = await run(turns)
+    assert box.calls == [("lookup", {"topic": "rq"})]
+    repeat = result.steps[1].tool_calls[0]
+    assert repeat.outcome is ToolOutcome.OK and repeat.content == "notes on rq"
+    # The note is the worker's own message, after the (untrusted) tool result.
+    tool_result, note = model.requests[2].messages[-2:]
+    assert tool_result.role == "tool" and note.role == "user"
+    assert note.content == (
+        "Your call to lookup is the same as in step 1, so it was not run again: its result "
+        "is the same as then. Answer now, or try something else."
+    )
+    assert result.outcome is Outcome.COMPLETED
+
+
+async def test_a_repeated_write_is_not_answered_from_memory() -> None:
+    turns = [Turn(tool_calls=[("capped", {"text": "a"})]), Turn(text=REPLY)]
+    result, _, box = await run(turns)
+    assert not Rules().read_only("capped") and box.calls == [("capped", {"text": "a"})]
+    assert result.outcome is Outcome.COMPLETED
+
+
+# --- model quirks -------------------------------------------------------------------------
+
+
+async def test_a_call_left_in_a_json_fence_is_run() -> None:
+    fenced = '```json\n{"name": "lookup", "arguments": {"topic": "rq"}}\n```'
+    result, _, box = await run([Turn(text=fenced), Turn(text=REPLY)])
+    assert box.calls == [("lookup", {"topic": "rq"})]
+    assert result.output == REPLY and result.steps[0].text == ""
+
+
+async def test_a_call_in_tool_call_tags_is_run() -> None:
+    tagged = '<tool_call>\n{"name": "lookup", "arguments": {"topic": "redis"}}\n</tool_call>'
+    _, _, box = await run([Turn(text=tagged), Turn(text=REPLY)])
+    assert box.calls == [("lookup", {"topic": "redis"})]
+
+
+async def test_an_announcement_alone_is_never_the_answer() -> None:
+    result, model, _ = await run([Turn(text="Let me look that up for you."), Turn(text=REPLY)])
+    assert result.outcome is Outcome.COMPLETED and result.output == REPLY
+    assert not model.requests[-1].tools
+
+
+async def test_an_announcement_in_the_closing_turn_leaves_no_answer_to_post() -> None:
+    result, _, _ = await run([Turn(text="Let me check."), Turn(text="I'll look it up now.")])
+    assert result.outcome is Outcome.COMPLETED and result.output == ""
+
+
+async def test_an_imitated_call_in_a_wind_down_is_not_the_answer() -> None:
+    turns = [Turn(tool_calls=[("lookup", {"topic": str(n)})]) for n in range(2)]
+    turns.append(Turn(text='```json\n{"name": "lookup", "arguments": {"topic": "x"}}\n```'))
+    result, _, _ = await run(turns, limits=RunLimits(max_iterations=2))
+    assert result.outcome is Outcome.MAX_ITERATIONS
+    assert result.fallback and result.output == FALLBACK_ANSWER.format(limit="max_iterations")

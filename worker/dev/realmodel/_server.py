@@ -1,0 +1,85 @@
+"""llama-server on a free loopback port, for as long as the evaluation runs.
+
+Two threads only (the machine is shared), one slot, the fenced chat template, and a
+4096-token context. Stopped by its own PID when the block ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from worker.dev.devstack import free_port
+from worker.dev.realmodel._setup import ModelSpec, ensure_template, model_path, server_binary
+
+CONTEXT_TOKENS = 4096
+_READY_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class RunningModel:
+    base_url: str  # the OpenAI-compatible root, ending in /v1
+    alias: str
+    pid: int
+    log_path: Path
+
+
+@contextmanager
+def llama_server(
+    cache: Path, spec: ModelSpec, *, context_tokens: int = CONTEXT_TOKENS, threads: int = 2
+) -> Iterator[RunningModel]:
+    """Start llama-server for ``spec`` and stop it (by PID) when the block ends."""
+    port = free_port()
+    log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
+    argv = [
+        str(server_binary(cache)), "-m", str(model_path(cache, spec)),
+        "--chat-template-file", str(ensure_template(cache, spec)), "--jinja",
+        "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
+        "-c", str(context_tokens), "-np", "1", "--alias", spec.alias,
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    try:
+        _wait_ready(port, process, log_path)
+        yield RunningModel(
+            base_url=f"http://127.0.0.1:{port}/v1",
+            alias=spec.alias,
+            pid=process.pid,
+            log_path=log_path,
+        )
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _wait_ready(port: int, process: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"llama-server exited at start:\n{tail}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if json.loads(answer.read()).get("status") == "ok":
+                    return
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"llama-server did not become ready within {_READY_TIMEOUT_S:g} s")

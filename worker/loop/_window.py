@@ -1,0 +1,65 @@
+"""Fitting the conversation into the model's context window, oldest content first.
+
+A request longer than the window is an API error at best (the provider refuses it) and a
+silently cut prompt at worst (a local server drops its start). So before each call the
+loop cuts, with a marker the model reads: first the oldest tool outputs (never the
+newest message), then, when that is not enough, the oldest part of the longest message,
+kept whole at its head (the instructions, the post) and at its tail (the newest comments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from worker.models import Message
+
+STUB = "[tool output of {chars} characters removed to fit the model's context window]"
+CUT_MARKER = (
+    "\n[… {chars} characters of older content left out to fit the model's context window …]\n"
+)
+# What a message keeps at its head when its middle is cut: the task's instructions.
+_HEAD_CHARS = 1_500
+# A cut takes a little more than the excess, so the next estimate does not fall just short.
+_CUT_SLACK_CHARS = 200
+_MIN_CUTTABLE_CHARS = 400
+
+
+def fit_window(
+    messages: list[Message], *, over_by: Callable[[], int], chars_per_token: float
+) -> int:
+    """Cut ``messages`` in place until ``over_by()`` (tokens over the window) is <= 0.
+
+    Returns how many cuts were made; stops when nothing is left to cut (the request is
+    then sent as it is, and the answer gets what the window leaves).
+    """
+    cuts = 0
+    while (excess := over_by()) > 0:
+        if not _stub_oldest_tool_output(messages) and not _cut_longest(
+            messages, int(excess * chars_per_token) + _CUT_SLACK_CHARS
+        ):
+            break
+        cuts += 1
+    return cuts
+
+
+def _stub_oldest_tool_output(messages: list[Message]) -> bool:
+    for message in messages[:-1]:
+        if message.role == "tool" and not message.content.startswith("[tool output of"):
+            message.content = STUB.format(chars=len(message.content))
+            return True
+    return False
+
+
+def _cut_longest(messages: list[Message], chars: int) -> bool:
+    """Cut ``chars`` from the longest message, just after its head; False if none can be."""
+    longest = max(messages, key=lambda message: len(message.content), default=None)
+    if longest is None or len(longest.content) < _MIN_CUTTABLE_CHARS:
+        return False
+    content = longest.content
+    head = min(_HEAD_CHARS, len(content) // 4)
+    # At most what leaves the head and a quarter of the message at the tail.
+    removed = min(chars, len(content) - head - len(content) // 4)
+    if removed <= 0:
+        return False
+    longest.content = content[:head] + CUT_MARKER.format(chars=removed) + content[head + removed :]
+    return True
