@@ -125,7 +125,7 @@ class ConcurrentWorker(VettingWorker):
         try:
             with self._bookkeeping_ridden_out(job), in_process_run(execution.id):
                 self.perform_job(job, flight.queue, execution)
-            self._after_job(job, check)
+            self._after_job(job, check, execution.id)
         except Exception as exc:
             # The thread must still free its slot; rq's maintenance settles the job.
             log_event("job_thread_failed", level="error", job_id=job.id, error=repr(exc))
