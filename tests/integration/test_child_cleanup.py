@@ -14,10 +14,14 @@ import redis
 from rq.job import Job
 from rq.queue import Queue
 
-from tests.support.jobs import RUNS_KEY, SHARED_CHILDREN_KEY, SHARED_VERDICT_KEY
+from tests.support.jobs import (
+    RUNS_KEY,
+    SHARED_CHILDREN_KEY,
+    SHARED_VERDICT_KEY,
+    enqueue_test_job,
+    process_running,
+)
 from tests.support.workers import RunningWorker, launch_worker, wait_until, worker_env
-from worker.enqueue import _enqueue_call
-from worker.task import parse_task
 
 pytestmark = [pytest.mark.integration]
 
@@ -25,17 +29,7 @@ pytestmark = [pytest.mark.integration]
 def test_a_runs_clean_up_leaves_the_children_of_another_run_of_the_same_job(
     redis_conn: redis.Redis, redis_url: str
 ) -> None:
-    raw = {"task_id": "shared", "type": "notification", "agent_id": "devops-agent", "post_id": "p"}
-    _enqueue_call(
-        redis_conn,
-        parse_task(raw),
-        function_name="tests.support.jobs.share_id_with_another_run",
-        queue_name="agents",
-        result_ttl_s=3600,
-        timeout_grace_s=60,
-        delay_s=0,
-        attempt=0,
-    )
+    enqueue_test_job(redis_conn, "shared", "tests.support.jobs.share_id_with_another_run")
     env = {**worker_env(redis_url), "WORKER_CONCURRENCY": "2"}
     with tempfile.TemporaryDirectory(prefix="test-worker-") as workdir:
         stderr_path = Path(workdir) / "stderr.log"
@@ -60,19 +54,10 @@ def test_a_runs_clean_up_leaves_the_children_of_another_run_of_the_same_job(
                 int(pid) for pid in redis_conn.lrange(SHARED_CHILDREN_KEY, 0, -1)
             )
             assert len({event["execution"] for event in killed}) == 2
-            assert not any(_running(pid) for event in killed for pid in event["pids"])
+            assert not any(process_running(pid) for event in killed for pid in event["pids"])
         finally:
             worker.stop()
             for pid in redis_conn.lrange(SHARED_CHILDREN_KEY, 0, -1):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(int(pid), signal.SIGKILL)
     assert Job.exists("shared", connection=redis_conn)
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

@@ -23,12 +23,11 @@ import redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from tests.support.jobs import enqueue_test_job
 from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.workers import RQ, parse_events, run_burst_worker, worker_env
 from worker.daemon import kill_recorded_process_groups, register_child_process
-from worker.enqueue import _enqueue_call
 from worker.exceptions import ToolFailed, ToolServerDown
-from worker.task import parse_task
 from worker.tools import StdioPool, close_stdio_pool, stdio_pool
 from worker.tools._base import CallContext
 from worker.tools._config import McpConfig
@@ -327,17 +326,7 @@ def test_a_pooled_server_that_keeps_crashing_backs_off() -> None:
 def test_a_forked_job_process_leaves_its_pooled_server_to_the_job_cleanup(
     redis_conn: redis.Redis, redis_url: str
 ) -> None:
-    raw = {"task_id": "pooled", "type": "notification", "agent_id": "devops-agent", "post_id": "p"}
-    _enqueue_call(
-        redis_conn,
-        parse_task(raw),
-        function_name="tests.support.jobs.use_pooled_server",
-        queue_name="agents",
-        result_ttl_s=3600,
-        timeout_grace_s=60,
-        delay_s=0,
-        attempt=0,
-    )
+    enqueue_test_job(redis_conn, "pooled", "tests.support.jobs.use_pooled_server")
 
     run = run_burst_worker(redis_url)
 
@@ -457,20 +446,6 @@ def test_no_task_is_handed_a_pooled_server_that_is_closing() -> None:
     assert stdio_pool().child_pids() == pids
 
 
-def enqueue_pooled_server_job(redis_conn: redis.Redis, task_id: str) -> None:
-    raw = {"task_id": task_id, "type": "notification", "agent_id": "devops-agent", "post_id": "p"}
-    _enqueue_call(
-        redis_conn,
-        parse_task(raw),
-        function_name="tests.support.jobs.use_pooled_server",
-        queue_name="agents",
-        result_ttl_s=3600,
-        timeout_grace_s=60,
-        delay_s=0,
-        attempt=0,
-    )
-
-
 def test_under_rq_worker_pool_the_pooled_server_outlives_each_task(
     redis_conn: redis.Redis, redis_url: str
 ) -> None:
@@ -478,7 +453,7 @@ def test_under_rq_worker_pool_the_pooled_server_outlives_each_task(
     # its workers; each worker, running tasks in threads, owns its pooled servers.
     task_ids = [f"pooled-{number}" for number in range(4)]
     for task_id in task_ids:
-        enqueue_pooled_server_job(redis_conn, task_id)
+        enqueue_test_job(redis_conn, task_id, "tests.support.jobs.use_pooled_server")
     command = [RQ, "worker-pool", "agents", "-n", "1", "--burst", "-u", redis_url]
     command += ["-w", "tests.support.workers.TestAgentWorker"]
     run = subprocess.run(

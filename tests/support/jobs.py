@@ -13,12 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from redis import Redis
 from rq import get_current_job
 from rq.job import Job
 
 from worker.daemon import child_process_recorder, register_child_process
+from worker.enqueue import _enqueue_call
 from worker.exceptions import InvalidTask
 from worker.metrics import JobMetrics
+from worker.task import parse_task
 
 RUNS_KEY = "agent-worker-test:runs"
 ORDER_KEY = "agent-worker-test:order"
@@ -121,8 +124,8 @@ def share_id_with_another_run(task: dict[str, Any]) -> int:
         _wait_for(lambda: redis.llen(SHARED_CHILDREN_KEY) >= 2, "the second run's child")
         return child.pid
     first_child = int(redis.lindex(SHARED_CHILDREN_KEY, 0))
-    _wait_for(lambda: not _running(first_child), "the first run's clean-up")
-    redis.set(SHARED_VERDICT_KEY, "alive" if _running(child.pid) else "killed")
+    _wait_for(lambda: not process_running(first_child), "the first run's clean-up")
+    redis.set(SHARED_VERDICT_KEY, "alive" if process_running(child.pid) else "killed")
     return child.pid
 
 
@@ -134,7 +137,8 @@ def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0)
         time.sleep(0.05)
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
             state = stat.read().rsplit(")", 1)[1].split()[0]
@@ -175,3 +179,18 @@ def use_pooled_server(task: dict[str, Any]) -> int:
             return int((await toolbox.call("kit__pid", {}, ctx)).content)
 
     return anyio.run(server_pid)
+
+
+def enqueue_test_job(connection: Redis, task_id: str, function_name: str) -> None:
+    """Queue one of these job functions on ``agents`` as the product queues a task."""
+    raw = {"task_id": task_id, "type": "notification", "agent_id": "devops-agent", "post_id": "p"}
+    _enqueue_call(
+        connection,
+        parse_task(raw),
+        function_name=function_name,
+        queue_name="agents",
+        result_ttl_s=3600,
+        timeout_grace_s=60,
+        delay_s=0,
+        attempt=0,
+    )
