@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -22,12 +23,11 @@ import redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from tests.support.jobs import enqueue_test_job
 from tests.support.mcp_test_servers.launch import stdio_entry
-from tests.support.workers import run_burst_worker
+from tests.support.workers import RQ, parse_events, run_burst_worker, worker_env
 from worker.daemon import kill_recorded_process_groups, register_child_process
-from worker.enqueue import _enqueue_call
 from worker.exceptions import ToolFailed, ToolServerDown
-from worker.task import parse_task
 from worker.tools import StdioPool, close_stdio_pool, stdio_pool
 from worker.tools._base import CallContext
 from worker.tools._config import McpConfig
@@ -226,10 +226,17 @@ def test_pooled_servers_survive_the_per_job_cleanup_and_go_with_the_pool() -> No
 def test_in_a_forked_job_process_the_pool_hands_its_children_to_the_job(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # What a forked child finds: a fresh pool that lives as long as its one job.
+    # What rq's job process finds (forked, leading its own group): a fresh pool that lives
+    # as long as its one job.
     child = os.fork()
     if child == 0:
+        os.setpgrp()
         os._exit(0 if stdio_pool().job_scoped and not stdio_pool().child_pids() else 1)
+    assert os.waitpid(child, 0)[1] == 0
+    # A worker rq worker-pool forks stays in the pool's group: its pool is its own.
+    child = os.fork()
+    if child == 0:
+        os._exit(1 if stdio_pool().job_scoped else 0)
     assert os.waitpid(child, 0)[1] == 0
     assert not stdio_pool().job_scoped
 
@@ -319,17 +326,7 @@ def test_a_pooled_server_that_keeps_crashing_backs_off() -> None:
 def test_a_forked_job_process_leaves_its_pooled_server_to_the_job_cleanup(
     redis_conn: redis.Redis, redis_url: str
 ) -> None:
-    raw = {"task_id": "pooled", "type": "notification", "agent_id": "devops-agent", "post_id": "p"}
-    _enqueue_call(
-        redis_conn,
-        parse_task(raw),
-        function_name="tests.support.jobs.use_pooled_server",
-        queue_name="agents",
-        result_ttl_s=3600,
-        timeout_grace_s=60,
-        delay_s=0,
-        attempt=0,
-    )
+    enqueue_test_job(redis_conn, "pooled", "tests.support.jobs.use_pooled_server")
 
     run = run_burst_worker(redis_url)
 
@@ -342,3 +339,146 @@ def test_a_forked_job_process_leaves_its_pooled_server_to_the_job_cleanup(
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
+
+
+def stuck_config() -> McpConfig:
+    entry = stdio_entry("stuck", {"*": "kit:read"}, pool=True)
+    return McpConfig.model_validate({"servers": {"kit": entry}})
+
+
+def test_a_pooled_server_stuck_at_start_up_is_killed_and_restarted_with_the_crash_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A pool that reports each start to on_spawn, so the test sees every process.
+    job_pool = StdioPool(job_scoped=True)
+    monkeypatch.setattr("worker.tools._pool._pool", job_pool)
+    started: list[int] = []
+
+    async def withdrawn_because(connect_timeout_s: float) -> str:
+        async with McpToolbox.open(
+            stuck_config(),
+            grants=GRANTS,
+            connect_timeout_s=connect_timeout_s,
+            on_spawn=started.append,
+        ) as toolbox:
+            return toolbox.unavailable_servers["kit"]
+
+    try:
+        assert "did not connect within 1 s" in anyio.run(withdrawn_because, 1.0)
+        # It ignores SIGTERM and its closed input: the pool kills it all the same.
+        wait_until_gone(started[0], timeout_s=30)
+        # The first failure restarts at once, as the first crash does.
+        anyio.run(withdrawn_because, 1.0)
+        assert len(started) == 2
+        assert started[1] != started[0]
+        # Asked while the second is being stopped (its kill grace lasts ~4 s): the task
+        # waits for it to go, then meets the backoff.
+        time.sleep(1.5)
+        third = anyio.run(withdrawn_because, 30.0)
+        assert "pooled server 'kit' crashed 2 times in a row; next start in" in third
+        assert len(started) == 2
+        wait_until_gone(started[1], timeout_s=30)
+    finally:
+        job_pool.close()
+    assert job_pool.child_pids() == set()
+
+
+def test_closing_the_pool_stops_a_server_stuck_at_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job_pool = StdioPool(job_scoped=True)
+    monkeypatch.setattr("worker.tools._pool._pool", job_pool)
+    started: list[int] = []
+    reasons: list[str] = []
+
+    async def wait_for_it() -> None:
+        async with McpToolbox.open(
+            stuck_config(), grants=GRANTS, connect_timeout_s=120.0, on_spawn=started.append
+        ) as toolbox:
+            reasons.append(toolbox.unavailable_servers["kit"])
+
+    task = threading.Thread(target=anyio.run, args=(wait_for_it,))
+    task.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started, "the stuck server never started"
+        job_pool.close()
+        task.join(60)
+        assert not task.is_alive()
+        # The waiting task is told at once, not at its own 120 s connect timeout.
+        assert len(reasons) == 1
+        assert "the pool closed" in reasons[0]
+        wait_until_gone(started[0], timeout_s=30)
+    finally:
+        job_pool.close()
+
+
+def test_no_task_is_handed_a_pooled_server_that_is_closing() -> None:
+    config = pooled_config()
+    crashed = anyio.run(run_task, config, "task-0")["pid"]
+
+    async def crash_it() -> None:
+        async with McpToolbox.open(config, grants=GRANTS) as toolbox:
+            with pytest.raises(ToolServerDown):
+                await toolbox.call("kit__crash_leaving_helper", {}, context("task-1"))
+
+    anyio.run(crash_it)
+
+    # Its helper shrugs off SIGTERM, so stopping the crashed server takes the whole kill
+    # grace; these tasks arrive meanwhile.
+    async def tasks_meanwhile() -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+
+        async def one(task_id: str) -> None:
+            seen.append(await run_task(config, task_id, connect_timeout_s=60.0))
+
+        async with anyio.create_task_group() as tasks:
+            for number in range(8):
+                tasks.start_soon(one, f"task-{number + 2}")
+        return seen
+
+    seen = anyio.run(tasks_meanwhile)
+    pids = {result["pid"] for result in seen}
+    assert len(pids) == 1
+    assert crashed not in pids
+    assert stdio_pool().child_pids() == pids
+
+
+def test_under_rq_worker_pool_the_pooled_server_outlives_each_task(
+    redis_conn: redis.Redis, redis_url: str
+) -> None:
+    # rq worker-pool's parent imports the worker class (and worker.tools) before it forks
+    # its workers; each worker, running tasks in threads, owns its pooled servers.
+    task_ids = [f"pooled-{number}" for number in range(4)]
+    for task_id in task_ids:
+        enqueue_test_job(redis_conn, task_id, "tests.support.jobs.use_pooled_server")
+    command = [RQ, "worker-pool", "agents", "-n", "1", "--burst", "-u", redis_url]
+    command += ["-w", "tests.support.workers.TestAgentWorker"]
+    run = subprocess.run(
+        command,
+        env={**worker_env(redis_url), "WORKER_CONCURRENCY": "2"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+    pids = set()
+    try:
+        assert run.returncode == 0, run.stderr
+        for task_id in task_ids:
+            job = Job.fetch(task_id, connection=redis_conn, serializer=JSONSerializer)
+            assert job.get_status() == "finished", (task_id, job.latest_result())
+            pids.add(job.return_value())
+        # One server served all four tasks: no task's end took it down.
+        assert len(pids) == 1
+        assert parse_events(run.stderr, "child_processes_killed") == []
+        # The worker stopped it as it exited.
+        wait_until_gone(next(iter(pids)), timeout_s=30)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
+                os.killpg(pid, signal.SIGKILL)

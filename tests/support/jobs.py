@@ -8,15 +8,20 @@ in which order, from outside the worker.
 from __future__ import annotations
 
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from redis import Redis
 from rq import get_current_job
 from rq.job import Job
 
-from worker.daemon import register_child_process
+from worker.daemon import child_process_recorder, register_child_process
+from worker.enqueue import _enqueue_call
 from worker.exceptions import InvalidTask
 from worker.metrics import JobMetrics
+from worker.task import parse_task
 
 RUNS_KEY = "agent-worker-test:runs"
 ORDER_KEY = "agent-worker-test:order"
@@ -95,6 +100,53 @@ def spawn_child(task: dict[str, Any]) -> int:
     return child.pid
 
 
+SHARED_RUNS_KEY = "agent-worker-test:shared-runs"
+SHARED_CHILDREN_KEY = "agent-worker-test:shared-children"
+SHARED_VERDICT_KEY = "agent-worker-test:shared-verdict"
+
+
+def share_id_with_another_run(task: dict[str, Any]) -> int:
+    """Two runs of one job id at once, as rq's immediate retry can start them: each leaves
+    a child process behind. The first ends once the second has its child; the second waits
+    for the first run's clean-up, then records whether its own child survived it."""
+    job = _record_run()
+    redis = job.connection
+    run = redis.incr(SHARED_RUNS_KEY)
+    child = subprocess.Popen(
+        ["sleep", "300"],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    register_child_process(redis, job.id, child.pid)
+    redis.rpush(SHARED_CHILDREN_KEY, child.pid)
+    if run == 1:
+        _wait_for(lambda: redis.llen(SHARED_CHILDREN_KEY) >= 2, "the second run's child")
+        return child.pid
+    first_child = int(redis.lindex(SHARED_CHILDREN_KEY, 0))
+    _wait_for(lambda: not process_running(first_child), "the first run's clean-up")
+    redis.set(SHARED_VERDICT_KEY, "alive" if process_running(child.pid) else "killed")
+    return child.pid
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def ask_requeue(task: dict[str, Any]) -> dict[str, str]:
     """Finish, asking the worker to run the same task again in 30 s (attempt 2)."""
     job = _record_run()
@@ -119,7 +171,7 @@ def use_pooled_server(task: dict[str, Any]) -> int:
         async with McpToolbox.open(
             config,
             grants=EffectiveGrants.of(["kit:read"]),
-            on_spawn=lambda pid: register_child_process(job.connection, job.id, pid),
+            on_spawn=child_process_recorder(job.connection, job.id),
         ) as toolbox:
             ctx = CallContext(
                 task_id=job.id, agent_id="devops-agent", step=1, index=0, timeout_s=30
@@ -127,3 +179,18 @@ def use_pooled_server(task: dict[str, Any]) -> int:
             return int((await toolbox.call("kit__pid", {}, ctx)).content)
 
     return anyio.run(server_pid)
+
+
+def enqueue_test_job(connection: Redis, task_id: str, function_name: str) -> None:
+    """Queue one of these job functions on ``agents`` as the product queues a task."""
+    raw = {"task_id": task_id, "type": "notification", "agent_id": "devops-agent", "post_id": "p"}
+    _enqueue_call(
+        connection,
+        parse_task(raw),
+        function_name=function_name,
+        queue_name="agents",
+        result_ttl_s=3600,
+        timeout_grace_s=60,
+        delay_s=0,
+        attempt=0,
+    )

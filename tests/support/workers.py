@@ -40,6 +40,7 @@ class TestAgentWorker(AgentWorker):
         "tests.support.jobs.spawn_child",
         "tests.support.jobs.ask_requeue",
         "tests.support.jobs.use_pooled_server",
+        "tests.support.jobs.share_id_with_another_run",
     }
 
 

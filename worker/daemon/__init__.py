@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.daemon._children import kill_recorded_process_groups, register_child_process
+    from worker.daemon._children import (
+        child_process_recorder,
+        kill_recorded_process_groups,
+        recording_children_of,
+        register_child_process,
+    )
     from worker.daemon._job_timeout import run_timeout_s
     from worker.daemon._vetting import CappedJob, JobDataTooLarge, job_attempt
     from worker.daemon._worker import AgentWorker
@@ -25,7 +30,9 @@ _LAZY = {
     "CappedJob": "worker.daemon._vetting",
     "JobDataTooLarge": "worker.daemon._vetting",
     "job_attempt": "worker.daemon._vetting",
+    "child_process_recorder": "worker.daemon._children",
     "kill_recorded_process_groups": "worker.daemon._children",
+    "recording_children_of": "worker.daemon._children",
     "register_child_process": "worker.daemon._children",
     "run_timeout_s": "worker.daemon._job_timeout",
 }
@@ -36,8 +43,10 @@ __all__ = [
     "AgentWorker",
     "CappedJob",
     "JobDataTooLarge",
+    "child_process_recorder",
     "job_attempt",
     "kill_recorded_process_groups",
+    "recording_children_of",
     "register_child_process",
     "run_timeout_s",
 ]

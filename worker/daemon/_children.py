@@ -3,6 +3,11 @@
 Stdio MCP servers and CLI executors run in their own session, so rq's
 ``killpg`` of the job process misses them. The job records each one with
 ``register_child_process``; the worker parent kills what is left after the job.
+
+Records are kept per run of the job: rq's execution, which the worker names for the
+code inside ``recording_children_of``. rq may start the same job id again (an
+immediate retry) in another job thread or worker while the first run's after-job
+steps still run: that clean-up must take only the first run's processes.
 """
 
 from __future__ import annotations
@@ -11,6 +16,9 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from redis import Redis
 
@@ -20,6 +28,19 @@ from worker.redis_io import keys as redis_keys
 CHILDREN_TTL_S = 7 * 86_400
 TERM_GRACE_S = 2.0
 
+# The rq execution running in this thread (a forked job process has one, a job thread its own).
+_EXECUTION: ContextVar[str | None] = ContextVar("recording_children_of", default=None)
+
+
+@contextmanager
+def recording_children_of(execution_id: str) -> Iterator[None]:
+    """Inside: ``register_child_process`` records under this run (rq execution) of the job."""
+    token = _EXECUTION.set(execution_id)
+    try:
+        yield
+    finally:
+        _EXECUTION.reset(token)
+
 
 def register_child_process(redis: Redis, job_id: str, pid: int) -> None:
     """Record a process (group leader) the job started, to be killed if it outlives the job.
@@ -27,17 +48,34 @@ def register_child_process(redis: Redis, job_id: str, pid: int) -> None:
     The process start time is stored with the pid, so a pid the system reused
     for an unrelated process is never killed.
     """
+    _record(redis, job_id, _EXECUTION.get(), pid)
+
+
+def child_process_recorder(redis: Redis, job_id: str) -> Callable[[int], None]:
+    """``register_child_process`` for the run calling this now, for an ``on_spawn`` hook
+    that may fire on another thread (a pooled server starts on the pool's)."""
+    execution_id = _EXECUTION.get()
+    return lambda pid: _record(redis, job_id, execution_id, pid)
+
+
+def _record(redis: Redis, job_id: str, execution_id: str | None, pid: int) -> None:
     started = _start_ticks(pid)
-    key = redis_keys.job_children(job_id)
+    key = redis_keys.job_children(job_id, execution_id)
     with redis.pipeline(transaction=True) as pipe:
         pipe.sadd(key, f"{pid}:{started}" if started is not None else str(pid))
         pipe.expire(key, CHILDREN_TTL_S)
         pipe.execute()
 
 
-def kill_recorded_process_groups(redis: Redis, job_id: str) -> list[int]:
-    """Kill every recorded process group of a finished job that still runs; returns their pids."""
-    key = redis_keys.job_children(job_id)
+def kill_recorded_process_groups(
+    redis: Redis, job_id: str, execution_id: str | None = None
+) -> list[int]:
+    """Kill every recorded process group of a finished run that still runs; returns their pids.
+
+    ``execution_id`` names the run (as ``recording_children_of`` did); None: the job's
+    records made outside an rq execution.
+    """
+    key = redis_keys.job_children(job_id, execution_id)
     with redis.pipeline(transaction=True) as pipe:
         pipe.smembers(key)
         pipe.delete(key)
@@ -54,7 +92,7 @@ def kill_recorded_process_groups(redis: Redis, job_id: str) -> list[int]:
         if _exists(pid):
             _signal_group(pid, signal.SIGKILL)
         _reap(pid)
-    log_event("child_processes_killed", job_id=job_id, pids=alive)
+    log_event("child_processes_killed", job_id=job_id, execution=execution_id, pids=alive)
     return alive
 
 

@@ -35,13 +35,15 @@ from worker.coordination import in_process_run, request_cancel
 from worker.daemon._one_job import VettingWorker
 from worker.daemon._vetting import JobCheck
 from worker.logs import log_event
+from worker.redis_io import share_between_threads
 from worker.settings import settings_or_exit
 
 # How often a wait for a job thread wakes up to let the main thread handle signals.
 _WAIT_SLICE_S = 1.0
-# Redis connections a task may hold at once (its own command, its lease renewal), and
-# those of the worker itself (main thread, heartbeats, rq's pubsub, metrics, outbox).
-_CONNECTIONS_PER_TASK = 2
+# Redis connections a task may hold at once (its job thread, its task-lease renewal, its
+# agent-slot renewal), and those of the worker itself (main thread, heartbeats, rq's
+# pubsub, metrics, outbox).
+_CONNECTIONS_PER_TASK = 3
 _WORKER_CONNECTIONS = 16
 
 
@@ -92,16 +94,13 @@ class ConcurrentWorker(VettingWorker):
         super().bootstrap(*args, **kwargs)
 
     def _size_connection_pool(self) -> None:
-        """Let every task in flight reach Redis at once.
+        """Let every thread that may hold a Redis connection have one, and more wait.
 
-        redis-py's pool refuses a connection past ``max_connections`` (100 by default) with
-        "Too many connections": 500 tasks in one process failed a fifth of their runs so.
+        redis-py's plain pool refuses a connection past ``max_connections`` (100 by default)
+        with "Too many connections": 500 tasks in one process failed a fifth of their runs so.
         """
-        pool = self.connection.connection_pool
         needed = self.concurrency * _CONNECTIONS_PER_TASK + _WORKER_CONNECTIONS
-        current = getattr(pool, "max_connections", None)
-        if isinstance(current, int) and current < needed:
-            pool.max_connections = needed
+        share_between_threads(self.connection, max_connections=needed)
 
     # -- handing jobs over -----------------------------------------------------------------
 
@@ -125,7 +124,7 @@ class ConcurrentWorker(VettingWorker):
         try:
             with self._bookkeeping_ridden_out(job), in_process_run(execution.id):
                 self.perform_job(job, flight.queue, execution)
-            self._after_job(job, check)
+            self._after_job(job, check, execution.id)
         except Exception as exc:
             # The thread must still free its slot; rq's maintenance settles the job.
             log_event("job_thread_failed", level="error", job_id=job.id, error=repr(exc))

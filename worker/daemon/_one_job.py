@@ -29,7 +29,7 @@ from rq.queue import Queue
 
 from worker.agents import AgentStore
 from worker.coordination import LeaseLost, release_lease_of
-from worker.daemon._children import kill_recorded_process_groups
+from worker.daemon._children import kill_recorded_process_groups, recording_children_of
 from worker.daemon._job_timeout import run_timeout_s
 from worker.daemon._unloadable import UnloadableJobsWorker
 from worker.daemon._vetting import (
@@ -79,6 +79,8 @@ class VettingWorker(UnloadableJobsWorker):
         # written from job threads too: single set operations, atomic under the GIL.
         self._final_job_ids: set[str] = set()
         self._agents: AgentStore | None = None  # made on first use, never in __init__
+        # The execution of the job in rq's forked job process (one at a time), for its clean-up.
+        self._forked_execution_id: str | None = None
 
     # -- one job ---------------------------------------------------------------------------
 
@@ -108,6 +110,7 @@ class VettingWorker(UnloadableJobsWorker):
 
     def run_vetted_job(self, job: Job, queue: Queue, check: JobCheck) -> None:
         """Run a job that passed vetting and settle it: here in rq's forked job process."""
+        self._forked_execution_id = None
         with self._bookkeeping_ridden_out(job):
             try:
                 super().execute_job(job, queue)
@@ -116,7 +119,18 @@ class VettingWorker(UnloadableJobsWorker):
                 execution = next((e for e in self.executions.values() if e.job_id == job.id), None)
                 self._hand_back_after_cold_shutdown(job, queue, execution, lease_pid=self.horse_pid)
                 raise
-        self._after_job(job, check)
+        self._after_job(job, check, self._forked_execution_id)
+
+    def prepare_execution(self, job: Job) -> Execution:
+        execution = super().prepare_execution(job)
+        self._forked_execution_id = execution.id  # read only with one job at a time (forked)
+        return execution
+
+    def perform_job(self, job: Job, queue: Queue, execution: Execution) -> bool:
+        # In the job process or job thread: the processes the job starts belong to this run.
+        with recording_children_of(execution.id):
+            performed: bool = super().perform_job(job, queue, execution)
+        return performed
 
     @contextmanager
     def _bookkeeping_ridden_out(self, job: Job) -> Iterator[None]:
@@ -253,12 +267,13 @@ class VettingWorker(UnloadableJobsWorker):
             return
         log_event("task_handed_back", level="warning", task_id=job.id, reason="cold shutdown")
 
-    def _after_job(self, job: Job, check: JobCheck) -> None:
+    def _after_job(self, job: Job, check: JobCheck, execution_id: str | None) -> None:
         self._until_redis_answers(
             "apply_job_metrics", lambda: apply_job_metrics(self.connection, job.id)
         )
         self._until_redis_answers(
-            "kill_child_processes", lambda: kill_recorded_process_groups(self.connection, job.id)
+            "kill_child_processes",
+            lambda: kill_recorded_process_groups(self.connection, job.id, execution_id),
         )
         self._requeue_if_asked(job, check.task)
 

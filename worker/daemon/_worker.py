@@ -175,6 +175,10 @@ class AgentWorker(ConcurrentWorker):
             super().teardown()  # type: ignore[no-untyped-call]
         finally:
             if not self.is_horse:
+                # Not left to atexit: rq worker-pool's workers end with os._exit.
+                from worker.tools import close_stdio_pool
+
+                close_stdio_pool()
                 self._write_metrics_textfile()
                 stop_metrics_server()
                 log_event("worker_stopped", worker=self.name, pid=os.getpid())

@@ -17,7 +17,7 @@ from hub_client import HubClient
 from worker._network import client_ssl_context
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
 from worker.coordination import read_task_deadline
-from worker.daemon import job_attempt, register_child_process
+from worker.daemon import child_process_recorder, job_attempt
 from worker.logs import set_redactor
 from worker.loop import CanExecuteTool
 from worker.metrics import JobMetrics
@@ -234,7 +234,7 @@ def build_runtime(
     deadline_cap_s: float | None = None,
 ) -> TaskRuntime:
     config = settings()
-    on_spawn = (lambda pid: register_child_process(redis, job_id, pid)) if job_id else None
+    on_spawn = child_process_recorder(redis, job_id) if job_id else None
     return TaskRuntime(
         settings=config,
         redis=redis,

@@ -14,6 +14,7 @@ from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from worker.redis_io._connection import (
+        FREE_CONNECTION_WAIT_S,
         RQ_CONFIG_MODULE,
         SentinelPrimaryConnection,
         SentinelPrimarySSLConnection,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         parse_sentinel_addresses,
         require_matching_worker_connection,
         rq_connection_settings,
+        share_between_threads,
     )
     from worker.redis_io._faults import (
         PATIENT_RETRIES,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 _CONNECTION = "worker.redis_io._connection"
 _FAULTS = "worker.redis_io._faults"
 _LAZY = {
+    "FREE_CONNECTION_WAIT_S": _CONNECTION,
     "RQ_CONFIG_MODULE": _CONNECTION,
     "SentinelPrimaryConnection": _CONNECTION,
     "SentinelPrimarySSLConnection": _CONNECTION,
@@ -44,6 +47,7 @@ _LAZY = {
     "parse_sentinel_addresses": _CONNECTION,
     "require_matching_worker_connection": _CONNECTION,
     "rq_connection_settings": _CONNECTION,
+    "share_between_threads": _CONNECTION,
     "PATIENT_RETRIES": _FAULTS,
     "REDIS_UNAVAILABLE": _FAULTS,
     "RedisOutage": _FAULTS,
@@ -56,6 +60,7 @@ _LAZY = {
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
+    "FREE_CONNECTION_WAIT_S",
     "PATIENT_RETRIES",
     "REDIS_UNAVAILABLE",
     "RQ_CONFIG_MODULE",
@@ -70,5 +75,6 @@ __all__ = [
     "patient_redis_retry",
     "require_matching_worker_connection",
     "rq_connection_settings",
+    "share_between_threads",
     "until_redis_answers",
 ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from redis import Redis
+from redis import BlockingConnectionPool, Redis
 from redis.connection import SSLConnection, parse_url
 from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from worker.settings import Settings
 
 __all__ = [
+    "FREE_CONNECTION_WAIT_S",
     "SentinelPrimaryConnection",
     "SentinelPrimarySSLConnection",
     "connect",
@@ -40,6 +41,7 @@ __all__ = [
     "parse_sentinel_addresses",
     "require_matching_worker_connection",
     "rq_connection_settings",
+    "share_between_threads",
 ]
 
 RQ_CONFIG_MODULE = "worker.rq_config"
@@ -47,6 +49,9 @@ RQ_CONFIG_MODULE = "worker.rq_config"
 SENTINEL_SOCKET_TIMEOUT_S = 2.0
 # Connecting to the primary the sentinels named; the command itself keeps redis-py's default.
 PRIMARY_CONNECT_TIMEOUT_S = 5.0
+# How long a thread waits for a free connection of a full pool: about as long as a command
+# waits out an outage (``patient_redis_retry``); then it fails as an outage does.
+FREE_CONNECTION_WAIT_S = 30.0
 
 
 class SentinelPrimaryConnection(SentinelManagedConnection):
@@ -173,3 +178,34 @@ def require_matching_worker_connection(connection: Redis, settings: Settings) ->
             "invalid setting REDIS_SENTINELS: rq built a plain Redis connection; start the "
             f"worker with RQ_CONFIG={RQ_CONFIG_MODULE} and without RQ_REDIS_URL or --url"
         )
+
+
+def share_between_threads(connection: Redis, *, max_connections: int) -> None:
+    """Let up to ``max_connections`` threads use ``connection`` at once, and more wait.
+
+    redis-py's plain pool refuses a connection past its ``max_connections`` at once
+    ("Too many connections"), which no retry covers. The worker's pool becomes redis-py's
+    ``BlockingConnectionPool`` of the same connections: a thread that finds every one in
+    use waits up to ``FREE_CONNECTION_WAIT_S`` for one, then gets a ``ConnectionError``
+    that the outage handling treats as Redis being away. A Sentinel-managed pool keeps
+    its class (redis-py has no blocking variant) and is only sized. Call it before other
+    threads use the connection.
+    """
+    pool = connection.connection_pool
+    current = getattr(pool, "max_connections", None)
+    if is_sentinel_managed(connection):
+        if isinstance(current, int) and current < max_connections:
+            pool.max_connections = max_connections
+        return
+    if isinstance(pool, BlockingConnectionPool) and (current or 0) >= max_connections:
+        return
+    # rq's own recipe for rebuilding a worker's connection (its worker pool and scheduler).
+    from rq.connections import get_connection_kwargs
+
+    connection.connection_pool = BlockingConnectionPool(  # type: ignore[no-untyped-call]
+        connection_class=pool.connection_class,
+        max_connections=max_connections,
+        timeout=FREE_CONNECTION_WAIT_S,
+        **get_connection_kwargs(connection),
+    )
+    pool.disconnect()

@@ -44,9 +44,11 @@ def job_metrics(job_id: str) -> str:
     return f"{PREFIX}metrics:job:{job_id}"
 
 
-def job_children(job_id: str) -> str:
-    """Process groups a job started (stdio MCP servers, CLI executors), killed after it exits."""
-    return f"{PREFIX}children:{job_id}"
+def job_children(job_id: str, execution_id: str | None = None) -> str:
+    """Process groups one run of a job started (stdio MCP servers, CLI executors), killed
+    after that run ends; a run is rq's execution (none: the job called outside rq)."""
+    base = f"{PREFIX}children:{job_id}"
+    return base if execution_id is None else f"{base}:{execution_id}"
 
 
 def task_lease(task_id: str) -> str:

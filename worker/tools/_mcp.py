@@ -336,16 +336,20 @@ class McpToolbox:
     async def _hold_pooled(self, link: ServerLink) -> None:
         """A pooled stdio server: shared, left running when the task ends."""
         session = await stdio_pool().session(
-            link.name, link.config, max_result_bytes=self._max_result_bytes, on_spawn=self._on_spawn
+            link.name,
+            link.config,
+            max_result_bytes=self._max_result_bytes,
+            start_timeout_s=self._connect_timeout_s,
+            on_spawn=self._on_spawn,
         )
         await self._offer(link, session)
 
-        async def withdraw_when_gone() -> None:
-            await session.wait_gone()
+        async def withdraw_when_closing() -> None:
+            await session.wait_closing()
             link.withdraw("the server process exited")
 
         async with anyio.create_task_group() as watch:
-            watch.start_soon(withdraw_when_gone)
+            watch.start_soon(withdraw_when_closing)
             await link.closing.wait()
             watch.cancel_scope.cancel()
 

@@ -16,19 +16,26 @@ Identity. The process is shared, so who calls goes per call, as for HTTP servers
 call's ``_meta`` carries the task's agent, task, idempotency key, deadline and (first-party
 servers) capability. A pooled server's ``env`` is seen by every agent that may call it.
 
-Crashes. A server that exits is started again by the next task that needs it; the tasks
-using it meet "server down, tools withdrawn" as with a per-task server. After repeated
-crashes (each within ``HEALTHY_AFTER_S`` of its start) the restart waits a backoff that
-doubles up to ``MAX_BACKOFF_S``; a task asking meanwhile finds the server withdrawn.
+Crashes. A server that exits, or does not answer ``initialize`` within the connect timeout
+of the task that started it, is stopped and started again by the next task that needs it;
+the tasks using it meet "server down, tools withdrawn" as with a per-task server. From the
+moment it starts to close, no task is handed it: a task arriving then waits until it is
+gone and starts the next one. After repeated crashes (each within ``HEALTHY_AFTER_S`` of
+its start) the restart waits a backoff that doubles up to ``MAX_BACKOFF_S``; a task asking
+meanwhile finds the server withdrawn.
+
+Owner. The pool belongs to the process that started its servers: a process forked from it
+(``os.register_at_fork``) neither uses nor stops them and starts its own. The worker stops
+its pool as it exits (``close_stdio_pool``), a bounded wait: a server stuck at start-up is
+cancelled, and every server is killed once its grace is over.
 
 Children. Pooled servers outlive the job that started them, so they are not recorded
 for the per-job process-group cleanup (``register_child_process``): the pool kills them
-itself, in ``close``. In a forked job process (WORKER_CONCURRENCY = 1) the pool lives and
-dies with that one job, and rq ends the job process with ``os._exit`` (no atexit): there
-(a process forked after ``worker.tools`` loaded, ``worker.tools._forks``) the pool hands its
-children to the job's ``on_spawn`` like a per-task server's, so the worker parent kills
-them after the job. Pooling pays off with
-WORKER_CONCURRENCY > 1.
+itself, in ``close``. In an rq job process (WORKER_CONCURRENCY = 1: rq forks one per job,
+and ends it with ``os._exit``, no atexit; ``worker.tools._forks``) the pool lives and dies
+with that one job: there the pool hands its children to the job's ``on_spawn`` like a
+per-task server's, so the worker kills them after the job. The workers ``rq worker-pool``
+forks each keep their pool for all their jobs. Pooling pays off with WORKER_CONCURRENCY > 1.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from mcp_types import CONNECTION_CLOSED
 
 from worker.logs import log_event
 from worker.tools._config import McpServerConfig
-from worker.tools._forks import forked_since_tools_loaded
+from worker.tools._forks import in_job_process
 from worker.tools._links import CLIENT_INFO, describe_failure
 from worker.tools._tool_cache import tool_lists
 from worker.tools._transports import stdio_streams
@@ -110,8 +117,12 @@ class _PooledServer:
     # Stopped by the pool's close, not by a crash.
     retired: bool = False
     ready: anyio.Event = field(default_factory=anyio.Event)
+    # Set once the server starts to close (it exited, or the pool stops it): never handed out.
     stop: anyio.Event = field(default_factory=anyio.Event)
+    # Set once its process is stopped and its exit counted (``StdioPool._hold``).
     gone: anyio.Event = field(default_factory=anyio.Event)
+    # Cancels the start-up: a server stuck before answering ``initialize``.
+    _start: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     async def run(self, pids: set[int], on_spawn: Callable[[int], None] | None) -> None:
         """Hold the server open until it exits or the pool closes; ``pids`` tracks it."""
@@ -130,23 +141,35 @@ class _PooledServer:
             on_exit=self.stop.set,
         )
         try:
-            async with Client(
-                transport, mode="auto", cache=None, client_info=CLIENT_INFO
-            ) as client:
-                self.client = client
-                self.ready.set()
-                await self.stop.wait()
+            with self._start:
+                async with Client(
+                    transport, mode="auto", cache=None, client_info=CLIENT_INFO
+                ) as client:
+                    self.client = client
+                    self.ready.set()
+                    await self.stop.wait()
         except Exception as exc:
             self.failure = describe_failure(exc)
         finally:
+            self.stop.set()
             self.client = None
             if self.pid is not None:
                 pids.discard(self.pid)
             self.ready.set()
-            self.gone.set()
+
+    def abort_start(self, failure: str) -> None:
+        """Stop a server that has not answered ``initialize``; a running one is left alone."""
+        if not self.ready.is_set():
+            self.failure = failure
+            self.stop.set()
+            self._start.cancel()
+
+    @property
+    def usable(self) -> bool:
+        return not self.stop.is_set()
 
     def live_client(self) -> Client:
-        if self.client is None:
+        if self.client is None or self.stop.is_set():
             raise MCPError(CONNECTION_CLOSED, f"pooled server {self.name!r} exited")
         return self.client
 
@@ -187,9 +210,9 @@ class PooledSession:
 
         return await self._pool.run(listing())
 
-    async def wait_gone(self) -> None:
-        """Return when the server process has exited (or the pool closed it)."""
-        await self._pool.run(self._server.gone.wait())
+    async def wait_closing(self) -> None:
+        """Return when the server starts to close: its process exited, or the pool stops it."""
+        await self._pool.run(self._server.stop.wait())
 
 
 class StdioPool:
@@ -214,21 +237,26 @@ class StdioPool:
         config: McpServerConfig,
         *,
         max_result_bytes: int,
+        start_timeout_s: float,
         on_spawn: Callable[[int], None] | None = None,
     ) -> PooledSession:
         """From a task's loop: a session on the running server, which starts if need be.
 
-        ``on_spawn`` (the task's child-process record) hears of a server started now only
-        when the pool lives as long as the job (``job_scoped``).
+        A server started now that has not answered ``initialize`` within ``start_timeout_s``
+        is stopped, and counts as a crash. ``on_spawn`` (the task's child-process record)
+        hears of a server started now only when the pool lives as long as the job
+        (``job_scoped``).
         """
         spawn_hook = on_spawn if self.job_scoped else None
-        server = await self.run(self._ready_server(name, config, max_result_bytes, spawn_hook))
+        server = await self.run(
+            self._ready_server(name, config, max_result_bytes, start_timeout_s, spawn_hook)
+        )
         return PooledSession(self, server)
 
     @property
     def job_scoped(self) -> bool:
-        """Whether this pool lives only as long as one job: in a forked job process."""
-        return forked_since_tools_loaded() if self._job_scoped is None else self._job_scoped
+        """Whether this pool lives only as long as one job: in an rq job process."""
+        return in_job_process() if self._job_scoped is None else self._job_scoped
 
     def child_pids(self) -> set[int]:
         """The process ids (= process groups) of the pooled servers now running."""
@@ -292,27 +320,47 @@ class StdioPool:
         name: str,
         config: McpServerConfig,
         max_result_bytes: int,
+        start_timeout_s: float,
         on_spawn: Callable[[int], None] | None,
     ) -> _PooledServer:
         key = (name, config.identity(name), max_result_bytes)
         server = self._servers.get(key)
-        if server is None or server.gone.is_set():
+        while server is not None and not server.usable:
+            # Closing: its crash is counted once it is gone, then the next one may start.
+            await server.gone.wait()
+            server = self._servers.get(key)
+        if server is None:
             self._crashes.setdefault(key, _Crashes()).check(name)
             server = _PooledServer(name=name, config=config, max_result_bytes=max_result_bytes)
             self._servers[key] = server
             # A new process may list other tools than the one before it.
             tool_lists.invalidate(config.identity(name))
-            asyncio.get_running_loop().create_task(self._hold(key, server, on_spawn))
+            asyncio.get_running_loop().create_task(
+                self._hold(key, server, start_timeout_s, on_spawn)
+            )
         await server.ready.wait()
-        if server.client is None:
+        if server.client is None or not server.usable:
             raise MCPError(CONNECTION_CLOSED, server.failure or "the server exited")
         return server
 
     async def _hold(
-        self, key: _ServerKey, server: _PooledServer, on_spawn: Callable[[int], None] | None
+        self,
+        key: _ServerKey,
+        server: _PooledServer,
+        start_timeout_s: float,
+        on_spawn: Callable[[int], None] | None,
     ) -> None:
         log_event("mcp_pooled_server_starting", server=server.name)
-        await server.run(self._pids, on_spawn)
+        try:
+            async with anyio.create_task_group() as watch:
+                watch.start_soon(_abort_unless_ready, server, start_timeout_s)
+                await server.run(self._pids, on_spawn)
+                watch.cancel_scope.cancel()
+            self._count_exit(key, server)
+        finally:
+            server.gone.set()
+
+    def _count_exit(self, key: _ServerKey, server: _PooledServer) -> None:
         if self._servers.get(key) is server:
             del self._servers[key]
         tool_lists.invalidate(key[1])
@@ -331,10 +379,19 @@ class StdioPool:
         servers = list(self._servers.values())
         for server in servers:
             server.retired = True
+            server.abort_start("the pool closed")
             server.stop.set()
+        # Each server's own stop is bounded (stdin closed, then its group killed).
         with anyio.move_on_after(_CLOSE_TIMEOUT_S - 1):
             for server in servers:
                 await server.gone.wait()
+
+
+async def _abort_unless_ready(server: _PooledServer, timeout_s: float) -> None:
+    with anyio.move_on_after(timeout_s):
+        await server.ready.wait()
+        return
+    server.abort_start(f"did not answer initialize within {timeout_s:g} s")
 
 
 _pool = StdioPool()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import anyio
 from mcp.server.mcpserver import Audio, Context, Image, MCPServer
@@ -48,6 +50,26 @@ def pid() -> str:
 def crash() -> str:
     """Kill the server process at once, as a crashing server would."""
     os._exit(1)
+
+
+@server.tool()
+def crash_leaving_helper() -> str:
+    """Start a helper that shrugs off SIGTERM in the server's process group, then crash.
+
+    The pool's stop of the crashed server then lasts the whole kill grace.
+    """
+    subprocess.Popen(
+        [sys.executable, "-c", _STUBBORN_HELPER],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os._exit(1)
+
+
+_STUBBORN_HELPER = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+)
 
 
 @server.tool()
