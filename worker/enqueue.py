@@ -37,6 +37,7 @@ from rq.registry import (
 from rq.serializers import JSONSerializer
 from rq.utils import now, utcformat
 
+from worker.redis_io import redis_error_line
 from worker.task import AgentReport, Task, describe_validation_error, parse_task
 
 JOB_FUNCTION = "worker.jobs.run_task"
@@ -321,7 +322,7 @@ def enqueue_cli(
             )
             print(f"{result.status} {result.task_id}", flush=True)
     except RedisError as exc:
-        print(f"agent-worker enqueue: cannot reach Redis: {exc}", file=sys.stderr)
+        print(f"agent-worker enqueue: {redis_error_line(exc)}", file=sys.stderr)
         return 1
     return 0
 

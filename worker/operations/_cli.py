@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 from worker.exceptions import ConfigurationError
 from worker.operations._redis_option import REDIS_URL_OPTION, redis_url_parser, use_redis_url
+from worker.redis_io import redis_error_line
 
 # Commands that use no Redis: --redis-url is not taken out of their arguments.
 _NO_REDIS = frozenset({"devhub", "executors"})
@@ -227,5 +228,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agent-worker: {exc.message}", file=sys.stderr)
         return 2
     except RedisError as exc:
-        print(f"agent-worker: Redis is unreachable: {exc}", file=sys.stderr)
+        print(f"agent-worker: {redis_error_line(exc)}", file=sys.stderr)
         return 1

@@ -23,6 +23,7 @@ from worker.daemon import CappedJob
 from worker.operations._job_lookup import fetch_task_job
 from worker.operations._redis_option import redis_url_parser
 from worker.operations._session import open_session
+from worker.redis_io import redis_error_line
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +90,7 @@ def main(argv: list[str]) -> int:
     try:
         found = find_report(redis, args.task_id)
     except RedisError as exc:
-        print(f"agent-worker report: cannot reach Redis: {redact(str(exc))}", file=sys.stderr)
+        print(f"agent-worker report: {redact(redis_error_line(exc))}", file=sys.stderr)
         return 1
     finally:
         redis.close()

@@ -20,6 +20,7 @@ from worker.operations._status import (
     WorkerInfo,
     collect_status,
 )
+from worker.redis_io import redis_error_line
 
 # The table keeps one line per failure; --json has the whole text.
 _TABLE_ERROR_CHARS = 100
@@ -132,7 +133,7 @@ def main(argv: list[str]) -> int:
     try:
         status = collect_status(redis, failures_shown=max(0, args.failures), redact=redact)
     except RedisError as exc:
-        print(f"agent-worker status: cannot reach Redis: {redact(str(exc))}", file=sys.stderr)
+        print(f"agent-worker status: {redact(redis_error_line(exc))}", file=sys.stderr)
         return 1
     finally:
         redis.close()
