@@ -35,6 +35,7 @@ from mcp_servers._ssrf import AddressPolicy
 from tests.support.mcp_servers import running_mcp_hub, running_mcp_web
 from tests.support.promtool import PROMTOOL_MISSING, find_promtool
 from tests.support.redis_server import free_port, running_redis
+from tests.support.strict_yaml import load_document
 from worker.agents import Limits
 from worker.metrics import JobMetrics, WorkerMetrics, start_metrics_server, stop_metrics_server
 from worker.settings import Settings
@@ -195,7 +196,7 @@ def assert_uses_known_metrics(
 
 
 def load_yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return load_document(path)
 
 
 @cache

@@ -19,12 +19,12 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 from rq import Queue
 
 from mcp_servers._identity import CAPABILITY_KEY_ENV
 from mcp_servers._serving import AUTH_TOKEN_ENV
 from mcp_servers._ssrf import ALLOW_NETWORKS_ENV
+from tests.support.strict_yaml import load_document, load_documents
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.enqueue import DEFAULT_MAX_DURATION_S
 from worker.settings import Settings
@@ -55,10 +55,10 @@ PROVIDER_KEYS = {"ANTHROPIC_API_KEY", "OPENAI_API_KEY"}
 
 
 def load_manifests() -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    kustomization = load_document(MANIFESTS / "kustomization.yaml")
     documents = []
     for resource in kustomization["resources"]:
-        for document in yaml.safe_load_all((MANIFESTS / resource).read_text()):
+        for document in load_documents(MANIFESTS / resource):
             if document is not None:
                 documents.append({**document, "_file": resource})
     return documents
@@ -113,7 +113,7 @@ def procfile() -> dict[str, list[str]]:
 
 
 def test_every_file_of_the_directory_is_a_kustomize_resource() -> None:
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    kustomization = load_document(MANIFESTS / "kustomization.yaml")
     listed = set(kustomization["resources"])
     assert listed == {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
 

@@ -117,6 +117,7 @@ class DevStack:
             "CAPABILITY_KEY": self.capability_key,
             "MCP_CONFIG": str(self.mcp_config),
             "RQ_WORKER_CLASS": "worker.AgentWorker",
+            "RQ_CONFIG": "worker.rq_config",
         }
         if self.llm_base_url is not None:
             env["OPENAI_BASE_URL"] = self.llm_base_url + "/v1"
