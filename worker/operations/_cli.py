@@ -7,6 +7,7 @@ operator can do here is also callable from Python.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -205,7 +206,24 @@ def _extension(module: str, function: str) -> Handler:
     return run
 
 
+# The status a command killed by SIGPIPE has in a shell (128 + 13), as `cat | head -1` shows.
+_CLOSED_PIPE_STATUS = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``agent-worker``. A reader that stops early (``| head -1``) ends the command quietly."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit (also after --help), to be caught below
+    except BrokenPipeError:
+        # Python would report the closed pipe again while flushing stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _CLOSED_PIPE_STATUS
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser, handlers = _parser()
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not (arguments[:1] and arguments[0] in _NO_REDIS):
