@@ -54,11 +54,19 @@ class EnqueueResult:
     task_id: str
     enqueued: bool
     status: EnqueueStatus
+    # A duplicate because the task already ran (its result is kept): ``rerun`` runs it again.
+    already_ran: bool = False
 
 
 _SCRIPT_SOURCE = resources.files("worker").joinpath("enqueue.lua").read_text(encoding="utf-8")
 _scripts: WeakKeyDictionary[Redis, Script] = WeakKeyDictionary()
-_STATUS_BY_SCRIPT_RESULT: dict[int, EnqueueStatus] = {0: "duplicate", 1: "enqueued", 2: "scheduled"}
+_STATUS_BY_SCRIPT_RESULT: dict[int, EnqueueStatus] = {
+    0: "duplicate",
+    1: "enqueued",
+    2: "scheduled",
+    3: "duplicate",  # it already ran
+}
+_ALREADY_RAN = 3
 
 
 def job_timeout_s(task: Task, timeout_grace_s: float = DEFAULT_TIMEOUT_GRACE_S) -> int:
@@ -80,8 +88,11 @@ def enqueue_task(
     timeout_grace_s: int = DEFAULT_TIMEOUT_GRACE_S,
     delay_s: float = 0,
     attempt: int = 0,
+    rerun: bool = False,
 ) -> EnqueueResult:
-    """Enqueue one task, or do nothing when its id is already queued, scheduled or running.
+    """Enqueue one task, or do nothing when its id is already queued, scheduled or running,
+    or already ran while its job (and report) is kept: ``rerun=True`` runs it again, its
+    new report replacing the old one.
 
     A ``priority: high`` task goes to the front of the queue. With ``delay_s``
     the task waits in rq's scheduled registry until rq's scheduler (run by
@@ -98,6 +109,7 @@ def enqueue_task(
         timeout_grace_s=timeout_grace_s,
         delay_s=delay_s,
         attempt=attempt,
+        rerun=rerun,
     )
 
 
@@ -111,6 +123,7 @@ def _enqueue_call(
     timeout_grace_s: int,
     delay_s: float,
     attempt: int,
+    rerun: bool = False,
 ) -> EnqueueResult:
     """The atomic write itself; tests name their own job function to run it end to end."""
     scheduled = delay_s > 0
@@ -135,12 +148,23 @@ def _enqueue_call(
         FailedJobRegistry.key_template.format(queue_name),
         CanceledJobRegistry.key_template.format(queue_name),
     ]
-    args: list[str | bytes | int] = [task.task_id, placement, due_at, queue_key]
+    args: list[str | bytes | int] = [
+        task.task_id,
+        placement,
+        due_at,
+        queue_key,
+        "rerun" if rerun else "",
+    ]
     for name, value in fields.items():
         args.extend((name, value))
     outcome = int(_script_for(redis)(keys=keys, args=args))
     status = _STATUS_BY_SCRIPT_RESULT[outcome]
-    return EnqueueResult(task_id=task.task_id, enqueued=status != "duplicate", status=status)
+    return EnqueueResult(
+        task_id=task.task_id,
+        enqueued=status != "duplicate",
+        status=status,
+        already_ran=outcome == _ALREADY_RAN,
+    )
 
 
 def _script_for(redis: Redis) -> Script:
@@ -293,10 +317,12 @@ def enqueue_cli(
     queue_name: str = DEFAULT_QUEUE,
     result_ttl_s: int = DEFAULT_RESULT_TTL_S,
     timeout_grace_s: int = DEFAULT_TIMEOUT_GRACE_S,
+    rerun: bool = False,
 ) -> int:
-    """``agent-worker enqueue FILE|-``: validate every task, then enqueue them all.
+    """``agent-worker enqueue [--rerun] FILE|-``: validate every task, then enqueue them all.
 
-    Prints ``enqueued <id>`` or ``duplicate <id>`` per task and returns 0; on
+    Prints ``enqueued <id>`` or ``duplicate <id>`` per task (with why, for a task that
+    already ran) and returns 0; on
     invalid input prints one problem per line on stderr, enqueues nothing and
     returns 2; returns 1 when Redis cannot be reached.
     """
@@ -319,8 +345,10 @@ def enqueue_cli(
                 queue_name=queue_name,
                 result_ttl_s=result_ttl_s,
                 timeout_grace_s=timeout_grace_s,
+                rerun=rerun,
             )
-            print(f"{result.status} {result.task_id}", flush=True)
+            hint = " (it already ran; --rerun runs it again)" if result.already_ran else ""
+            print(f"{result.status} {result.task_id}{hint}", flush=True)
     except RedisError as exc:
         print(f"agent-worker enqueue: {redis_error_line(exc)}", file=sys.stderr)
         return 1

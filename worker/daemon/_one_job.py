@@ -284,6 +284,7 @@ class VettingWorker(UnloadableJobsWorker):
                     timeout_grace_s=self._timeout_grace_s,
                     delay_s=delay_s,
                     attempt=attempt,
+                    rerun=True,  # the run that asked for it has just finished
                 ),
             )
         except (InvalidTask, TypeError, ValueError) as exc:

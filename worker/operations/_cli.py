@@ -64,7 +64,7 @@ def _devhub(args: argparse.Namespace, rest: list[str]) -> int:
 def _enqueue(args: argparse.Namespace, rest: list[str]) -> int:
     from worker.enqueue import enqueue_cli
 
-    return enqueue_cli(args.source, _redis())
+    return enqueue_cli(args.source, _redis(), rerun=args.rerun)
 
 
 def _unknown_task(redis: Redis, command: str, task_id: str) -> bool:
@@ -132,6 +132,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     )
     enqueue = command("enqueue", _enqueue, "validate and enqueue tasks (JSON, array or lines)")
     enqueue.add_argument("source", help="a file of tasks, or - for standard input")
+    enqueue.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run again a task id that already ran (its report is replaced)",
+    )
     cancel = command("cancel", _cancel, "stop a task at its next step (or drop it if queued)")
     cancel.add_argument("task_id")
     steer = command("steer", _steer, "add a message for a running task before its next step")

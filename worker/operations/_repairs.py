@@ -109,6 +109,7 @@ def requeue_failed(
             result_ttl_s=result_ttl_s,
             timeout_grace_s=timeout_grace_s,
             attempt=0,
+            rerun=True,  # a failed run, put back on purpose
         )
         for failed in found
     ]
