@@ -16,6 +16,7 @@ import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
@@ -314,3 +315,12 @@ def test_mcp_config_and_grant_policy_parse_and_point_at_the_services(tmp_path: P
         name: f"http://mcp-{name}:{services[f'mcp-{name}']['spec']['ports'][0]['port']}/mcp"
         for name in ("hub", "web")
     }
+
+
+def test_the_scaled_object_reads_the_redis_that_redis_url_names() -> None:
+    # KEDA takes host:port and a database index: they must repeat REDIS_URL (one Redis).
+    (scaled,) = objects("ScaledObject").values()
+    metadata = scaled["spec"]["triggers"][0]["metadata"]
+    redis_url = urlsplit(objects("ConfigMap")["fleet-env"]["data"]["REDIS_URL"])
+    assert metadata["address"] == f"{redis_url.hostname}:{redis_url.port or 6379}"
+    assert metadata["databaseIndex"] == (redis_url.path.strip("/") or "0")
