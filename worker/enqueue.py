@@ -47,6 +47,8 @@ DEFAULT_RESULT_TTL_S = 7 * 86_400
 DEFAULT_TIMEOUT_GRACE_S = 60
 
 EnqueueStatus = Literal["enqueued", "duplicate", "scheduled"]
+# The job meta key that says why the worker put a task back (status and report show it).
+REQUEUE_REASON = "requeue_reason"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,10 +91,12 @@ def enqueue_task(
     delay_s: float = 0,
     attempt: int = 0,
     rerun: bool = False,
+    requeue_reason: str | None = None,
 ) -> EnqueueResult:
     """Enqueue one task, or do nothing when its id is already queued, scheduled or running,
     or already ran while its job (and report) is kept: ``rerun=True`` runs it again, its
-    new report replacing the old one.
+    new report replacing the old one. ``requeue_reason`` (the worker's own delayed requeues)
+    is kept in the job's meta, for ``agent-worker status`` and ``report`` to show.
 
     A ``priority: high`` task goes to the front of the queue. With ``delay_s``
     the task waits in rq's scheduled registry until rq's scheduler (run by
@@ -110,6 +114,7 @@ def enqueue_task(
         delay_s=delay_s,
         attempt=attempt,
         rerun=rerun,
+        requeue_reason=requeue_reason,
     )
 
 
@@ -124,6 +129,7 @@ def _enqueue_call(
     delay_s: float,
     attempt: int,
     rerun: bool = False,
+    requeue_reason: str | None = None,
 ) -> EnqueueResult:
     """The atomic write itself; tests name their own job function to run it end to end."""
     scheduled = delay_s > 0
@@ -135,6 +141,7 @@ def _enqueue_call(
         timeout_grace_s=timeout_grace_s,
         scheduled=scheduled,
         attempt=attempt,
+        requeue_reason=requeue_reason,
     )
     placement = "scheduled" if scheduled else "front" if task.priority == "high" else "back"
     due_at = math.ceil(time.time() + delay_s) if scheduled else 0
@@ -184,6 +191,7 @@ def _job_hash(
     timeout_grace_s: int,
     scheduled: bool,
     attempt: int,
+    requeue_reason: str | None = None,
 ) -> dict[str, str | bytes | int]:
     """The fields rq 3.0's ``Job.to_dict()`` writes for this job, byte for byte."""
     task_wire = task.model_dump(mode="json", exclude_none=True)
@@ -210,7 +218,9 @@ def _job_hash(
         "timeout": job_timeout_s(task, timeout_grace_s),
         "result_ttl": result_ttl_s,
         "status": (JobStatus.SCHEDULED if scheduled else JobStatus.QUEUED).value,
-        "meta": _json_bytes({"attempt": attempt}),
+        "meta": _json_bytes(
+            {"attempt": attempt, **({REQUEUE_REASON: requeue_reason} if requeue_reason else {})}
+        ),
     }
     if scheduled:
         # rq's scheduler reads this to push a due high-priority job to the front.

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,47 @@ def test_a_scenario_out_of_turns_fails_the_task_and_posts_no_reply(
     assert "no turn left" in report["error"]["message"]
     comments = [c for c in hub.state()["comments"] if c["post_id"] == post_id]
     assert comments == []
+
+
+def agent_worker(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "agent-worker"), *args],
+        env={"PATH": f"{BIN}:/usr/bin:/bin", "REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_requeued_tasks_reason_and_next_try_are_shown_by_status_and_report(
+    redis_url: str, redis_conn: redis.Redis, outside: tuple[DevHub, ScriptedLlm], tmp_path: Path
+) -> None:
+    hub, llm = outside
+    llm.set_scenario("gpt-4o-mini", [{"status": 503, "error": {"message": "overloaded"}}])
+    task = {"task_id": "later-1", "type": "exploration", "agent_id": "demo-agent"}
+    assert agent_worker_enqueue(redis_url, task) == "enqueued later-1"
+    env = {**worker_env(redis_url, hub, llm), "LLM_MAX_RETRIES": "0", "REQUEUE_DELAY_S": "60"}
+
+    assert run_burst(env, timeout_s=180, cwd=tmp_path).returncode == 0
+
+    due = redis_conn.zscore("rq:scheduled:agents", "later-1")
+    assert due is not None
+    status = json.loads(agent_worker(redis_url, "status", "--json").stdout)
+    (requeued,) = status["requeued"]
+    assert (requeued["task_id"], requeued["agent_id"], requeued["attempt"]) == (
+        "later-1",
+        "demo-agent",
+        1,
+    )
+    assert "503" in requeued["reason"]
+    next_try = requeued["next_try_at"]
+    assert abs(datetime.fromisoformat(next_try).timestamp() - due) < 1
+    table = agent_worker(redis_url, "status").stdout
+    assert "REQUEUED (1)" in table and "later-1" in table and "503" in table
+    report = agent_worker(redis_url, "report", "later-1")
+    assert report.returncode == 2
+    assert report.stderr.strip() == (
+        f"agent-worker report: later-1: no report yet (status scheduled): requeued for "
+        f"attempt 1, next try at {next_try}: {requeued['reason']}"
+    )

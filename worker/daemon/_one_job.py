@@ -285,6 +285,7 @@ class VettingWorker(UnloadableJobsWorker):
                     delay_s=delay_s,
                     attempt=attempt,
                     rerun=True,  # the run that asked for it has just finished
+                    requeue_reason=str(request.get("reason") or "") or None,
                 ),
             )
         except (InvalidTask, TypeError, ValueError) as exc:

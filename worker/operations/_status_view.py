@@ -60,6 +60,23 @@ def render_table(status: FleetStatus) -> str:
                 ],
             )
         )
+    if status.requeued:
+        sections.append(f"REQUEUED ({len(status.requeued)})")
+        sections.append(
+            _table(
+                ["TASK", "AGENT", "ATTEMPT", "NEXT TRY", "REASON"],
+                [
+                    [
+                        r.task_id,
+                        r.agent_id or "-",
+                        r.attempt,
+                        _short_time(r.next_try_at) if r.next_try_at else "due",
+                        _shorten(r.reason, _TABLE_ERROR_CHARS),
+                    ]
+                    for r in status.requeued
+                ],
+            )
+        )
     sections.append(f"OUTBOX  pending {status.outbox.pending}  dead {status.outbox.dead}")
     newest = status.outbox.newest_dead
     if newest is not None:
