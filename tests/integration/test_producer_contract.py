@@ -103,16 +103,22 @@ def test_the_redis_cli_session_enqueues_a_task_a_real_worker_runs(
     assert report_of(redis_conn, "cli-1")["output"] == "Explored from a task redis-cli wrote."
 
 
-def agent_worker_enqueue(redis_url: str, task: dict[str, Any], *flags: str) -> str:
-    completed = subprocess.run(
-        [str(BIN / "agent-worker"), "enqueue", *flags, "-"],
+def agent_worker(
+    redis_url: str, *args: str, input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "agent-worker"), *args],
         env={"PATH": f"{BIN}:/usr/bin:/bin", "REDIS_URL": redis_url},
-        input=json.dumps(task),
+        input=input_text,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def agent_worker_enqueue(redis_url: str, task: dict[str, Any], *flags: str) -> str:
+    completed = agent_worker(redis_url, "enqueue", *flags, "-", input_text=json.dumps(task))
     assert completed.returncode == 0, completed.stderr
     return completed.stdout.strip()
 
@@ -160,17 +166,6 @@ def test_a_scenario_out_of_turns_fails_the_task_and_posts_no_reply(
     assert "no turn left" in report["error"]["message"]
     comments = [c for c in hub.state()["comments"] if c["post_id"] == post_id]
     assert comments == []
-
-
-def agent_worker(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "agent-worker"), *args],
-        env={"PATH": f"{BIN}:/usr/bin:/bin", "REDIS_URL": redis_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_a_requeued_tasks_reason_and_next_try_are_shown_by_status_and_report(
