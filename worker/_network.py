@@ -54,14 +54,58 @@ def normalise_base_url(url: str) -> str:
 
 
 def shown_url(url: str) -> str:
-    """``url`` without user info, query or fragment: safe to print."""
+    """``url`` without user info, query or fragment: safe to print. Host and port are kept
+    as written, so a URL with a broken port can still be quoted."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    address = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, address, parts.path, "", ""))
+
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def check_redis_url(url: str) -> str:
+    """``url`` when redis-py can connect with it; else ValueError naming the wrong part.
+
+    redis-py's own errors come later, as a traceback from whichever command connected
+    first, and a database path that is not a number is silently read as database 0.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # a broken IPv6 literal
+        raise ValueError(f"is not a URL ({exc})") from None
+    if parts.scheme not in _REDIS_SCHEMES:
+        raise ValueError(f"must start with redis://, rediss:// or unix://, got {shown_url(url)!r}")
+    if parts.scheme == "unix":
+        return url
+    try:
+        port = parts.port  # None when the URL names none: redis-py then uses 6379
+    except ValueError:  # not a number, or above 65535
+        port = 0
+    if port == 0:
+        raise ValueError(f"the port must be a number from 1 to 65535, got {shown_url(url)!r}")
+    database = parts.path.strip("/")
+    if database and not database.isdigit():
+        raise ValueError(
+            f"the database (the path) must be a number such as /0, got {shown_url(url)!r}"
+        )
+    return url
+
+
+def parse_sentinel_addresses(value: str) -> list[tuple[str, int]]:
+    """``host:port,host:port`` (IPv6 as ``[::1]:26379``) as (host, port) pairs."""
+    addresses = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        host, separator, port_text = item.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not separator or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"{item!r} is not host:port (a sentinel address, port 1-65535)")
+        addresses.append((host, int(port_text)))
+    if not addresses:
+        raise ValueError("no sentinel address given (expected host:port,host:port)")
+    return addresses
 
 
 def same_endpoint(first: str | None, second: str | None) -> bool:

@@ -37,6 +37,7 @@ from rq.registry import (
 from rq.serializers import JSONSerializer
 from rq.utils import now, utcformat
 
+from worker.redis_io import redis_error_line
 from worker.task import AgentReport, Task, describe_validation_error, parse_task
 
 JOB_FUNCTION = "worker.jobs.run_task"
@@ -46,6 +47,8 @@ DEFAULT_RESULT_TTL_S = 7 * 86_400
 DEFAULT_TIMEOUT_GRACE_S = 60
 
 EnqueueStatus = Literal["enqueued", "duplicate", "scheduled"]
+# The job meta key that says why the worker put a task back (status and report show it).
+REQUEUE_REASON = "requeue_reason"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,11 +56,19 @@ class EnqueueResult:
     task_id: str
     enqueued: bool
     status: EnqueueStatus
+    # A duplicate because the task already ran (its result is kept): ``rerun`` runs it again.
+    already_ran: bool = False
 
 
 _SCRIPT_SOURCE = resources.files("worker").joinpath("enqueue.lua").read_text(encoding="utf-8")
 _scripts: WeakKeyDictionary[Redis, Script] = WeakKeyDictionary()
-_STATUS_BY_SCRIPT_RESULT: dict[int, EnqueueStatus] = {0: "duplicate", 1: "enqueued", 2: "scheduled"}
+_STATUS_BY_SCRIPT_RESULT: dict[int, EnqueueStatus] = {
+    0: "duplicate",
+    1: "enqueued",
+    2: "scheduled",
+    3: "duplicate",  # it already ran
+}
+_ALREADY_RAN = 3
 
 
 def job_timeout_s(task: Task, timeout_grace_s: float = DEFAULT_TIMEOUT_GRACE_S) -> int:
@@ -79,8 +90,13 @@ def enqueue_task(
     timeout_grace_s: int = DEFAULT_TIMEOUT_GRACE_S,
     delay_s: float = 0,
     attempt: int = 0,
+    rerun: bool = False,
+    requeue_reason: str | None = None,
 ) -> EnqueueResult:
-    """Enqueue one task, or do nothing when its id is already queued, scheduled or running.
+    """Enqueue one task, or do nothing when its id is already queued, scheduled or running,
+    or already ran while its job (and report) is kept: ``rerun=True`` runs it again, its
+    new report replacing the old one. ``requeue_reason`` (the worker's own delayed requeues)
+    is kept in the job's meta, for ``agent-worker status`` and ``report`` to show.
 
     A ``priority: high`` task goes to the front of the queue. With ``delay_s``
     the task waits in rq's scheduled registry until rq's scheduler (run by
@@ -97,6 +113,8 @@ def enqueue_task(
         timeout_grace_s=timeout_grace_s,
         delay_s=delay_s,
         attempt=attempt,
+        rerun=rerun,
+        requeue_reason=requeue_reason,
     )
 
 
@@ -110,6 +128,8 @@ def _enqueue_call(
     timeout_grace_s: int,
     delay_s: float,
     attempt: int,
+    rerun: bool = False,
+    requeue_reason: str | None = None,
 ) -> EnqueueResult:
     """The atomic write itself; tests name their own job function to run it end to end."""
     scheduled = delay_s > 0
@@ -121,6 +141,7 @@ def _enqueue_call(
         timeout_grace_s=timeout_grace_s,
         scheduled=scheduled,
         attempt=attempt,
+        requeue_reason=requeue_reason,
     )
     placement = "scheduled" if scheduled else "front" if task.priority == "high" else "back"
     due_at = math.ceil(time.time() + delay_s) if scheduled else 0
@@ -134,12 +155,23 @@ def _enqueue_call(
         FailedJobRegistry.key_template.format(queue_name),
         CanceledJobRegistry.key_template.format(queue_name),
     ]
-    args: list[str | bytes | int] = [task.task_id, placement, due_at, queue_key]
+    args: list[str | bytes | int] = [
+        task.task_id,
+        placement,
+        due_at,
+        queue_key,
+        "rerun" if rerun else "",
+    ]
     for name, value in fields.items():
         args.extend((name, value))
     outcome = int(_script_for(redis)(keys=keys, args=args))
     status = _STATUS_BY_SCRIPT_RESULT[outcome]
-    return EnqueueResult(task_id=task.task_id, enqueued=status != "duplicate", status=status)
+    return EnqueueResult(
+        task_id=task.task_id,
+        enqueued=status != "duplicate",
+        status=status,
+        already_ran=outcome == _ALREADY_RAN,
+    )
 
 
 def _script_for(redis: Redis) -> Script:
@@ -159,6 +191,7 @@ def _job_hash(
     timeout_grace_s: int,
     scheduled: bool,
     attempt: int,
+    requeue_reason: str | None = None,
 ) -> dict[str, str | bytes | int]:
     """The fields rq 3.0's ``Job.to_dict()`` writes for this job, byte for byte."""
     task_wire = task.model_dump(mode="json", exclude_none=True)
@@ -185,7 +218,9 @@ def _job_hash(
         "timeout": job_timeout_s(task, timeout_grace_s),
         "result_ttl": result_ttl_s,
         "status": (JobStatus.SCHEDULED if scheduled else JobStatus.QUEUED).value,
-        "meta": _json_bytes({"attempt": attempt}),
+        "meta": _json_bytes(
+            {"attempt": attempt, **({REQUEUE_REASON: requeue_reason} if requeue_reason else {})}
+        ),
     }
     if scheduled:
         # rq's scheduler reads this to push a due high-priority job to the front.
@@ -292,10 +327,12 @@ def enqueue_cli(
     queue_name: str = DEFAULT_QUEUE,
     result_ttl_s: int = DEFAULT_RESULT_TTL_S,
     timeout_grace_s: int = DEFAULT_TIMEOUT_GRACE_S,
+    rerun: bool = False,
 ) -> int:
-    """``agent-worker enqueue FILE|-``: validate every task, then enqueue them all.
+    """``agent-worker enqueue [--rerun] FILE|-``: validate every task, then enqueue them all.
 
-    Prints ``enqueued <id>`` or ``duplicate <id>`` per task and returns 0; on
+    Prints ``enqueued <id>`` or ``duplicate <id>`` per task (with why, for a task that
+    already ran) and returns 0; on
     invalid input prints one problem per line on stderr, enqueues nothing and
     returns 2; returns 1 when Redis cannot be reached.
     """
@@ -318,10 +355,12 @@ def enqueue_cli(
                 queue_name=queue_name,
                 result_ttl_s=result_ttl_s,
                 timeout_grace_s=timeout_grace_s,
+                rerun=rerun,
             )
-            print(f"{result.status} {result.task_id}", flush=True)
+            hint = " (it already ran; --rerun runs it again)" if result.already_ran else ""
+            print(f"{result.status} {result.task_id}{hint}", flush=True)
     except RedisError as exc:
-        print(f"agent-worker enqueue: cannot reach Redis: {exc}", file=sys.stderr)
+        print(f"agent-worker enqueue: {redis_error_line(exc)}", file=sys.stderr)
         return 1
     return 0
 

@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     # When the Hub's budget endpoint does not answer: run the task anyway, or requeue it.
     budget_unreachable: Literal["run", "refuse"] = "run"
     # package.module:function asked before every tool call (native loop and the CLI
-    # gateway): None allows, a string refuses (worker.tools._hooks). Imported once, at start.
+    # gateway): None allows, a string refuses (worker._hooks). Imported once, at start.
     can_execute_tool: str | None = None
     # The coding-agent CLIs' sandbox (README "Executors"): "off" runs them unconfined.
     cli_sandbox: Literal["on", "off"] = "on"
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     @field_validator("can_execute_tool")
     @classmethod
     def _tool_check(cls, value: str | None) -> str | None:
-        from worker.tools import load_can_execute_tool
+        from worker._hooks import load_can_execute_tool
 
         if value is None or not value.strip():
             return None
@@ -131,17 +131,16 @@ class Settings(BaseSettings):
 
     @field_validator("redis_url")
     @classmethod
-    def _redis_scheme(cls, url: str) -> str:
+    def _redis_url(cls, url: str) -> str:
         # redis-py's own message comes with a traceback and without the variable's name.
-        if urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
-            shown = urlsplit(url)._replace(netloc=urlsplit(url).hostname or "").geturl()
-            raise ValueError(f"must start with redis://, rediss:// or unix://, got {shown!r}")
-        return url
+        from worker._network import check_redis_url
+
+        return check_redis_url(url)
 
     @field_validator("redis_sentinels")
     @classmethod
     def _sentinel_addresses(cls, value: str | None) -> str | None:
-        from worker.redis_io import parse_sentinel_addresses
+        from worker._network import parse_sentinel_addresses
 
         if value is not None and value.strip():
             parse_sentinel_addresses(value)

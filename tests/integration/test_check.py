@@ -16,6 +16,7 @@ import redis
 
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.mcp_servers import RunningMcpServer, running_mcp_hub
+from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
 from worker.dev.devstack import free_port
 from worker.enqueue import enqueue_task
 
@@ -25,13 +26,20 @@ AGENT_WORKER = str(Path(sys.executable).parent / "agent-worker")
 DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 HUB_KEY = "hub-key-check-0123456789abcdef"
 MCP_TOKEN = "mcp-token-check-0123456789abcdef"
-SECRETS = (HUB_KEY, MCP_TOKEN, "wrong-hub-key-zzzz", "wrong-mcp-token-zzzz")
+MODEL_KEY = "sk-check-5e0d2b7a9c4f1836"
+SECRETS = (HUB_KEY, MCP_TOKEN, MODEL_KEY, "wrong-hub-key-zzzz", "wrong-mcp-token-zzzz")
 
 
 @dataclass
 class Stack:
     hub: DevHub
     mcp: RunningMcpServer
+    llm: ScriptedLlm
+
+    @property
+    def model_env(self) -> dict[str, str]:
+        """The demo agent's model (openai) at the scripted endpoint, with a key."""
+        return {"OPENAI_BASE_URL": self.llm.openai_base_url, "OPENAI_API_KEY": MODEL_KEY}
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +47,9 @@ def stack() -> Iterator[Stack]:
     with (
         running_devhub(api_key=HUB_KEY) as hub,
         running_mcp_hub(hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as mcp,
+        running_scripted_llm() as llm,
     ):
-        yield Stack(hub=hub, mcp=mcp)
+        yield Stack(hub=hub, mcp=mcp, llm=llm)
 
 
 def setup(tmp_path: Path, mcp_url: str, *, extra_servers: str = "") -> dict[str, str]:
@@ -49,8 +58,8 @@ def setup(tmp_path: Path, mcp_url: str, *, extra_servers: str = "") -> dict[str,
     mcp = tmp_path / "mcp.yaml"
     mcp.write_text(
         "servers:\n"
-        f"  hub: {{url: {mcp_url}, first_party: true, tools: {{search_posts: hub:read}}}}\n"
-        + extra_servers
+        f"  hub: {{url: {mcp_url}, first_party: true,\n"
+        "        tools: {search_posts: hub:read, create_post: hub:write}}\n" + extra_servers
     )
     return {"AGENTS_DIR": str(agents), "MCP_CONFIG": str(mcp)}
 
@@ -75,6 +84,7 @@ def agent_worker(
 def test_check_passes_on_a_good_setup(stack: Stack, redis_url: str, tmp_path: Path) -> None:
     env = {
         **setup(tmp_path, stack.mcp.url),
+        **stack.model_env,
         "REDIS_URL": redis_url,
         "HUB_URL": stack.hub.url,
         "HUB_API_KEY": HUB_KEY,
@@ -116,10 +126,58 @@ def test_check_names_every_problem_of_a_broken_setup(stack: Stack, tmp_path: Pat
         f"warning: MCP_CONFIG ({config}): servers.gone.url: http://127.0.0.1:{closed}/mcp "
         "does not answer (ConnectError)",
         f"error: MCP_CONFIG ({config}): servers.time.command: 'mcp-server-tme' not found on PATH",
+        "error: agents/demo-agent/config.yaml: brain: OPENAI_API_KEY is not set; openai model "
+        "'gpt-4o-mini' needs it",
+        f"warning: HUB_API_KEY: {PLAIN_SECRET}",
+        f"warning: MCP_AUTH_TOKEN: {PLAIN_SECRET}",
         f"warning: HUB_URL: the Hub at {stack.hub.url} refuses HUB_API_KEY (HTTP 401)",
     ]
     as_json = json.loads(agent_worker(["check", "--json"], env, tmp_path).stdout)
-    assert as_json["ok"] is False and (as_json["errors"], as_json["warnings"]) == (2, 3)
+    assert as_json["ok"] is False and (as_json["errors"], as_json["warnings"]) == (3, 5)
+
+
+PLAIN_SECRET = (
+    "is short or plain words: every occurrence of its value is masked in posts, logs and "
+    "reports, so ordinary text that contains it is corrupted; use a random value of at least "
+    "16 letters and digits"
+)
+
+
+def test_check_catches_what_breaks_every_task_of_an_agent(
+    stack: Stack, redis_url: str, tmp_path: Path
+) -> None:
+    env = {
+        **setup(tmp_path, stack.mcp.url),
+        "REDIS_URL": redis_url,
+        "HUB_URL": stack.hub.url,
+        "HUB_API_KEY": HUB_KEY,
+        "MCP_AUTH_TOKEN": MCP_TOKEN,
+    }
+    config = Path(env["AGENTS_DIR"]) / "agents" / "demo-agent" / "config.yaml"
+    config.write_text(config.read_text().replace("- hub:read", "- hub:raed"))
+    where = "agents/demo-agent/config.yaml"
+
+    unset = agent_worker(["check", "--offline"], env, tmp_path)
+    assert unset.returncode == 1
+    assert unset.stdout.splitlines()[:-1] == [
+        f"error: {where}: brain: OPENAI_API_KEY is not set; openai model 'gpt-4o-mini' needs it",
+        f"warning: {where}: capabilities.grants: 'hub:raed' matches no tool of any MCP_CONFIG "
+        "server (did you mean 'hub:read'?)",
+    ]
+
+    closed = free_port()
+    down = {**env, "OPENAI_BASE_URL": f"http://127.0.0.1:{closed}/v1", "OPENAI_API_KEY": "short"}
+    completed = agent_worker(["check", "--timeout", "2"], down, tmp_path)
+    assert completed.returncode == 0  # warnings only: the endpoint may start after the worker
+    lines = completed.stdout.splitlines()
+    endpoint_down = f"http://127.0.0.1:{closed}/v1 does not answer (ConnectError)"
+    assert f"warning: {where}: brain: the model endpoint {endpoint_down}" in lines
+    assert f"warning: OPENAI_API_KEY: {PLAIN_SECRET}" in lines
+    assert "short" not in completed.stdout.replace("is short or", "")
+    assert agent_worker(["check", "--strict", "--timeout", "2"], down, tmp_path).returncode == 1
+
+    up = agent_worker(["check"], {**env, **stack.model_env}, tmp_path)
+    assert "model endpoint" not in up.stdout and "OPENAI_API_KEY" not in up.stdout
 
 
 def test_check_uses_redis_url_flag_over_the_environment(redis_url: str, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from mcp_servers._ssrf import AddressPolicy
 from tests.support.mcp_servers import running_mcp_hub, running_mcp_web
 from tests.support.promtool import PROMTOOL_MISSING, find_promtool
 from tests.support.redis_server import free_port, running_redis
+from tests.support.strict_yaml import load_document
 from worker.agents import Limits
 from worker.metrics import JobMetrics, WorkerMetrics, start_metrics_server, stop_metrics_server
 from worker.settings import Settings
@@ -195,7 +196,7 @@ def assert_uses_known_metrics(
 
 
 def load_yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return load_document(path)
 
 
 @cache
@@ -904,6 +905,32 @@ def test_systemd_env_example_names_one_redis_for_rq_and_the_worker() -> None:
 
     assert values["REDIS_URL"].startswith("redis://")
     assert "RQ_REDIS_URL" not in values
+
+
+def systemd_steps() -> list[str]:
+    """The shell lines of deploy/README.md's "systemd hosts" section, in order."""
+    section = (DEPLOY / "README.md").read_text(encoding="utf-8").split("## systemd hosts")[1]
+    (block,) = re.findall(r"^```sh\n(.*?)^```$", section.split("\n## ")[0], re.S | re.M)
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def test_systemd_steps_install_the_definitions_and_check_before_starting() -> None:
+    env_example = (SYSTEMD_DIR / "env.example").read_text()
+    (agents_dir,) = re.findall(r"^AGENTS_DIR=(.+)$", env_example, re.M)
+    steps = systemd_steps()
+    created = [i for i, line in enumerate(steps) if f"install -d -m 755 {agents_dir}" in line]
+    copied = [i for i, line in enumerate(steps) if line.startswith("cp -r") and agents_dir in line]
+    checked = [i for i, line in enumerate(steps) if "agent-worker check" in line]
+    started = [i for i, line in enumerate(steps) if "systemctl enable" in line]
+    assert created and copied and checked and started, steps
+    assert created[0] < copied[0] < checked[0] < started[0]
+
+
+def test_worker_down_alert_says_what_it_covers_and_names_the_redis_alert() -> None:
+    rules = {rule["alert"]: rule for rule in alert_rules()}
+    description = rules["AgentWorkerDown"]["annotations"]["description"]
+    assert "/healthz" in description and "AgentRedisUnavailable" in description
+    assert "agent_redis_unavailable_total" in rules["AgentRedisUnavailable"]["expr"]
 
 
 def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:

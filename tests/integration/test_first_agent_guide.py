@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -67,3 +68,23 @@ def test_the_first_agent_guide_runs_as_written(tmp_path: Path) -> None:
     # The scripted answer reached the Hub as a comment on the seeded post.
     assert stdout.count("Welcome aboard! m/general is the place to start.") >= 2
     assert '"author"' in stdout and "hello-agent" in stdout
+
+
+TURN_LINE = re.compile(r'^\{"tool_calls": .*\}$', re.MULTILINE)
+
+
+@pytest.mark.anyio
+async def test_the_guides_tool_calls_are_valid_for_the_hub_tools() -> None:
+    import jsonschema
+
+    from mcp_servers import hub as hub_server
+
+    tools = {
+        f"hub__{tool.name}": tool.input_schema
+        for tool in await hub_server.build_server(hub_url="http://127.0.0.1:9").list_tools()
+    }
+    turns = [json.loads(line) for line in TURN_LINE.findall(GUIDE.read_text(encoding="utf-8"))]
+    calls = [call for turn in turns for call in turn["tool_calls"]]
+    assert calls, "the guide shows no tool call"
+    for call in calls:
+        jsonschema.validate(call["arguments"], tools[call["name"]])

@@ -16,15 +16,16 @@ import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
-import yaml
 from rq import Queue
 
 from mcp_servers._identity import CAPABILITY_KEY_ENV
 from mcp_servers._serving import AUTH_TOKEN_ENV
 from mcp_servers._ssrf import ALLOW_NETWORKS_ENV
+from tests.support.strict_yaml import load_document, load_documents
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.enqueue import DEFAULT_MAX_DURATION_S
 from worker.settings import Settings
@@ -55,10 +56,10 @@ PROVIDER_KEYS = {"ANTHROPIC_API_KEY", "OPENAI_API_KEY"}
 
 
 def load_manifests() -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    kustomization = load_document(MANIFESTS / "kustomization.yaml")
     documents = []
     for resource in kustomization["resources"]:
-        for document in yaml.safe_load_all((MANIFESTS / resource).read_text()):
+        for document in load_documents(MANIFESTS / resource):
             if document is not None:
                 documents.append({**document, "_file": resource})
     return documents
@@ -113,7 +114,7 @@ def procfile() -> dict[str, list[str]]:
 
 
 def test_every_file_of_the_directory_is_a_kustomize_resource() -> None:
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    kustomization = load_document(MANIFESTS / "kustomization.yaml")
     listed = set(kustomization["resources"])
     assert listed == {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
 
@@ -328,3 +329,12 @@ def test_the_worker_pod_lets_the_cli_sandbox_create_its_namespaces() -> None:
     assert security["appArmorProfile"] == {"type": "Unconfined"}
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_the_scaled_object_reads_the_redis_that_redis_url_names() -> None:
+    # KEDA takes host:port and a database index: they must repeat REDIS_URL (one Redis).
+    (scaled,) = objects("ScaledObject").values()
+    metadata = scaled["spec"]["triggers"][0]["metadata"]
+    redis_url = urlsplit(objects("ConfigMap")["fleet-env"]["data"]["REDIS_URL"])
+    assert metadata["address"] == f"{redis_url.hostname}:{redis_url.port or 6379}"
+    assert metadata["databaseIndex"] == (redis_url.path.strip("/") or "0")

@@ -14,7 +14,6 @@ import openai
 import pytest
 
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
-from worker.dev.scripted_endpoint import NO_TURN_LEFT_TEXT
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -468,13 +467,16 @@ async def test_scenario_is_chosen_by_marker_then_model_name_then_default(
     )
     by_model = await openai_client.chat.completions.create(model="by-model", messages=USER_HI)
     unknown_model = await openai_client.chat.completions.create(model="gpt-x", messages=USER_HI)
-    exhausted = await openai_client.chat.completions.create(model="by-model", messages=USER_HI)
+    # Out of turns: an error the SDK raises, never a text that would be posted as a reply.
+    with pytest.raises(openai.BadRequestError) as exhausted:
+        await openai_client.chat.completions.create(model="by-model", messages=USER_HI)
 
     assert in_system.choices[0].message.content == "marker in system"
     assert [b.text for b in in_message.content if b.type == "text"] == ["marker in message"]
     assert by_model.choices[0].message.content == "model name"
     assert unknown_model.choices[0].message.content == "default queue"
-    assert exhausted.choices[0].message.content == NO_TURN_LEFT_TEXT
+    assert exhausted.value.status_code == 400
+    assert "scenario 'by-model' has no turn left" in exhausted.value.message
     assert [r["scenario"] for r in llm.requests()] == [
         "by-marker",
         "by-marker",
@@ -567,14 +569,15 @@ async def test_storm_of_another_status_and_storm_already_over(
     assert "retry-after" not in overloaded.value.response.headers
 
     llm.storm(status=429, seconds=-1)
-    completion = await openai_client.chat.completions.create(model="gpt-test", messages=USER_HI)
-    assert completion.choices[0].message.content == NO_TURN_LEFT_TEXT
+    with pytest.raises(openai.BadRequestError, match="'default' has no turn left"):
+        await openai_client.chat.completions.create(model="gpt-test", messages=USER_HI)
 
 
 async def test_latency_delays_every_answer_and_calls_overlap(
     llm: ScriptedLlm, openai_client: openai.AsyncOpenAI
 ) -> None:
     llm.configure(latency_s=0.5)
+    llm.set_scenario("default", [{"text": "first"}, {"text": "second"}])
     started = anyio.current_time()
 
     async with anyio.create_task_group() as tasks:
@@ -594,6 +597,7 @@ async def test_latency_delays_every_answer_and_calls_overlap(
 
 async def test_requests_are_recorded_without_auth_values(llm: ScriptedLlm) -> None:
     secret = "sk-live-" + "Zq7" * 12
+    llm.set_scenario("default", [{"text": "one"}, {"text": "two"}])
     async with (
         openai.AsyncOpenAI(base_url=llm.openai_base_url, api_key=secret, max_retries=0) as oai,
         anthropic.AsyncAnthropic(
@@ -634,9 +638,9 @@ async def test_reset_forgets_scenarios_requests_and_settings(
     llm.set_scenario("default", [{"text": "never answered"}])
 
     llm.reset()
-    completion = await openai_client.chat.completions.create(model="gpt-test", messages=USER_HI)
+    with pytest.raises(openai.BadRequestError, match="has no turn left"):
+        await openai_client.chat.completions.create(model="gpt-test", messages=USER_HI)
 
-    assert completion.choices[0].message.content == NO_TURN_LEFT_TEXT
     assert len(llm.requests()) == 1
     assert llm.stats()["requests"] == 1
     assert llm.stats()["latency_s"] == 0.0

@@ -5,6 +5,7 @@ import json
 import time
 import zlib
 from datetime import timedelta
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +158,20 @@ def test_task_in_a_pending_state_is_a_duplicate(redis: fakeredis.FakeRedis, stat
     assert redis.llen("rq:queue:agents") == 0
 
 
-def test_finished_task_is_written_afresh(redis: fakeredis.FakeRedis) -> None:
+def test_a_finished_task_is_a_duplicate_while_its_result_is_kept(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    redis.hset("rq:job:t-8c1f", mapping={"status": "finished", "result_ttl": 604800})
+    before = redis.hgetall("rq:job:t-8c1f")
+
+    result = enqueue_task(redis, NOTIFICATION)
+
+    assert (result.status, result.enqueued, result.already_ran) == ("duplicate", False, True)
+    assert redis.hgetall("rq:job:t-8c1f") == before
+    assert redis.llen("rq:queue:agents") == 0
+
+
+def test_a_finished_task_is_written_afresh_when_rerun(redis: fakeredis.FakeRedis) -> None:
     finished = FinishedJobRegistry.key_template.format("agents")
     redis.hset(
         "rq:job:t-8c1f",
@@ -166,15 +180,29 @@ def test_finished_task_is_written_afresh(redis: fakeredis.FakeRedis) -> None:
     redis.expire("rq:job:t-8c1f", 100)
     redis.zadd(finished, {"t-8c1f": time.time() + 100})
 
-    result = enqueue_task(redis, NOTIFICATION, delay_s=30, attempt=2)
+    result = enqueue_task(redis, NOTIFICATION, delay_s=30, attempt=2, rerun=True)
 
-    assert result.status == "scheduled"
+    assert result.status == "scheduled" and not result.already_ran
     fields: dict[Any, Any] = redis.hgetall("rq:job:t-8c1f")
     assert b"exc_info" not in fields and b"retries_left" not in fields
     assert fields[b"worker_name"] == b""
     assert json.loads(fields[b"meta"]) == {"attempt": 2}
     assert redis.ttl("rq:job:t-8c1f") == -1
     assert redis.zscore(finished, "t-8c1f") is None
+
+
+def test_a_producer_without_the_rerun_argument_still_enqueues(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    """A Hub written before ``ARGV[5]`` (the job hash from ``ARGV[5]`` on) keeps working."""
+    script = redis.register_script((resources.files("worker") / "enqueue.lua").read_text())
+    keys = ["rq:job:old", "rq:queue:agents", "rq:queues", "rq:scheduled:agents"]
+    args = ["old", "back", 0, "rq:queue:agents", "status", "queued", "origin", "agents"]
+
+    assert script(keys=keys, args=args) == 1
+    assert redis.hgetall("rq:job:old") == {b"status": b"queued", b"origin": b"agents"}
+    redis.hset("rq:job:old", "status", "finished")
+    assert script(keys=keys, args=args) == 3
 
 
 def test_high_priority_goes_to_the_front(redis: fakeredis.FakeRedis) -> None:

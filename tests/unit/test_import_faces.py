@@ -34,6 +34,19 @@ def _loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
     return loaded
 
 
+def test_settings_reach_no_package_above_them() -> None:
+    # Every validator runs (a sentinel list, a tool hook, a Redis URL): settings are the
+    # lowest layer, so checking them must not load the tools, Redis plumbing or redis-py.
+    statement = (
+        "import os\n"
+        "os.environ.update(REDIS_SENTINELS='127.0.0.1:26379', REDIS_URL='redis://h:6380/1',"
+        " CAN_EXECUTE_TOOL='tests.support.tool_checks:refuse_writes')\n"
+        "from worker.settings import load_settings\n"
+        "load_settings()"
+    )
+    assert _loaded_after(statement, ("worker.tools", "worker.redis_io", "redis", "rq")) == []
+
+
 @pytest.mark.parametrize(
     ("statement", "not_loaded"),
     [

@@ -263,7 +263,7 @@ async def test_provider_unavailable_requeues_with_a_delay_then_gives_up() -> Non
     post_id = await h.seed_post()
     verdict = await h.run(notification(post_id))
     assert verdict.report.outcome is Outcome.REQUEUED
-    assert verdict.requeue == {"delay_s": 30.0, "attempt": 1}
+    assert verdict.requeue == {"delay_s": 30.0, "attempt": 1, "reason": "503 after 5 attempts"}
     state = await h.state()
     assert state["comments"] == [] and state["consumption"] == []  # nothing final yet
     last = Harness([Turn(error=unavailable)])
@@ -419,7 +419,11 @@ async def test_a_busy_agent_puts_the_task_back_before_the_budget_check() -> None
     AgentSlots(h.redis, "demo-agent", limit=1, ttl_s=60).take("other-task")
     verdict = await h.run({"task_id": "e-1", "type": "exploration", "agent_id": "demo-agent"})
     assert verdict.report.outcome is Outcome.REQUEUED
-    assert verdict.requeue == {"delay_s": 20.0, "attempt": 0}
+    assert verdict.requeue == {
+        "delay_s": 20.0,
+        "attempt": 0,
+        "reason": "agent demo-agent already runs 1 task(s)",
+    }
     assert h.model.requests == []
     assert (await h.state())["consumption"] == []
     assert AgentSlots(h.redis, "demo-agent", limit=1, ttl_s=60).running() == ["other-task"]

@@ -59,6 +59,11 @@ def send_rq_logs_to_events() -> None:
     if not any(isinstance(handler, _RqRecordsAsEvents) for handler in rq_logger.handlers):
         rq_logger.addHandler(_RqRecordsAsEvents())
     rq_logger.propagate = False
+    # rq's CLI reports a lost connection with logging.error() on the root logger, which
+    # would print "ERROR:root:..." in the middle of the JSON lines; unless the operator
+    # configured the root logger, it goes the same way.
+    if not logging.root.handlers:
+        logging.root.addHandler(_RqRecordsAsEvents())
     for name, logger in logging.root.manager.loggerDict.items():
         if name.startswith("rq.") and isinstance(logger, logging.Logger):
             rq_handlers = [h for h in logger.handlers if isinstance(h, ColorizingStreamHandler)]

@@ -299,6 +299,8 @@ class VettingWorker(UnloadableJobsWorker):
                     timeout_grace_s=self._timeout_grace_s,
                     delay_s=delay_s,
                     attempt=attempt,
+                    rerun=True,  # the run that asked for it has just finished
+                    requeue_reason=str(request.get("reason") or "") or None,
                 ),
             )
         except (InvalidTask, TypeError, ValueError) as exc:

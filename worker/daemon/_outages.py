@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.executions import Execution
 from rq.job import Job
+from rq.scheduler import RQScheduler
 from rq.worker import Worker
 
 from worker.logs import log_event
@@ -26,6 +27,31 @@ from worker.metrics import worker_metrics
 from worker.redis_io import is_redis_outage, outage_kind, until_redis_answers
 
 T = TypeVar("T")
+
+
+class OutageQuietScheduler(RQScheduler):
+    """rq's scheduler process, ending with one log line when Redis is gone.
+
+    rq's scheduler process raises out of its loop when Redis stays away longer than
+    the connection's retry, and then both rq and ``multiprocessing`` write the raw
+    traceback into the JSON log stream. Here it ends cleanly with one
+    ``scheduler_stopped`` event instead; the worker's loop starts a new one once
+    Redis answers (rq's ``acquire_locks(auto_start=True)``), as it did before.
+    """
+
+    def work(self) -> None:
+        try:
+            super().work()  # type: ignore[no-untyped-call]
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
+            log_event(
+                "scheduler_stopped",
+                level="warning",
+                reason="redis_unavailable",
+                kind=outage_kind(exc),
+                error=str(exc),
+            )
 
 
 class OutageTolerantWorker(Worker):
@@ -64,11 +90,30 @@ class OutageTolerantWorker(Worker):
         log_format: str = DEFAULT_LOGGING_FORMAT,
     ) -> None:
         # rq calls this once, outside its loop: an outage here would end the worker.
-        parent_start = super()._start_scheduler
-        self._until_redis_answers(
-            "start_scheduler",
-            lambda: parent_start(burst, logging_level, date_format, log_format),
-        )
+        # rq's own body, with the scheduler class below in place of RQScheduler.
+        def start() -> None:
+            self.scheduler = OutageQuietScheduler(
+                self.queues,
+                connection=self.connection,
+                logging_level=logging_level if logging_level is not None else self.log.level,
+                date_format=date_format,
+                log_format=log_format,
+                serializer=self.serializer,
+            )
+            self.scheduler.acquire_locks()  # type: ignore[no-untyped-call]
+            if not self.scheduler.acquired_locks:
+                return
+            if not burst:
+                self.scheduler.start()  # type: ignore[no-untyped-call]
+                return
+            try:
+                self.scheduler.register_birth()
+                self.scheduler.enqueue_scheduled_jobs()  # type: ignore[no-untyped-call]
+            finally:
+                self.scheduler.release_locks()  # type: ignore[no-untyped-call]
+                self.scheduler.register_death()
+
+        self._until_redis_answers("start_scheduler", start)
 
     def check_for_suspension(self, burst: bool) -> None:
         parent_check = super().check_for_suspension

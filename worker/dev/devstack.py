@@ -25,6 +25,9 @@ REDIS_MISSING = (
     "redis-server not found: install it (Debian/Ubuntu: apt-get install redis-server; "
     "macOS: brew install redis)"
 )
+# The scripted endpoint takes any key; a random-looking one, since every secret value is
+# masked wherever it appears (a plain word would be blanked out of the agents' answers).
+SCRIPTED_ENDPOINT_KEY = "sk-scripted-7d41c9e0b2a85f36"
 
 
 def free_port() -> int:
@@ -117,12 +120,13 @@ class DevStack:
             "CAPABILITY_KEY": self.capability_key,
             "MCP_CONFIG": str(self.mcp_config),
             "RQ_WORKER_CLASS": "worker.AgentWorker",
+            "RQ_CONFIG": "worker.rq_config",
         }
         if self.llm_base_url is not None:
             env["OPENAI_BASE_URL"] = self.llm_base_url + "/v1"
-            env["OPENAI_API_KEY"] = "scripted-endpoint-key"
+            env["OPENAI_API_KEY"] = SCRIPTED_ENDPOINT_KEY
             env["ANTHROPIC_BASE_URL"] = self.llm_base_url
-            env["ANTHROPIC_API_KEY"] = "scripted-endpoint-key"
+            env["ANTHROPIC_API_KEY"] = SCRIPTED_ENDPOINT_KEY
         env.update(extra)
         return env
 

@@ -3,7 +3,9 @@
 Checks, in order: the settings, Redis, ``AGENTS_DIR`` and every definition in it
 (as ``AgentStore.load`` reads it, with its warnings), the skills, ``MCP_CONFIG``
 (stdio commands on ``PATH``; HTTP servers answering an MCP ``initialize``),
-``GRANT_POLICY``, ``PRICES_FILE`` and the Hub at ``HUB_URL``. Each problem is one
+``GRANT_POLICY``, ``PRICES_FILE``, each agent's model (its key set, its endpoint
+answering), grants that match no tool, secrets too plain to mask safely, and the Hub at
+``HUB_URL``. Each problem is one
 line naming the variable, file or field::
 
     error: AGENTS_DIR: /srv/agents does not exist
@@ -27,6 +29,11 @@ from redis import Redis
 from worker.agents import AgentDefinition
 from worker.exceptions import ConfigurationError
 from worker.operations._check_report import CheckReport
+from worker.operations._checks_agents import (
+    check_grants_match_tools,
+    check_models,
+    check_secret_strength,
+)
 from worker.operations._checks_config import (
     check_agents,
     check_grant_policy,
@@ -65,6 +72,9 @@ def run_checks(
     check_grant_policy(report, config, agents)
     check_prices(report, config)
     _check_cli_sandbox(report, config, agents)
+    check_models(report, config, agents, network=network, timeout_s=timeout_s)
+    check_grants_match_tools(report, config, agents)
+    check_secret_strength(report, config)
     if network:
         _check_hub(report, config, timeout_s)
     return report

@@ -15,6 +15,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from worker._network import client_ssl_context, shown_url
+from worker.redis_io import access_refusal
 
 # An MCP ``initialize`` request, as the worker's MCP client sends it when a task opens a server.
 _INITIALIZE = {
@@ -40,6 +41,9 @@ def probe_redis(url: str, *, timeout_s: float, client: Redis | None = None) -> s
     try:
         client.ping()
     except RedisError as exc:
+        refusal = access_refusal(exc)
+        if refusal is not None:
+            return f"{refusal} (at {shown_url(url)})"
         return f"Redis at {shown_url(url)} does not answer ({type(exc).__name__})"
     finally:
         client.close()

@@ -7,6 +7,7 @@ operator can do here is also callable from Python.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from redis.exceptions import RedisError
 
 from worker.exceptions import ConfigurationError
 from worker.operations._redis_option import REDIS_URL_OPTION, redis_url_parser, use_redis_url
+from worker.redis_io import redis_error_line
 
 # Commands that use no Redis: --redis-url is not taken out of their arguments.
 _NO_REDIS = frozenset({"devhub", "executors", "schema"})
@@ -62,7 +64,7 @@ def _devhub(args: argparse.Namespace, rest: list[str]) -> int:
 def _enqueue(args: argparse.Namespace, rest: list[str]) -> int:
     from worker.enqueue import enqueue_cli
 
-    return enqueue_cli(args.source, _redis())
+    return enqueue_cli(args.source, _redis(), rerun=args.rerun)
 
 
 def _unknown_task(redis: Redis, command: str, task_id: str) -> bool:
@@ -145,6 +147,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     )
     enqueue = command("enqueue", _enqueue, "validate and enqueue tasks (JSON, array or lines)")
     enqueue.add_argument("source", help="a file of tasks, or - for standard input")
+    enqueue.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run again a task id that already ran (its report is replaced)",
+    )
     cancel = command("cancel", _cancel, "stop a task at its next step (or drop it if queued)")
     cancel.add_argument("task_id")
     steer = command("steer", _steer, "add a message for a running task before its next step")
@@ -219,7 +226,24 @@ def _extension(module: str, function: str) -> Handler:
     return run
 
 
+# The status a command killed by SIGPIPE has in a shell (128 + 13), as `cat | head -1` shows.
+_CLOSED_PIPE_STATUS = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``agent-worker``. A reader that stops early (``| head -1``) ends the command quietly."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # here, not at exit (also after --help), to be caught below
+    except BrokenPipeError:
+        # Python would report the closed pipe again while flushing stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _CLOSED_PIPE_STATUS
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser, handlers = _parser()
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not (arguments[:1] and arguments[0] in _NO_REDIS):
@@ -242,5 +266,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agent-worker: {exc.message}", file=sys.stderr)
         return 2
     except RedisError as exc:
-        print(f"agent-worker: Redis is unreachable: {exc}", file=sys.stderr)
+        print(f"agent-worker: {redis_error_line(exc)}", file=sys.stderr)
         return 1

@@ -31,6 +31,7 @@ from worker.logs import log_event
 from worker.operations._redis_option import redis_url_parser
 from worker.operations._session import open_session
 from worker.redis_io import keys as redis_keys
+from worker.redis_io import redis_error_line
 
 DEFAULT_LISTED = 20
 _PREVIEW_CHARS = 80
@@ -202,7 +203,7 @@ def main(argv: list[str]) -> int:
             return 0
         return _replay_all(redis, letters, settings)
     except RedisError as exc:
-        print(f"agent-worker dead-letters: cannot reach Redis: {redact(str(exc))}", file=sys.stderr)
+        print(f"agent-worker dead-letters: {redact(redis_error_line(exc))}", file=sys.stderr)
         return 1
     finally:
         redis.close()

@@ -40,7 +40,7 @@ from worker.operations._job_lookup import fetch_task_job
 from worker.operations._redis_option import redis_url_parser, use_redis_url
 from worker.operations._session import open_session
 from worker.redaction import process_redactor
-from worker.redis_io import connect
+from worker.redis_io import connect, redis_error_line
 from worker.settings import settings_or_exit
 from worker.task import Task, parse_task
 
@@ -109,6 +109,7 @@ def requeue_failed(
             result_ttl_s=result_ttl_s,
             timeout_grace_s=timeout_grace_s,
             attempt=0,
+            rerun=True,  # a failed run, put back on purpose
         )
         for failed in found
     ]
@@ -150,9 +151,7 @@ def requeue_main(argv: list[str]) -> int:
             skip_refused=args.all,
         )
     except RedisError as exc:
-        print(
-            f"agent-worker requeue: cannot reach Redis: {session.redact(str(exc))}", file=sys.stderr
-        )
+        print(f"agent-worker requeue: {session.redact(redis_error_line(exc))}", file=sys.stderr)
         return 1
     finally:
         redis.close()
@@ -199,7 +198,7 @@ def reload_agents_main(argv: list[str]) -> int:
         else:
             dropped = store.invalidate()
     except RedisError as exc:
-        print(f"agent-worker reload-agents: cannot reach Redis: {_redacted(exc)}", file=sys.stderr)
+        print(f"agent-worker reload-agents: {_redacted(exc)}", file=sys.stderr)
         return 1
     finally:
         store.close()
@@ -209,5 +208,5 @@ def reload_agents_main(argv: list[str]) -> int:
     return 0
 
 
-def _redacted(exc: Exception) -> str:
-    return process_redactor(settings_or_exit().secret_values()).redact(str(exc))
+def _redacted(exc: RedisError) -> str:
+    return process_redactor(settings_or_exit().secret_values()).redact(redis_error_line(exc))

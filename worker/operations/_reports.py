@@ -20,9 +20,10 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from worker.daemon import CappedJob
-from worker.operations._job_lookup import fetch_task_job
+from worker.operations._job_lookup import fetch_task_job, requeue_note
 from worker.operations._redis_option import redis_url_parser
 from worker.operations._session import open_session
+from worker.redis_io import redis_error_line
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +44,13 @@ def find_report(redis: Redis, task_id: str) -> StoredReport | str:
     shown_status = status.value if status is not None else "unknown"
     report = job.meta.get("report")
     if not isinstance(report, dict):
+        note = requeue_note(redis, job)
+        if note is not None:
+            when = f"next try at {note.next_try_at}" if note.next_try_at else "due now"
+            return (
+                f"{task_id}: no report yet (status {shown_status}): requeued for attempt "
+                f"{note.attempt}, {when}: {note.reason}"
+            )
         return f"{task_id}: no report yet (status {shown_status})"
     ended_at = job.ended_at.isoformat(timespec="seconds") if job.ended_at else None
     return StoredReport(report=report, job_status=shown_status, ended_at=ended_at)
@@ -89,7 +97,7 @@ def main(argv: list[str]) -> int:
     try:
         found = find_report(redis, args.task_id)
     except RedisError as exc:
-        print(f"agent-worker report: cannot reach Redis: {redact(str(exc))}", file=sys.stderr)
+        print(f"agent-worker report: {redact(redis_error_line(exc))}", file=sys.stderr)
         return 1
     finally:
         redis.close()

@@ -30,7 +30,13 @@ from worker.operations._scheduler import (
     Scheduler,
 )
 from worker.redaction import process_redactor
-from worker.redis_io import connect, is_redis_outage, outage_kind, patient_redis_retry
+from worker.redis_io import (
+    check_redis_access,
+    connect,
+    is_redis_outage,
+    outage_kind,
+    patient_redis_retry,
+)
 from worker.settings import settings_or_exit
 
 
@@ -185,6 +191,8 @@ def main(argv: list[str]) -> int:
         timeout_grace_s=settings.job_timeout_grace_s,
     )
     redis = connect(settings)
+    # Before the patient retry: a wrong password is not an outage to wait out.
+    check_redis_access(redis)
     # The worker's patience: a restart or a refused write (OOM, READONLY) is waited out.
     redis.set_retry(patient_redis_retry())
     agents = AgentStore(settings.agents_dir, redis=redis, ttl_s=settings.agent_cache_ttl_s)

@@ -35,6 +35,12 @@ UTC with milliseconds, so they sort as strings::
       .outcome                    str | null       AgentReport outcome; null without a report
       .error                      str | null       "Class: message", else rq's last error line
       .failed_at                  str | null
+    requeued[]                                     tasks the worker put back, waiting, next first
+      .task_id .queue             str
+      .agent_id                   str | null
+      .attempt                    int              the run it waits for (1 is the first requeue)
+      .reason                     str              why it was put back
+      .next_try_at                str | null       when it is due (null: due, moving to its queue)
     outbox.pending                int              Hub writes waiting for a retry
     outbox.dead                   int              dead letters: Hub writes the Hub refused or
                                                    that ran out of attempts, kept for an operator
@@ -78,6 +84,7 @@ from worker.enqueue import DEFAULT_QUEUE
 from worker.hub_writes import outbox_size
 from worker.loop import ResponseEntry, entry_from_json
 from worker.operations._dead_letters import dead_letter_count, newest_dead_letter
+from worker.operations._job_lookup import requeue_note
 from worker.redis_io import keys as redis_keys
 
 SCHEMA_VERSION = 1
@@ -138,6 +145,16 @@ class Failure:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Requeued:
+    task_id: str
+    queue: str
+    agent_id: str | None
+    attempt: int
+    reason: str
+    next_try_at: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class OutboxState:
     pending: int
     dead: int
@@ -151,6 +168,7 @@ class FleetStatus:
     workers: list[WorkerInfo]
     recent_failures: list[Failure]
     outbox: OutboxState
+    requeued: list[Requeued]
 
     def to_json(self) -> dict[str, Any]:
         """The documented ``--json`` object (see the module docstring)."""
@@ -173,6 +191,7 @@ def collect_status(
         workers=_workers(redis, now),
         recent_failures=_recent_failures(redis, queue_names, failures_shown, redact),
         outbox=_outbox_state(redis, redact),
+        requeued=_requeued(redis, queue_names, redact),
     )
 
 
@@ -251,6 +270,38 @@ def model_steps(redis: Redis, task_id: str) -> int:
             continue
         steps += isinstance(entry, ResponseEntry)
     return steps
+
+
+# --- requeued tasks -----------------------------------------------------------------------------
+
+# The scheduled registries are read this far, next due first.
+_REQUEUED_SHOWN = 50
+
+
+def _requeued(
+    redis: Redis, queue_names: Sequence[str], redact: Callable[[str], str]
+) -> list[Requeued]:
+    found = []
+    for name in queue_names:
+        key = ScheduledJobRegistry.key_template.format(name)
+        for raw_id in redis.zrange(key, 0, _REQUEUED_SHOWN - 1):
+            job_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+            job = _fetch(redis, job_id)
+            note = requeue_note(redis, job) if job is not None else None
+            if job is None or note is None:
+                continue
+            found.append(
+                Requeued(
+                    task_id=job_id,
+                    queue=name,
+                    agent_id=_text(_task_of(job).get("agent_id")),
+                    attempt=note.attempt,
+                    reason=redact(note.reason),
+                    next_try_at=note.next_try_at,
+                )
+            )
+    found.sort(key=lambda requeued: requeued.next_try_at or "")
+    return found
 
 
 # --- failures ----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from worker.operations._status import (
     WorkerInfo,
     collect_status,
 )
+from worker.redis_io import redis_error_line
 
 # The table keeps one line per failure; --json has the whole text.
 _TABLE_ERROR_CHARS = 100
@@ -56,6 +57,23 @@ def render_table(status: FleetStatus) -> str:
                         _shorten(f.error or "-", _TABLE_ERROR_CHARS),
                     ]
                     for f in status.recent_failures
+                ],
+            )
+        )
+    if status.requeued:
+        sections.append(f"REQUEUED ({len(status.requeued)})")
+        sections.append(
+            _table(
+                ["TASK", "AGENT", "ATTEMPT", "NEXT TRY", "REASON"],
+                [
+                    [
+                        r.task_id,
+                        r.agent_id or "-",
+                        r.attempt,
+                        _short_time(r.next_try_at) if r.next_try_at else "due",
+                        _shorten(r.reason, _TABLE_ERROR_CHARS),
+                    ]
+                    for r in status.requeued
                 ],
             )
         )
@@ -132,7 +150,7 @@ def main(argv: list[str]) -> int:
     try:
         status = collect_status(redis, failures_shown=max(0, args.failures), redact=redact)
     except RedisError as exc:
-        print(f"agent-worker status: cannot reach Redis: {redact(str(exc))}", file=sys.stderr)
+        print(f"agent-worker status: {redact(redis_error_line(exc))}", file=sys.stderr)
         return 1
     finally:
         redis.close()

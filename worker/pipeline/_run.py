@@ -186,7 +186,9 @@ class TaskRun:
             while not take():
                 if time.monotonic() >= deadline:
                     delay = settings.busy_requeue_delay_s
-                    self._state.requeue = Requeue(delay_s=delay, attempt=self._rt.attempt)
+                    self._state.requeue = Requeue(
+                        delay_s=delay, attempt=self._rt.attempt, reason=reason
+                    )
                     log_event("task_busy", task=task.task_id, reason=reason, requeue_in_s=delay)
                     return False
                 await anyio.sleep(_BUSY_POLL_S)
@@ -231,7 +233,7 @@ class TaskRun:
             return self._past_deadline(
                 self._state.task, f"a requeue in {delay:g} s would pass the deadline: {reason}"
             )
-        self._state.requeue = Requeue(delay_s=delay, attempt=attempt + 1)
+        self._state.requeue = Requeue(delay_s=delay, attempt=attempt + 1, reason=reason)
         log_event(
             "task_requeued",
             "warning",

@@ -18,14 +18,16 @@ from worker.task import TASK_ID_PATTERN, AgentReport, Outcome, Task
 
 @dataclass(frozen=True, kw_only=True)
 class Requeue:
-    """Put the same task back after ``delay_s``, as run number ``attempt``."""
+    """Put the same task back after ``delay_s``, as run number ``attempt``, because ``reason``
+    (shown by ``agent-worker status`` and ``report`` while the task waits)."""
 
     delay_s: float
     attempt: int
+    reason: str = ""
 
-    def to_meta(self) -> dict[str, float | int]:
+    def to_meta(self) -> dict[str, float | int | str]:
         """The form the worker parent reads from ``job.meta["requeue"]``."""
-        return {"delay_s": self.delay_s, "attempt": self.attempt}
+        return {"delay_s": self.delay_s, "attempt": self.attempt, "reason": self.reason}
 
 
 @dataclass(kw_only=True)
@@ -36,7 +38,7 @@ class TaskVerdict:
     next_run: Requeue | None = None
 
     @property
-    def requeue(self) -> dict[str, float | int] | None:
+    def requeue(self) -> dict[str, float | int | str] | None:
         """The requeue as stored in ``job.meta["requeue"]``, or None to end the task here."""
         return None if self.next_run is None else self.next_run.to_meta()
 

@@ -27,6 +27,7 @@ from redis import BlockingConnectionPool, Redis
 from redis.connection import SSLConnection, parse_url
 from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 
+from worker._network import parse_sentinel_addresses
 from worker.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -93,22 +94,6 @@ class SentinelPrimaryConnection(SentinelManagedConnection):
 
 class SentinelPrimarySSLConnection(SentinelPrimaryConnection, SSLConnection):
     """The same over TLS (``rediss://`` in ``REDIS_URL``)."""
-
-
-def parse_sentinel_addresses(value: str) -> list[tuple[str, int]]:
-    """``host:port,host:port`` (IPv6 as ``[::1]:26379``) as (host, port) pairs."""
-    addresses = []
-    for item in (part.strip() for part in value.split(",")):
-        if not item:
-            continue
-        host, separator, port_text = item.rpartition(":")
-        host = host.removeprefix("[").removesuffix("]")
-        if not separator or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"{item!r} is not host:port (a sentinel address, port 1-65535)")
-        addresses.append((host, int(port_text)))
-    if not addresses:
-        raise ValueError("no sentinel address given (expected host:port,host:port)")
-    return addresses
 
 
 def rq_connection_settings(settings: Settings) -> dict[str, Any]:

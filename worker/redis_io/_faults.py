@@ -22,8 +22,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from redis import Redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
+    AuthenticationError,
     BusyLoadingError,
     MasterDownError,
     OutOfMemoryError,
@@ -35,14 +37,18 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from worker.exceptions import ConfigurationError
 from worker.logs import log_event
 
 __all__ = [
     "REDIS_UNAVAILABLE",
     "RedisOutage",
+    "access_refusal",
+    "check_redis_access",
     "is_redis_outage",
     "outage_kind",
     "patient_redis_retry",
+    "redis_error_line",
     "until_redis_answers",
 ]
 
@@ -73,6 +79,39 @@ def is_redis_outage(error: BaseException) -> bool:
     if isinstance(error, REDIS_UNAVAILABLE):
         return True
     return isinstance(error, ResponseError) and str(error).startswith(_REFUSAL_PREFIXES)
+
+
+def access_refusal(error: BaseException) -> str | None:
+    """What the operator must fix when Redis answered but refused this client: a wrong or
+    missing password, or a database index the server does not have. None otherwise (an
+    outage, a bug): waiting does not cure a refusal, so callers stop with this line."""
+    if isinstance(error, AuthenticationError):
+        # Redis's own text ("HELLO must be called ...") does not say which one.
+        return "Redis refuses the password in REDIS_URL (wrong, or none given)"
+    if isinstance(error, ResponseError) and "DB index is out of range" in str(error):
+        return (
+            "Redis has no database with the number in REDIS_URL's path "
+            "(DB index is out of range: the server's `databases` setting caps it)"
+        )
+    return None
+
+
+def redis_error_line(error: RedisError) -> str:
+    """The one line an operator's command prints when Redis failed it."""
+    return access_refusal(error) or f"cannot reach Redis: {error}"
+
+
+def check_redis_access(connection: Redis) -> None:
+    """PING once at start: raise ConfigurationError when Redis refuses this client.
+
+    An outage is left to the caller's own waiting (the first command meets it again).
+    """
+    try:
+        connection.ping()
+    except RedisError as exc:
+        refusal = access_refusal(exc)
+        if refusal is not None:
+            raise ConfigurationError(refusal) from None
 
 
 def outage_kind(error: BaseException) -> str:

@@ -3,8 +3,9 @@
 The Toolbox protocol and in-process tools load with the package; grants and
 capabilities (PyJWT, YAML, pydantic), the MCP config and ``McpToolbox`` (the MCP
 client) load on first use, so that ``worker.loop`` stays light. So do the operator's
-``CAN_EXECUTE_TOOL`` hook loader (``_hooks``) and the wrappers that give tool calls
-idempotency keys across crashes and re-runs (``_idempotency``).
+``CAN_EXECUTE_TOOL`` hook loader (it lives in ``worker._hooks``, below the settings that
+check it) and the wrappers that give tool calls idempotency keys across crashes and
+re-runs (``_idempotency``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from worker.tools._base import (
 from worker.tools._local import LocalTool, LocalToolbox
 
 if TYPE_CHECKING:
+    from worker._hooks import load_can_execute_tool, load_hook
     from worker.tools._capability import (
         Capability,
         CapabilityRefused,
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
         grant_covers,
         load_grant_policy,
     )
-    from worker.tools._hooks import load_can_execute_tool, load_hook
     from worker.tools._idempotency import (
         ContentKeyedToolbox,
         IntentJournalingToolbox,
@@ -70,8 +71,8 @@ _LAZY = {
     "check_grant_pattern": "worker.tools._grants",
     "grant_covers": "worker.tools._grants",
     "load_grant_policy": "worker.tools._grants",
-    "load_can_execute_tool": "worker.tools._hooks",
-    "load_hook": "worker.tools._hooks",
+    "load_can_execute_tool": "worker._hooks",
+    "load_hook": "worker._hooks",
     "ContentKeyedToolbox": "worker.tools._idempotency",
     "IntentJournalingToolbox": "worker.tools._idempotency",
     "KeyedCallContext": "worker.tools._idempotency",

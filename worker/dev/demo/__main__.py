@@ -3,7 +3,8 @@
 Starts a throwaway redis-server, the devhub, our MCP servers and — without a
 provider key — a scripted model endpoint whose demo agent really calls the hub
 tools; seeds a post that mentions the demo agent, enqueues the two tasks, runs
-``rq worker agents --burst`` with ``RQ_WORKER_CLASS=worker.AgentWorker``, and
+``rq worker agents --burst`` with ``RQ_WORKER_CLASS=worker.AgentWorker`` and
+``RQ_CONFIG=worker.rq_config``, and
 prints what the agent posted, the AgentReports and a few metric lines.
 
 It never touches a queue it did not create: ``REDIS_URL`` may point at a live
@@ -139,7 +140,10 @@ def run_worker(
             else:
                 env.pop(name, None)
     rq = Path(sys.executable).with_name("rq")
-    print(f"$ RQ_WORKER_CLASS=worker.AgentWorker {rq.name} worker {queue_name} --burst")
+    print(
+        "$ RQ_WORKER_CLASS=worker.AgentWorker RQ_CONFIG=worker.rq_config "
+        f"{rq.name} worker {queue_name} --burst"
+    )
     completed = subprocess.run(
         [str(rq), "worker", queue_name, "--burst"],
         env=env,

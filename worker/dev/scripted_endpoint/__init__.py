@@ -25,7 +25,8 @@ from worker.dev.scripted_endpoint._runner import ScriptedEndpoint
 from worker.dev.scripted_endpoint._scenarios import (
     DEFAULT_SCENARIO,
     DEMO_SCENARIO,
-    NO_TURN_LEFT_TEXT,
+    NO_TURN_LEFT_MESSAGE,
+    NO_TURN_LEFT_STATUS,
     EndpointSettings,
     ScenarioFile,
     ScenarioStore,
@@ -39,7 +40,8 @@ from worker.dev.scripted_endpoint._server import create_app
 __all__ = [
     "DEFAULT_SCENARIO",
     "DEMO_SCENARIO",
-    "NO_TURN_LEFT_TEXT",
+    "NO_TURN_LEFT_MESSAGE",
+    "NO_TURN_LEFT_STATUS",
     "EndpointSettings",
     "ScenarioFile",
     "ScenarioStore",

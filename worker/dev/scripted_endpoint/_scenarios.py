@@ -22,7 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 DEMO_SCENARIO = "demo"
 DEFAULT_SCENARIO = "default"
-NO_TURN_LEFT_TEXT = "(scripted endpoint: no turn left)"
+# A scenario that ran out of turns answers an error (HTTP 400, an invalid request to the
+# SDKs): a placeholder text would be posted to the Hub as the agent's reply, `completed`.
+NO_TURN_LEFT_STATUS = 400
+NO_TURN_LEFT_MESSAGE = "scripted endpoint: scenario {scenario!r} has no turn left"
 # Oldest records are dropped beyond this, so a long demo run cannot grow without bound.
 MAX_RECORDED_REQUESTS = 10_000
 
@@ -77,7 +80,13 @@ class ScriptedTurn(_Strict):
 
 
 DEMO_AGENT_TURN = ScriptedTurn(dynamic="demo-agent")
-NO_TURN_LEFT = ScriptedTurn(text=NO_TURN_LEFT_TEXT)
+NO_TURN_LEFT = ScriptedTurn(status=NO_TURN_LEFT_STATUS)
+
+
+def no_turn_left(scenario: str) -> ScriptedTurn:
+    """The error a scenario without turns answers, naming it (the failed task's error reads it)."""
+    message = NO_TURN_LEFT_MESSAGE.format(scenario=scenario)
+    return ScriptedTurn(status=NO_TURN_LEFT_STATUS, error={"message": message})
 
 
 class StormSettings(_Strict):

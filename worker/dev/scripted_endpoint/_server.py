@@ -33,6 +33,7 @@ from worker.dev.scripted_endpoint._scenarios import (
     ScenarioStore,
     ScriptedTurn,
     StormSettings,
+    no_turn_left,
 )
 from worker.dev.scripted_endpoint._wire import (
     Answer,
@@ -176,6 +177,8 @@ def _sse_frames(api: Api, answer: Answer, conversation: Conversation) -> list[by
 
 def _resolved_turn(draw: Draw, conversation: Conversation) -> ScriptedTurn:
     turn = draw.turn or NO_TURN_LEFT
+    if turn == NO_TURN_LEFT:
+        return no_turn_left(draw.scenario)
     if turn.dynamic == "demo-agent":
         return demo_agent_turn(conversation)
     return turn

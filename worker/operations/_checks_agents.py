@@ -1,0 +1,147 @@
+"""The part of ``agent-worker check`` that asks, per agent: would its tasks run at all?
+
+- its model: the provider key it needs is set (``brain.api_key_env``, else the worker's
+  ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY``), and its endpoint answers and accepts the key;
+- its grants: each one matches at least one tool of an ``MCP_CONFIG`` server (``hub:raed``
+  leaves the agent without the tools it was meant to have, silently);
+- the worker's secrets: none is so short or plain that masking it corrupts ordinary text
+  (the redactor blanks every occurrence of a secret's value, in any letter case).
+
+An endpoint that does not answer is a warning, as an MCP server or the Hub is (it may start
+after the worker); a missing key or a refused one is an error of that agent.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+
+import httpx2
+
+from worker._network import client_ssl_context, shown_url
+from worker.agents import AgentDefinition
+from worker.exceptions import ConfigurationError, WorkerError
+from worker.operations._check_report import CheckReport, Problem, Severity
+from worker.settings import Settings
+
+# Below this many letters and digits, a secret's value is likely to occur in ordinary text.
+MIN_SECRET_CHARACTERS = 16
+_SDK_KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+
+
+def check_models(
+    report: CheckReport,
+    config: Settings,
+    agents: Mapping[str, AgentDefinition],
+    *,
+    network: bool,
+    timeout_s: float,
+) -> None:
+    """Each agent's key is set; with ``network``, each endpoint (probed once) answers."""
+    from worker.executors._provider import provider_access
+
+    probed: dict[tuple[str, str | None, str, str], Problem | None] = {}
+    for name, definition in agents.items():
+        where = f"agents/{name}/config.yaml"
+        try:
+            access = provider_access(definition, config)
+        except WorkerError as exc:
+            report.error(where, f"brain: {exc.message.removeprefix(f'{where}: ')}", agent=name)
+            continue
+        if not network:
+            continue
+        key_variable = definition.config.brain.api_key_env or _SDK_KEY_VARIABLES.get(
+            access.provider, "its key"
+        )
+        endpoint = (access.provider, access.base_url, access.api_key, key_variable)
+        if endpoint not in probed:
+            probed[endpoint] = _probe_model_endpoint(*endpoint, timeout_s=timeout_s)
+        problem = probed[endpoint]
+        if problem is not None:
+            report.problems.append(replace(problem, subject=where, agent=name))
+
+
+def _probe_model_endpoint(
+    provider: str, base_url: str | None, api_key: str, key_variable: str, *, timeout_s: float
+) -> Problem | None:
+    """List the provider's models: any answer but 401/403 means the endpoint is there."""
+    if provider == "anthropic":
+        root = (base_url or "https://api.anthropic.com").rstrip("/")
+        url = f"{root}/v1/models"
+        headers = {"x-api-key": api_key, "anthropic-version": "2023-06-01"}
+    else:
+        root = (base_url or "https://api.openai.com/v1").rstrip("/")
+        url = f"{root}/models"
+        headers = {"Authorization": f"Bearer {api_key}"}
+    try:
+        with httpx2.Client(
+            timeout=timeout_s, verify=client_ssl_context(), trust_env=False
+        ) as client:
+            status = client.get(url, headers=headers).status_code
+    except httpx2.HTTPError as exc:
+        message = f"brain: the model endpoint {shown_url(root)} does not answer"
+        return Problem(
+            severity=Severity.WARNING, subject="", message=f"{message} ({type(exc).__name__})"
+        )
+    if status in (401, 403):
+        message = f"brain: the model endpoint {shown_url(root)} refuses {key_variable}"
+        return Problem(severity=Severity.ERROR, subject="", message=f"{message} (HTTP {status})")
+    return None
+
+
+def check_grants_match_tools(
+    report: CheckReport, config: Settings, agents: Mapping[str, AgentDefinition]
+) -> None:
+    """A requested grant that no tool of any MCP_CONFIG server requires is a typo, or a
+    server missing from MCP_CONFIG: either way the agent runs without those tools."""
+    from worker.tools import grant_covers, load_mcp_config
+
+    if config.mcp_config is None or not agents:
+        return
+    try:
+        mcp = load_mcp_config(config.mcp_config)
+    except ConfigurationError:
+        return  # check_mcp_config has said why
+    required = sorted({grant for server in mcp.servers.values() for grant in server.tools.values()})
+    for name, definition in agents.items():
+        for grant in definition.config.capabilities.grants:
+            if any(grant_covers(grant, tool_grant) for tool_grant in required):
+                continue
+            close = difflib.get_close_matches(grant, required, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            report.warning(
+                f"agents/{name}/config.yaml",
+                f"capabilities.grants: {grant!r} matches no tool of any MCP_CONFIG server{hint}",
+                agent=name,
+            )
+
+
+def check_secret_strength(report: CheckReport, config: Settings) -> None:
+    """Warn about a secret the redactor would find inside ordinary words."""
+    for variable, value in _secrets_by_variable(config).items():
+        characters = [character for character in value if character.isalnum()]
+        if len(characters) < MIN_SECRET_CHARACTERS or all(c.isalpha() for c in characters):
+            report.warning(
+                variable,
+                "is short or plain words: every occurrence of its value is masked in posts, "
+                "logs and reports, so ordinary text that contains it is corrupted; use a "
+                f"random value of at least {MIN_SECRET_CHARACTERS} letters and digits",
+            )
+
+
+def _secrets_by_variable(config: Settings) -> dict[str, str]:
+    secrets = {
+        "HUB_API_KEY": config.hub_api_key,
+        "MCP_AUTH_TOKEN": config.mcp_auth_token,
+        "REDIS_SENTINEL_PASSWORD": config.redis_sentinel_password,
+        "CAPABILITY_KEY": config.capability_key,
+        "ANTHROPIC_API_KEY": config.anthropic_api_key,
+        "OPENAI_API_KEY": config.openai_api_key,
+    }
+    found = {name: secret.get_secret_value() for name, secret in secrets.items() if secret}
+    for name in config.agent_key_envs:
+        if os.environ.get(name):
+            found[name] = os.environ[name]
+    return {name: value for name, value in found.items() if value}
