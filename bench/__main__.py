@@ -24,6 +24,7 @@ BENCHMARKS = (
     "memory",
     "scaling",
     "in_flight",
+    "crash_recovery",
 )
 
 

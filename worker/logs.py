@@ -89,6 +89,12 @@ def log_event(event: str, level: str = "info", **fields: Any) -> None:
     _write(_encode(record) + "\n")
 
 
+def writing_on_this_thread() -> bool:
+    """True while the calling thread is inside a write (a signal handler asking about the
+    code it interrupted): raising there would cut a line in two."""
+    return bool(getattr(_writing, "active", False))
+
+
 def _write(line: str) -> None:
     if getattr(_writing, "active", False):
         _deferred.append(line)  # a signal handler interrupted this thread's own write

@@ -40,6 +40,7 @@ from types import FrameType
 from typing import Any
 
 from rq.command import parse_payload
+from rq.exceptions import StopRequested
 from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
@@ -60,7 +61,7 @@ from worker.coordination import (
 )
 from worker.daemon._one_job import VettingWorker
 from worker.daemon._vetting import JobCheck
-from worker.logs import log_event
+from worker.logs import log_event, writing_on_this_thread
 from worker.settings import settings_or_exit
 from worker.task import Outcome
 
@@ -137,6 +138,7 @@ class ConcurrentWorker(VettingWorker):
         self._job_ended = threading.Condition()
         self._waiting_for_job = False
         self._cold_shutdown = False
+        self._stop_signal_pending = False
         self._heartbeats: threading.Thread | None = None
         self._heartbeats_stopped = threading.Event()
         # Executions rq's stop-job or stop-execution asked to stop, and runs past their
@@ -277,12 +279,17 @@ class ConcurrentWorker(VettingWorker):
         with self._job_ended:
             while busy():
                 self._job_ended.wait(_WAIT_SLICE_S)
+                self._act_on_stop_signal()
 
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
         if not self.concurrent:
-            return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            self._waiting_for_job = True
+            try:
+                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            finally:
+                self._waiting_for_job = False
         while True:
             self._waiting_for_job = True
             try:
@@ -383,14 +390,38 @@ class ConcurrentWorker(VettingWorker):
             raise SystemExit(EXIT_RUN_ABANDONED)
         return worked
 
-    def _shutdown(self) -> None:
-        if self.concurrent and not self._waiting_for_job:
-            # Between a dequeue and its hand-over, or waiting for a free slot: rq's loop
-            # stops at its next check, and teardown waits for the jobs in flight.
-            self._stop_requested = True
-            self.set_shutdown_requested_date()  # type: ignore[no-untyped-call]
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        """The first SIGTERM/SIGINT (warm shutdown): a signal handler, so flags only.
+
+        rq's handler logs, writes to Redis and may join its scheduler, inside whatever the
+        main thread was doing: a log write holding the log lock, a Redis call. Here the main
+        thread does that itself at its next step (``_act_on_stop_signal``).
+        """
+        self._shutdown_requested_date = now()
+        signal.signal(signal.SIGINT, self.request_force_stop)
+        signal.signal(signal.SIGTERM, self.request_force_stop)
+        self._stop_requested = True
+        self._stop_signal_pending = True
+        if self._waiting_for_job and not writing_on_this_thread():
+            raise StopRequested()  # out of the blocking dequeue, as rq does
+
+    def _act_on_stop_signal(self) -> None:
+        """In the main thread: what rq's warm-shutdown handler does besides setting flags."""
+        if not self._stop_signal_pending:
             return
-        super()._shutdown()  # type: ignore[no-untyped-call]
+        self._stop_signal_pending = False
+        self.handle_warm_shutdown_request()  # type: ignore[no-untyped-call]
+        self.set_shutdown_requested_date()  # type: ignore[no-untyped-call]
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        super().heartbeat(timeout, pipeline)  # type: ignore[no-untyped-call]
+        if pipeline is not None or threading.current_thread() is not threading.main_thread():
+            return
+        # rq's loop calls this at every turn, also while it waits on the queue: a stop
+        # signal that could not raise in its handler (it came during a log write) acts here.
+        self._act_on_stop_signal()
+        if self._stop_requested and self._waiting_for_job:
+            raise StopRequested()
 
     def request_force_stop(self, signum: int, frame: FrameType | None) -> None:
         # A signal handler: it only marks the cold shutdown (rq raises SystemExit); the
@@ -468,6 +499,7 @@ class ConcurrentWorker(VettingWorker):
 
     def teardown(self) -> None:
         try:
+            self._act_on_stop_signal()
             if self.concurrent and not self._cold_shutdown and self._in_flight:
                 log_event("waiting_for_tasks", worker=self.name, in_flight=len(self._in_flight))
                 # Runs stuck past their timeout are handed back meanwhile (heartbeats).
