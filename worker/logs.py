@@ -36,9 +36,11 @@ _stream: TextIO | None = None
 
 
 def _new_lock_after_fork() -> None:
-    # A thread of the parent may hold the lock at the moment rq forks a job process.
+    # A thread of the parent may hold the lock at the moment rq forks a job process (or its
+    # scheduler); lines queued by a signal handler are the parent's to write.
     global _lock
     _lock = threading.Lock()
+    _deferred.clear()
 
 
 os.register_at_fork(after_in_child=_new_lock_after_fork)
