@@ -10,7 +10,7 @@ from rq import Queue, Retry
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
-from tests.chaos.harness import AGENT, ChaosStack, WorkerProcess, unique
+from tests.chaos.harness import AGENT, ChaosStack, WorkerProcess, unique, wait_until
 from tests.support.jobs import RUNS_KEY
 from tests.support.workers import WORKER_CLASS
 from worker.enqueue import DEFAULT_QUEUE
@@ -52,6 +52,20 @@ def enqueue_job(
             meta=meta or {},
         )
     return job_id
+
+
+def run_one_job(
+    stack: ChaosStack, function: str, *args: str, **enqueue: Any
+) -> tuple[WorkerProcess, str]:
+    """A test worker, and one job of ``function`` it has started running."""
+    worker = start_test_worker(stack, *args)
+    job_id = enqueue_job(stack, function, **enqueue)
+    wait_for_runs(stack, job_id, 1)
+    return worker, job_id
+
+
+def wait_for_runs(stack: ChaosStack, job_id: str, count: int) -> None:
+    wait_until(lambda: runs_of(stack, job_id) >= count, 60, f"job {job_id} to run {count} time(s)")
 
 
 def runs_of(stack: ChaosStack, job_id: str) -> int:

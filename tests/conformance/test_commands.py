@@ -28,29 +28,29 @@ def searches(count: int, *, delay_s: float) -> list[dict[str, Any]]:
 
 
 def test_stop_job_stops_only_the_named_task_and_the_worker_keeps_working(
-    stack: ChaosStack,
+    chaos: ChaosStack,
 ) -> None:
-    worker = start_test_worker(stack)
-    neighbour = stack.notification("neighbour", [*searches(3, delay_s=1), {"text": "Done"}])
+    worker = start_test_worker(chaos)
+    neighbour = chaos.notification("neighbour", [*searches(3, delay_s=1), {"text": "Done"}])
     # Far more turns than it gets through before the command lands.
-    stopped = stack.notification("stopped", [*searches(60, delay_s=1), {"text": "Never"}])
-    wait_until(lambda: stack.llm.requests(stopped), 120, "the second task's first model call")
+    stopped = chaos.notification("stopped", [*searches(60, delay_s=1), {"text": "Never"}])
+    wait_until(lambda: chaos.llm.requests(stopped), 120, "the second task's first model call")
 
-    with contextlib.closing(stack.connection()) as connection:
+    with contextlib.closing(chaos.connection()) as connection:
         send_stop_job_command(connection, stopped, serializer=JSONSerializer)
 
     # As rq does with a job process it killed: STOPPED, and never retried.
-    assert stack.wait_for_status(stopped, ("stopped",), timeout_s=90) == "stopped"
-    assert len(stack.llm.requests(stopped)) < 60
-    assert stack.wait_for_status(neighbour, timeout_s=90) == "finished"
-    assert stack.report(neighbour)["outcome"] == "completed"
+    assert chaos.wait_for_status(stopped, ("stopped",), timeout_s=90) == "stopped"
+    assert len(chaos.llm.requests(stopped)) < 60
+    assert chaos.wait_for_status(neighbour, timeout_s=90) == "finished"
+    assert chaos.report(neighbour)["outcome"] == "completed"
     if concurrent_workers():
         # A thread is not killed: its task was cancelled, and reported as a cancel is.
-        assert stack.report(stopped)["outcome"] == "cancelled"
-        assert len(stack.consumption_of(stopped)) == 1
+        assert chaos.report(stopped)["outcome"] == "cancelled"
+        assert len(chaos.consumption_of(stopped)) == 1
     assert worker.alive()
 
-    later = stack.notification("later", [{"text": "Still here"}])
-    assert stack.wait_for_status(later, timeout_s=90) == "finished"
-    assert stack.status(stopped) == "stopped"
+    later = chaos.notification("later", [{"text": "Still here"}])
+    assert chaos.wait_for_status(later, timeout_s=90) == "finished"
+    assert chaos.status(stopped) == "stopped"
     assert worker.alive()

@@ -17,8 +17,8 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from tests.chaos.harness import ChaosStack, wait_until
-from tests.conformance.rq_api import enqueue_job, runs_of, start_test_worker
+from tests.chaos.harness import ChaosStack
+from tests.conformance.rq_api import run_one_job, runs_of
 from tests.support.workers import WORKER_CLASS, launch_worker
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
@@ -28,12 +28,10 @@ PIPE_BYTES = 4096
 
 
 def test_cold_shutdown_hands_the_job_back_and_its_old_run_settles_nothing(
-    stack: ChaosStack,
+    chaos: ChaosStack,
 ) -> None:
-    worker = start_test_worker(stack)
     # Its first run returns as soon as the job is no longer started: handed back.
-    job_id = enqueue_job(stack, "finish_once_handed_back", retries=2)
-    wait_until(lambda: runs_of(stack, job_id) == 1, 60, "the job to run")
+    worker, job_id = run_one_job(chaos, "finish_once_handed_back", retries=2)
 
     worker.send(signal.SIGTERM)
     time.sleep(1.5)  # rq ignores a second signal within a second
@@ -41,26 +39,26 @@ def test_cold_shutdown_hands_the_job_back_and_its_old_run_settles_nothing(
     worker.wait_exit(60)
 
     # Back in the queue for its next run, and the old run wrote no result of its own.
-    assert stack.status(job_id) == "queued"
-    with contextlib.closing(stack.connection()) as connection:
+    assert chaos.status(job_id) == "queued"
+    with contextlib.closing(chaos.connection()) as connection:
         job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
         assert [result.type.name for result in job.results()] == []
 
-    stack.run_burst("--job-monitoring-interval", "1", RQ_WORKER_CLASS=WORKER_CLASS)
-    assert stack.status(job_id) == "finished"
-    assert runs_of(stack, job_id) == 2
-    with contextlib.closing(stack.connection()) as connection:
+    chaos.run_burst("--job-monitoring-interval", "1", RQ_WORKER_CLASS=WORKER_CLASS)
+    assert chaos.status(job_id) == "finished"
+    assert runs_of(chaos, job_id) == 2
+    with contextlib.closing(chaos.connection()) as connection:
         job = Job.fetch(job_id, connection=connection, serializer=JSONSerializer)
         assert [result.type.name for result in job.results()] == ["SUCCESSFUL"]
         assert job.return_value() == {"task": job.args[0], "run": 2}
 
 
-def test_sigterm_stops_a_worker_whose_stderr_is_back_pressured(stack: ChaosStack) -> None:
+def test_sigterm_stops_a_worker_whose_stderr_is_back_pressured(chaos: ChaosStack) -> None:
     # A pipe nobody reads for a while (a stalled log shipper): the worker blocks writing a
     # log line, and the signal handler runs inside that write.
     read_fd, write_fd = os.pipe()
     fcntl.fcntl(write_fd, F_SETPIPE_SZ, PIPE_BYTES)
-    env = stack.worker_env(RQ_WORKER_CLASS=WORKER_CLASS, LOG_LEVEL="DEBUG", PYTHONFAULTHANDLER="1")
+    env = chaos.worker_env(RQ_WORKER_CLASS=WORKER_CLASS, LOG_LEVEL="DEBUG", PYTHONFAULTHANDLER="1")
     with os.fdopen(write_fd, "wb") as write_end:
         process = launch_worker(
             env, "--logging_level", "DEBUG", "--maintenance-interval", "1", stderr=write_end
