@@ -391,22 +391,26 @@ class ConcurrentWorker(VettingWorker):
         return worked
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
-        """The first SIGTERM/SIGINT (warm shutdown): a signal handler, so flags only.
+        """The first SIGTERM/SIGINT (warm shutdown), run inside whatever the main thread was
+        doing: a log write holding the log lock, say (stderr back-pressured).
 
-        rq's handler logs, writes to Redis and may join its scheduler, inside whatever the
-        main thread was doing: a log write holding the log lock, a Redis call. Here the main
-        thread does that itself at its next step (``_act_on_stop_signal``).
+        rq's handler logs there and raises StopRequested into it. Here, inside a log write,
+        the handler only sets flags, and the main thread logs and raises at its next step
+        (``_act_on_stop_signal``, ``heartbeat``); anywhere else it acts at once, as rq does.
         """
         self._shutdown_requested_date = now()
         signal.signal(signal.SIGINT, self.request_force_stop)
         signal.signal(signal.SIGTERM, self.request_force_stop)
         self._stop_requested = True
         self._stop_signal_pending = True
-        if self._waiting_for_job and not writing_on_this_thread():
+        if writing_on_this_thread():
+            return
+        self._act_on_stop_signal()
+        if self._waiting_for_job:
             raise StopRequested()  # out of the blocking dequeue, as rq does
 
     def _act_on_stop_signal(self) -> None:
-        """In the main thread: what rq's warm-shutdown handler does besides setting flags."""
+        """What rq's warm-shutdown handler does besides setting flags (logs, Redis)."""
         if not self._stop_signal_pending:
             return
         self._stop_signal_pending = False
