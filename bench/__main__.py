@@ -25,6 +25,7 @@ BENCHMARKS = (
     "scaling",
     "in_flight",
     "cli_sandbox",
+    "crash_recovery",
 )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from worker.coordination import fence_revoked_run
 from worker.exceptions import TaskFailed
 from worker.pipeline import (
     TaskRuntime,
@@ -37,6 +38,7 @@ def run_task(task: Any) -> dict[str, Any]:
     finally:
         runtime.flush_metrics()
     report = verdict.report.to_wire()
+    fence_revoked_run()  # a run its worker handed back leaves the job to the next run
     if job is not None:
         job.meta["report"] = report
         if verdict.requeue is not None:

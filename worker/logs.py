@@ -2,6 +2,10 @@
 
 Every string value passes through the process redactor, so a secret that slips
 into a field or an exception message is masked before it is written.
+
+Safe in a signal handler: a line logged while its own thread is inside a write (the
+handler interrupted it, say on a back-pressured stderr) is queued and written by the
+next line, instead of waiting for a lock that thread holds.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import json
 import os
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -17,6 +22,10 @@ from typing import Any, TextIO
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _lock = threading.Lock()
+# Which threads are inside a write, and the lines logged meanwhile by a signal handler
+# running on one of them (deque appends need no lock).
+_writing = threading.local()
+_deferred: deque[str] = deque()
 _redact: Callable[[str], str] = str
 # Field values repeat from line to line (agent, task, model, tool, status): short ones
 # are redacted once and remembered, which halves the cost of a line.
@@ -27,9 +36,11 @@ _stream: TextIO | None = None
 
 
 def _new_lock_after_fork() -> None:
-    # A thread of the parent may hold the lock at the moment rq forks a job process.
+    # A thread of the parent may hold the lock at the moment rq forks a job process (or its
+    # scheduler); lines queued by a signal handler are the parent's to write.
     global _lock
     _lock = threading.Lock()
+    _deferred.clear()
 
 
 os.register_at_fork(after_in_child=_new_lock_after_fork)
@@ -77,8 +88,26 @@ def log_event(event: str, level: str = "info", **fields: Any) -> None:
         "event": event,
     }
     record.update(_clean(fields))
-    line = _encode(record)
-    stream = _stream or sys.stderr
-    with _lock:
-        stream.write(line + "\n")
-        stream.flush()
+    _write(_encode(record) + "\n")
+
+
+def writing_on_this_thread() -> bool:
+    """True while the calling thread is inside a write (a signal handler asking about the
+    code it interrupted): raising there would cut a line in two."""
+    return bool(getattr(_writing, "active", False))
+
+
+def _write(line: str) -> None:
+    if getattr(_writing, "active", False):
+        _deferred.append(line)  # a signal handler interrupted this thread's own write
+        return
+    _writing.active = True
+    try:
+        stream = _stream or sys.stderr
+        with _lock:
+            while _deferred:
+                stream.write(_deferred.popleft())
+            stream.write(line)
+            stream.flush()
+    finally:
+        _writing.active = False

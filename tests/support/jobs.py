@@ -7,6 +7,8 @@ in which order, from outside the worker.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -194,3 +196,39 @@ def enqueue_test_job(connection: Redis, task_id: str, function_name: str) -> Non
         delay_s=0,
         attempt=0,
     )
+
+
+def spin(task: dict[str, Any]) -> None:
+    """Run Python code until rq's timeout ends the job (its exception lands between sleeps)."""
+    _record_run()
+    while True:
+        time.sleep(0.1)
+
+
+def block_in_native_code(task: dict[str, Any]) -> None:
+    """Block in C for five minutes: rq's timer exception cannot reach a thread stuck here."""
+    _record_run()
+    ctypes.CDLL(None).sleep(300)
+
+
+def crash_in_native_code(task: dict[str, Any]) -> None:
+    """Abort the process from C, as a segfaulting extension or a failed assertion would."""
+    _record_run()
+    os.abort()
+
+
+def pause(task: dict[str, Any]) -> dict[str, Any]:
+    """Sleep ``PAUSE_S`` seconds of the job's meta (default 5), then return the task."""
+    job = _record_run()
+    time.sleep(float(job.meta.get("pause_s", 5)))
+    return {"task": task}
+
+
+def finish_once_handed_back(task: dict[str, Any]) -> dict[str, Any]:
+    """First run: wait until the worker hands the job back (no longer started), then return
+    as if the task had just finished. Later runs return at once."""
+    job = _record_run()
+    runs = int(job.connection.hget(RUNS_KEY, job.id) or 0)
+    while runs == 1 and job.get_status(refresh=True) == "started":
+        time.sleep(0.05)
+    return {"task": task, "run": runs}

@@ -41,6 +41,11 @@ class TestAgentWorker(AgentWorker):
         "tests.support.jobs.ask_requeue",
         "tests.support.jobs.use_pooled_server",
         "tests.support.jobs.share_id_with_another_run",
+        "tests.support.jobs.spin",
+        "tests.support.jobs.block_in_native_code",
+        "tests.support.jobs.crash_in_native_code",
+        "tests.support.jobs.pause",
+        "tests.support.jobs.finish_once_handed_back",
     }
 
 

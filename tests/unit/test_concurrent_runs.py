@@ -30,7 +30,7 @@ from worker.coordination import (
     running_in_process,
 )
 from worker.daemon import AgentWorker
-from worker.daemon._concurrent import InFlightJob
+from worker.daemon._concurrent import InFlightJob, JobThreadDeathPenalty
 from worker.redis_io import keys as redis_keys
 
 
@@ -123,15 +123,16 @@ def test_rqs_timeout_reaches_a_job_thread_through_a_timer() -> None:
                 for _ in range(10_000_000):
                     pass
             outcome.append("ran to the end")
-        except JobTimeoutException:
-            outcome.append("timed out")
+        except JobTimeoutException as exc:
+            outcome.append(str(exc))
 
     thread = threading.Thread(target=job_thread)
     thread.start()
     thread.join(10)
     assert worker.death_penalty_class is UnixSignalDeathPenalty  # rq's SIGALRM, main thread
-    assert seen == [TimerDeathPenalty]
-    assert outcome == ["timed out"]
+    assert seen == [JobThreadDeathPenalty]
+    assert issubclass(JobThreadDeathPenalty, TimerDeathPenalty)
+    assert outcome == ["Task exceeded maximum timeout value (1 seconds)"]
 
 
 def test_a_new_worker_runs_one_job_at_a_time_until_it_reads_its_settings() -> None:
@@ -189,7 +190,7 @@ def test_rqs_stop_job_cancels_a_task_running_in_a_job_thread() -> None:
         job=job, queue=Queue("agents", connection=connection), execution=execution
     )
 
-    worker.request_stop_execution("exec-1")  # what rq's pubsub thread calls for `rq stop-job`
+    worker.request_stop_execution("exec-1")  # what rq's pubsub thread calls for stop-execution
 
     # A thread cannot be killed: the task is cancelled and stops at its next step.
     assert connection.exists(redis_keys.cancel_flag("t-1")) == 1

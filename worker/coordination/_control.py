@@ -6,7 +6,7 @@ import os
 
 from redis import Redis
 
-from worker.coordination._leases import current_lease_holder, running_in_process
+from worker.coordination._leases import current_lease_holder, run_is_revoked, running_in_process
 from worker.loop import Control
 from worker.redis_io import keys as redis_keys
 
@@ -46,6 +46,16 @@ class LeaseLost(BaseException):
     """
 
 
+def fence_revoked_run() -> None:
+    """Raise ``LeaseLost`` in a run its worker handed back; call before a write of the task.
+
+    Such a run's task was put back for another run (a cold shutdown, a run stuck past its
+    timeout), but its thread cannot be killed: every write to rq or the Hub checks here.
+    """
+    if run_is_revoked():
+        raise LeaseLost("this run was handed back by its worker; the task belongs to the next run")
+
+
 class RedisControl:
     """The loop's ControlSource for one task: one round trip per step.
 
@@ -76,6 +86,7 @@ class RedisControl:
         self._parent = os.getppid() if watch_parent else None
 
     async def poll(self) -> Control:
+        fence_revoked_run()
         if self._parent is not None and os.getppid() != self._parent:
             raise WorkerLost(f"worker process {self._parent} is gone")
         with self._redis.pipeline() as pipe:

@@ -119,6 +119,23 @@ def running_in_process() -> bool:
     return _IN_PROCESS_RUN.get() is not None
 
 
+# In-process runs the worker handed back (a cold shutdown, a run stuck past its timeout):
+# their task belongs to the next run now, so their thread must write nothing more. A set
+# only ever added to (one entry per run handed back, in a process about to exit).
+_REVOKED_RUNS: set[str] = set()
+
+
+def revoke_in_process_run(run_id: str) -> None:
+    """From now on the run named ``run_id`` may write nothing (``run_is_revoked``)."""
+    _REVOKED_RUNS.add(run_id)
+
+
+def run_is_revoked(run_id: str | None = None) -> bool:
+    """True when the in-process run (``run_id``, else the caller's own) was handed back."""
+    run_id = run_id if run_id is not None else _IN_PROCESS_RUN.get()
+    return run_id is not None and run_id in _REVOKED_RUNS
+
+
 def lease_holder(pid: int, run_id: str | None = None) -> str:
     """How a lease names the run holding it: ``host:pid`` for a forked job process,
     ``host:pid/run_id`` for one of the task runs of a concurrent worker process."""

@@ -14,29 +14,57 @@ up to N jobs in threads of its own process, each task in its own event loop:
                   expires on its own and rq's maintenance re-runs it from its checkpoint
 
 A first SIGTERM stops dequeuing and lets every task in flight finish; a second one hands
-every task in flight back at once (a crash re-run, from its checkpoint), then exits.
+every task in flight back at once (a crash re-run, from its checkpoint), then exits. The
+signal handlers only raise or set flags; the hand-back runs in teardown.
+
+A thread cannot be killed, so what rq does to a job process is done to a run:
+    stop-job          the task is cancelled at its next step and ends STOPPED in rq
+    handed back       (cold shutdown, or stuck past its timeout) the run is revoked: its
+                      thread may run on, but every write it would make to rq or the Hub
+                      is fenced off (``fence_revoked_run``), so only the next run settles
+    past its timeout  rq's timer raises in the thread; JOB_TIMEOUT_GRACE_S later the task
+                      is cancelled; as long again later it is handed back and the worker
+                      stops taking work and exits (status 1) for its supervisor to restart
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from rq.command import parse_payload
+from rq.exceptions import StopRequested
 from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
-from rq.timeouts import BaseDeathPenalty, TimerDeathPenalty, UnixSignalDeathPenalty
+from rq.timeouts import (
+    BaseDeathPenalty,
+    JobTimeoutException,
+    TimerDeathPenalty,
+    UnixSignalDeathPenalty,
+)
+from rq.utils import now
+from rq.worker.base import SHUTDOWN_SIGNAL
 
-from worker.coordination import in_process_run, request_cancel
+from worker.coordination import (
+    in_process_run,
+    request_cancel,
+    revoke_in_process_run,
+    run_is_revoked,
+)
 from worker.daemon._one_job import VettingWorker
 from worker.daemon._vetting import JobCheck
-from worker.logs import log_event
+from worker.logs import log_event, writing_on_this_thread
 from worker.redis_io import share_between_threads
 from worker.settings import settings_or_exit
+from worker.task import Outcome
 
 # How often a wait for a job thread wakes up to let the main thread handle signals.
 _WAIT_SLICE_S = 1.0
@@ -45,6 +73,10 @@ _WAIT_SLICE_S = 1.0
 # pubsub, metrics, outbox).
 _CONNECTIONS_PER_TASK = 3
 _WORKER_CONNECTIONS = 16
+# How long a hand-back waits for a run that is settling its job right now to finish.
+_SETTLING_WAIT_S = 10.0
+# The exit status of a worker that gave up on a run stuck past its timeout.
+EXIT_RUN_ABANDONED = 1
 
 
 @dataclass(frozen=True)
@@ -54,6 +86,42 @@ class InFlightJob:
     job: Job
     queue: Queue
     execution: Execution
+    started: float = field(default_factory=time.monotonic)
+    # Held while the run settles its job with rq, so a hand-back never races it.
+    settling: threading.Lock = field(default_factory=threading.Lock, compare=False)
+
+    def overrun_s(self) -> float:
+        """How far past rq's timeout the run is (negative before it; 0 without a timeout)."""
+        timeout = self.job.timeout
+        if not isinstance(timeout, int) or timeout <= 0:
+            return 0.0
+        return time.monotonic() - self.started - timeout
+
+
+class JobThreadDeathPenalty(TimerDeathPenalty):
+    """rq's timer penalty for one job thread, naming that job's own timeout.
+
+    rq's ``TimerDeathPenalty`` writes its message into the exception class itself, for
+    every thread of the process: the last job started would name its timeout in every
+    other job's timeout. Each penalty here raises its own subclass instead.
+    """
+
+    def __init__(
+        self, timeout: int, exception: type[BaseException] = JobTimeoutException, **kwargs: Any
+    ) -> None:
+        message = f"Task exceeded maximum timeout value ({timeout} seconds)"
+
+        def init_with_message(self: BaseException, *args: Any, **kwargs: Any) -> None:
+            BaseException.__init__(self, message)
+
+        own_exception = type(
+            exception.__name__,
+            (exception,),
+            {"__init__": init_with_message, "__module__": exception.__module__},
+        )
+        BaseDeathPenalty.__init__(self, timeout, own_exception, **kwargs)  # type: ignore[no-untyped-call]
+        self._target_thread_id = threading.current_thread().ident
+        self._timer = None
 
 
 class ConcurrentWorker(VettingWorker):
@@ -72,8 +140,16 @@ class ConcurrentWorker(VettingWorker):
         self._job_ended = threading.Condition()
         self._waiting_for_job = False
         self._cold_shutdown = False
+        self._stop_signal_pending = False
         self._heartbeats: threading.Thread | None = None
         self._heartbeats_stopped = threading.Event()
+        # Executions rq's stop-job or stop-execution asked to stop, and runs past their
+        # timeout whose task was cancelled; runs given up on (the worker then exits 1).
+        self._stop_asked: set[str] = set()
+        self._overrun_cancelled: set[str] = set()
+        self._abandoned_runs = 0
+        # rq keeps one "stopped job" for the worker; job threads settle theirs one at a time.
+        self._settling_stopped_job = threading.Lock()
 
     @property
     def concurrent(self) -> bool:
@@ -86,7 +162,16 @@ class ConcurrentWorker(VettingWorker):
         # enforced inside, trap 8).
         if threading.current_thread() is threading.main_thread():
             return UnixSignalDeathPenalty
-        return TimerDeathPenalty
+        return JobThreadDeathPenalty
+
+    def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
+        ttl: int = super().get_heartbeat_ttl(job, working_time)
+        if not self.concurrent:
+            return ttl
+        # rq's TTL shrinks to the time left before the timeout and goes negative past it
+        # (a job process is killed by then); a run past its timeout stays alive until it
+        # is handed back, so its execution must never look expired while it runs.
+        return max(ttl, int(self.job_monitoring_interval) + 60)
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         self.concurrency = settings_or_exit().worker_concurrency
@@ -124,28 +209,86 @@ class ConcurrentWorker(VettingWorker):
         try:
             with self._bookkeeping_ridden_out(job), in_process_run(execution.id):
                 self.perform_job(job, flight.queue, execution)
-            self._after_job(job, check, execution.id)
+            if not run_is_revoked(execution.id):
+                self._after_job(job, check, execution.id)
         except Exception as exc:
             # The thread must still free its slot; rq's maintenance settles the job.
             log_event("job_thread_failed", level="error", job_id=job.id, error=repr(exc))
         finally:
-            # rq's cleanup drops it on success and failure; an outage may have stopped it.
-            self.executions.pop(execution.id, None)
-            with self._job_ended:
-                self._in_flight.pop(execution.id, None)
-                self._job_ended.notify_all()
+            self._stop_asked.discard(execution.id)
+            self._overrun_cancelled.discard(execution.id)
+            self._end_flight(execution.id)
+
+    def _end_flight(self, execution_id: str) -> None:
+        # rq's cleanup drops it on success and failure; an outage may have stopped it.
+        self.executions.pop(execution_id, None)
+        with self._job_ended:
+            self._in_flight.pop(execution_id, None)
+            self._job_ended.notify_all()
+
+    # -- settling a run: fenced once handed back; STOPPED when rq asked to stop it ---------
+
+    def _finalize_success(
+        self, job: Job, queue: Queue, execution: Execution, return_value: Any
+    ) -> None:
+        if not self.concurrent:
+            super()._finalize_success(job, queue, execution, return_value)
+            return
+        with self._settling(execution) as owned:
+            if not owned:
+                return
+            if execution.id in self._stop_asked and _outcome_of(return_value) == Outcome.CANCELLED:
+                self._settle_stopped(job, queue, execution)
+                return
+            super()._finalize_success(job, queue, execution, return_value)
+
+    def _finalize_failure(
+        self, job: Job, queue: Queue, execution: Execution, exc_info: Any
+    ) -> None:
+        if not self.concurrent:
+            super()._finalize_failure(job, queue, execution, exc_info)
+            return
+        with self._settling(execution) as owned:
+            if owned:
+                super()._finalize_failure(job, queue, execution, exc_info)
+
+    @contextmanager
+    def _settling(self, execution: Execution) -> Iterator[bool]:
+        """Settle a run's job only while it is still this run's: False once handed back."""
+        flight = self._in_flight.get(execution.id)
+        if flight is None or run_is_revoked(execution.id):
+            log_event("handed_back_run_fenced", level="warning", execution=execution.id)
+            yield False
+            return
+        with flight.settling:
+            owned = not run_is_revoked(execution.id)
+            if not owned:
+                log_event("handed_back_run_fenced", level="warning", execution=execution.id)
+            yield owned
+
+    def _settle_stopped(self, job: Job, queue: Queue, execution: Execution) -> None:
+        """What rq does with a job process stop-job killed: STOPPED, never retried."""
+        job.ended_at = now()
+        with self._settling_stopped_job:
+            self._stopped_job_id = job.id  # rq's marker, read by handle_job_failure
+            self._handle_stopped_job(job, queue, execution)
 
     def _wait_while(self, busy: Callable[[], bool]) -> None:
         """Block the main thread while ``busy()`` holds, waking up for signals."""
         with self._job_ended:
             while busy():
                 self._job_ended.wait(_WAIT_SLICE_S)
+                self._act_on_stop_signal()
 
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
         if not self.concurrent:
-            return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            self._waiting_for_job = True
+            try:
+                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            finally:
+                self._waiting_for_job = False
         while True:
             self._waiting_for_job = True
             try:
@@ -180,6 +323,8 @@ class ConcurrentWorker(VettingWorker):
                 in_flight = list(self._in_flight.values())
             for flight in in_flight:
                 try:
+                    if self._stopped_for_overrun(flight):
+                        continue
                     self.maintain_heartbeats(flight.job, flight.execution)
                 except Exception as exc:
                     # Outages are ridden out inside; anything else must not end the thread.
@@ -187,53 +332,191 @@ class ConcurrentWorker(VettingWorker):
                         "heartbeat_failed", level="error", job_id=flight.job.id, error=repr(exc)
                     )
 
+    # -- runs past their timeout -----------------------------------------------------------
+
+    def _stopped_for_overrun(self, flight: InFlightJob) -> bool:
+        """Cancel a run JOB_TIMEOUT_GRACE_S past rq's timeout; give it up as long again later.
+
+        rq's timer exception reaches a thread only when it runs Python code: one blocked in
+        native code (or catching it) runs on. A job process would be killed at this point.
+        """
+        overrun_s = flight.overrun_s()
+        execution_id = flight.execution.id
+        if overrun_s > 2 * self._timeout_grace_s:
+            self._abandon(flight, overrun_s)
+            return True
+        if overrun_s > self._timeout_grace_s and execution_id not in self._overrun_cancelled:
+            self._overrun_cancelled.add(execution_id)
+            request_cancel(self.connection, flight.job.id)
+            log_event(
+                "task_overran_timeout",
+                level="warning",
+                task_id=flight.job.id,
+                timeout_s=flight.job.timeout,
+                overrun_s=round(overrun_s, 1),
+                action="cancel",
+            )
+        return False
+
+    def _abandon(self, flight: InFlightJob, overrun_s: float) -> None:
+        """Hand a stuck run's job back, then stop taking work and exit for a restart."""
+        self._stop_requested = True  # before its slot frees up: take no new job
+        handed_back = self._hand_back(
+            flight,
+            why=f"job thread still running {overrun_s:.0f} s past its timeout"
+            f" ({flight.job.timeout} s): handed back, worker restarting",
+        )
+        if not handed_back:
+            return
+        self._abandoned_runs += 1
+        log_event(
+            "job_thread_abandoned",
+            level="error",
+            task_id=flight.job.id,
+            execution=flight.execution.id,
+            overrun_s=round(overrun_s, 1),
+        )
+        if self._waiting_for_job:
+            # The main thread blocks on the queue: rq's warm shutdown path wakes it.
+            os.kill(os.getpid(), signal.SIGTERM)
+
     # -- stopping --------------------------------------------------------------------------
 
-    def _shutdown(self) -> None:
-        if self.concurrent and not self._waiting_for_job:
-            # Between a dequeue and its hand-over, or waiting for a free slot: rq's loop
-            # stops at its next check, and teardown waits for the jobs in flight.
-            self._stop_requested = True
-            self.set_shutdown_requested_date()  # type: ignore[no-untyped-call]
+    def work(self, *args: Any, **kwargs: Any) -> bool:
+        worked: bool = super().work(*args, **kwargs)
+        if self._abandoned_runs:
+            # A thread stuck in the process: only a new process is clean again.
+            raise SystemExit(EXIT_RUN_ABANDONED)
+        return worked
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        """The first SIGTERM/SIGINT (warm shutdown), run inside whatever the main thread was
+        doing: a log write holding the log lock, say (stderr back-pressured).
+
+        rq's handler logs there and raises StopRequested into it. Here, inside a log write,
+        the handler only sets flags, and the main thread logs and raises at its next step
+        (``_act_on_stop_signal``, ``heartbeat``); anywhere else it acts at once, as rq does.
+        """
+        self._shutdown_requested_date = now()
+        signal.signal(signal.SIGINT, self.request_force_stop)
+        signal.signal(signal.SIGTERM, self.request_force_stop)
+        self._stop_requested = True
+        self._stop_signal_pending = True
+        if writing_on_this_thread():
             return
-        super()._shutdown()  # type: ignore[no-untyped-call]
+        self._act_on_stop_signal()
+        if self._waiting_for_job:
+            raise StopRequested()  # out of the blocking dequeue, as rq does
+
+    def _act_on_stop_signal(self) -> None:
+        """What rq's warm-shutdown handler does besides setting flags (logs, Redis)."""
+        if not self._stop_signal_pending:
+            return
+        self._stop_signal_pending = False
+        self.handle_warm_shutdown_request()  # type: ignore[no-untyped-call]
+        self.set_shutdown_requested_date()  # type: ignore[no-untyped-call]
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        super().heartbeat(timeout, pipeline)  # type: ignore[no-untyped-call]
+        if pipeline is not None or threading.current_thread() is not threading.main_thread():
+            return
+        # rq's loop calls this at every turn, also while it waits on the queue: a stop
+        # signal that could not raise in its handler (it came during a log write) acts here.
+        self._act_on_stop_signal()
+        if self._stop_requested and self._waiting_for_job:
+            raise StopRequested()
 
     def request_force_stop(self, signum: int, frame: FrameType | None) -> None:
+        # A signal handler: it only marks the cold shutdown (rq raises SystemExit); the
+        # tasks are handed back by teardown, outside the handler, where no lock is held.
         try:
             super().request_force_stop(signum, frame)
         except SystemExit:
             if self.concurrent:
                 self._cold_shutdown = True
-                self._hand_back_in_flight()
             raise
 
     def _hand_back_in_flight(self) -> None:
         with self._job_ended:
             in_flight = list(self._in_flight.values())
         for flight in in_flight:
-            self._hand_back_after_cold_shutdown(
-                flight.job,
-                flight.queue,
-                flight.execution,
-                lease_pid=os.getpid(),
-                run_id=flight.execution.id,
-            )
+            self._hand_back(flight, why="job thread stopped by a cold shutdown of the worker")
+
+    def _hand_back(self, flight: InFlightJob, *, why: str) -> bool:
+        """Revoke a run and put its task back (a retry from its checkpoint); False if it was
+        settling its job meanwhile (then it ends on its own)."""
+        execution = flight.execution
+        if not flight.settling.acquire(timeout=_SETTLING_WAIT_S):
+            return False
+        try:
+            revoke_in_process_run(execution.id)
+        finally:
+            flight.settling.release()
+        self._end_flight(execution.id)
+        self._hand_back_after_cold_shutdown(
+            flight.job,
+            flight.queue,
+            execution,
+            lease_pid=os.getpid(),
+            run_id=execution.id,
+            why=why,
+        )
+        return True
+
+    def handle_payload(self, message: Any) -> None:
+        # rq's stop-job acts on "the" job of the worker (the first in flight here) and kills
+        # its job process, which in a concurrent worker is the worker itself: by job id here.
+        if self.concurrent:
+            payload = parse_payload(message)
+            if payload.get("command") == "stop-job":
+                self._stop_job(str(payload.get("job_id", "")))
+                return
+        super().handle_payload(message)  # type: ignore[no-untyped-call]
+
+    def _stop_job(self, job_id: str) -> None:
+        with self._job_ended:
+            executions = [e for e, f in self._in_flight.items() if f.job.id == job_id]
+        if not executions:
+            log_event("stop_job_ignored", level="warning", job_id=job_id, reason="not running")
+        for execution_id in executions:
+            self.request_stop_execution(execution_id)
 
     def request_stop_execution(self, execution_id: str) -> None:
-        # rq's `stop-job` kills the job process; a job thread cannot be killed: its task
-        # is cancelled instead and stops at its next step.
+        # rq's stop-job kills the job process; a job thread cannot be killed: its task is
+        # cancelled, stops at its next step, and its job ends STOPPED as rq's would.
         flight = self._in_flight.get(execution_id)
         if not self.concurrent or flight is None:
             super().request_stop_execution(execution_id)
             return
+        self._stop_asked.add(execution_id)
         request_cancel(self.connection, flight.job.id)
         log_event("task_stop_requested", task_id=flight.job.id, execution=execution_id)
 
+    def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
+        # rq kills the job process's group; with no job process (pid 0) that group would be
+        # the worker's own: every task in flight and everything started beside it.
+        if not self.horse_pid:
+            log_event("kill_horse_ignored", level="warning", reason="no job process")
+            return
+        super().kill_horse(sig)  # type: ignore[no-untyped-call]
+
     def teardown(self) -> None:
         try:
+            self._act_on_stop_signal()
             if self.concurrent and not self._cold_shutdown and self._in_flight:
                 log_event("waiting_for_tasks", worker=self.name, in_flight=len(self._in_flight))
+                # Runs stuck past their timeout are handed back meanwhile (heartbeats).
                 self._wait_while(lambda: bool(self._in_flight) and not self._cold_shutdown)
         finally:
+            if self._cold_shutdown:
+                self._hand_back_in_flight()
             self._heartbeats_stopped.set()
             super().teardown()  # type: ignore[no-untyped-call]
+
+
+def _outcome_of(return_value: Any) -> str | None:
+    """The outcome of the report run_task returned (None for any other job's value)."""
+    if isinstance(return_value, dict):
+        outcome = return_value.get("outcome")
+        return outcome if isinstance(outcome, str) else None
+    return None

@@ -32,9 +32,12 @@ class _RqRecordsAsEvents(logging.Handler):
             }
             if record.exc_info:
                 fields["exception"] = logging.Formatter().formatException(record.exc_info)
-            log_event("rq_log", level=_LEVELS.get(record.levelno, "info"), **fields)
         except Exception:
             self.handleError(record)
+            return
+        # Outside the try: what a signal handler raises during the write (rq's StopRequested)
+        # must reach rq's loop, not be reported as a logging error and lost.
+        log_event("rq_log", level=_LEVELS.get(record.levelno, "info"), **fields)
 
 
 def _one_line_task_failure(message: str) -> str:

@@ -241,31 +241,28 @@ class VettingWorker(UnloadableJobsWorker):
         *,
         lease_pid: int,
         run_id: str | None = None,
+        why: str = "job process killed by a cold shutdown of the worker",
     ) -> None:
         """Put a task stopped by a cold shutdown back now (a retry, resuming from its checkpoint).
 
         rq leaves such a job in the started registry, and only maintenance run after
         its heartbeat expired (a minute or more) would retry it. ``lease_pid`` (and
-        ``run_id`` for a run in a job thread) name the run whose task lease is freed.
+        ``run_id`` for a run in a job thread) name the run whose task lease is freed;
+        ``why`` is the reason rq records (also for a job thread given up past its timeout).
         """
         try:
             if lease_pid:
                 release_lease_of(self.connection, job.id, lease_pid, run_id)
             if job.get_status(refresh=True) is not JobStatus.STARTED:
                 return  # it ended just before the cold shutdown
-            self.handle_job_failure(
-                job,
-                queue,
-                exc_string="job process killed by a cold shutdown of the worker",
-                execution=execution,
-            )
+            self.handle_job_failure(job, queue, exc_string=why, execution=execution)
         except RedisError as exc:
             # Shutting down: rq's abandoned-job cleanup will retry it instead.
             log_event(
                 "cold_shutdown_hand_back_failed", level="error", job_id=job.id, error=str(exc)
             )
             return
-        log_event("task_handed_back", level="warning", task_id=job.id, reason="cold shutdown")
+        log_event("task_handed_back", level="warning", task_id=job.id, reason=why)
 
     def _after_job(self, job: Job, check: JobCheck, execution_id: str | None) -> None:
         self._until_redis_answers(

@@ -27,6 +27,7 @@ import anyio
 from redis import Redis
 
 from hub_client import ConsumptionRecord, HubClient, HubRejected, HubUnavailable
+from worker.coordination import fence_revoked_run
 from worker.logs import log_event
 from worker.redis_io import keys as redis_keys
 
@@ -129,7 +130,8 @@ async def send(hub: HubClient, item: OutboxItem, *, timeout_s: float | None = No
 
 class HubWriter:
     """The one path for a task's Hub writes: sends now, parks what may succeed later,
-    dead-letters what the Hub refuses. ``write`` never raises (cancellation aside)."""
+    dead-letters what the Hub refuses. ``write`` never raises (cancellation aside, and
+    ``LeaseLost`` in a run its worker handed back)."""
 
     def __init__(
         self,
@@ -156,6 +158,7 @@ class HubWriter:
 
     async def write(self, item: OutboxItem, *, timeout_s: float | None = None) -> str | None:
         """The id of what the Hub created, or None (nothing created, parked or dead)."""
+        fence_revoked_run()  # a run handed back writes nothing (raises LeaseLost)
         try:
             return await send(self._hub, item, timeout_s=self._call_timeout_s(timeout_s))
         except Exception as exc:  # whatever the Hub (or the client) does, the task settles

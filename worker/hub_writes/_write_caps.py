@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from worker.coordination import fence_revoked_run
 from worker.logs import log_event
 from worker.redis_io import keys as redis_keys
 from worker.tools import CallContext, Toolbox, ToolboxWrapper, ToolResult
@@ -301,6 +302,7 @@ class CappedToolbox(ToolboxWrapper):
         self._on_refused = on_refused
 
     async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        fence_revoked_run()  # a run handed back calls no tool (raises LeaseLost)
         kind = self.write_kind(name)
         if kind is None:
             return await self._inner.call(name, arguments, ctx)
