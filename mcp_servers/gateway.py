@@ -78,6 +78,7 @@ from worker.tools import (
     load_can_execute_tool,
     load_mcp_config,
 )
+from worker.tracing import configure_tracing, mcp_server_span
 
 # It starts once per CLI task: capabilities (PyJWT, cryptography) load only when the task
 # has one, the HTTP serving helpers only when a signal asks it to stop.
@@ -266,7 +267,10 @@ async def _list_tools(
 async def _call_tool(
     ctx: ServerRequestContext[Gateway], params: mcp_types.CallToolRequestParams
 ) -> mcp_types.CallToolResult:
-    return await ctx.lifespan_context.call(params.name, params.arguments or {})
+    # A SERVER span continuing the CLI's context: its _meta, else TRACEPARENT from the executor.
+    meta = dict(params.meta) if params.meta is not None else None
+    with mcp_server_span(server=SERVER_NAME, tool=params.name, meta=meta, from_environment=True):
+        return await ctx.lifespan_context.call(params.name, params.arguments or {})
 
 
 def with_write_caps(
@@ -344,6 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         [*secrets.values(), *(write_caps.secret_values() if write_caps else [])]
     )
     set_redactor(redactor)
+    try:
+        configure_tracing(SERVER_NAME)
+    except ConfigurationError as exc:
+        print(f"mcp_servers.gateway: {exc.message}", file=sys.stderr)
+        return 2
     log_event("server_started", server=SERVER_NAME, transport="stdio", task=spec.task_id)
     server = build_server(spec, config, capability, redact=redactor, write_caps=write_caps)
     anyio.run(serve_stdio, server)

@@ -1,7 +1,8 @@
 """JSON-line logs on stderr: ``{"ts", "level", "event", ...}``, one object per line.
 
 Every string value passes through the process redactor, so a secret that slips
-into a field or an exception message is masked before it is written.
+into a field or an exception message is masked before it is written. A line written
+inside an OpenTelemetry span carries its ``trace_id`` and ``span_id``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, TextIO
+
+from opentelemetry import trace
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _lock = threading.Lock()
@@ -39,6 +42,11 @@ def set_redactor(redact: Callable[[str], str]) -> None:
     global _redact, _redact_short
     _redact = redact
     _redact_short = lru_cache(maxsize=4096)(redact)
+
+
+def redact(text: str) -> str:
+    """``text`` through the process redactor logs use (identity until one is set)."""
+    return _redact(text)
 
 
 def set_level(level: str) -> None:
@@ -77,6 +85,11 @@ def log_event(event: str, level: str = "info", **fields: Any) -> None:
         "event": event,
     }
     record.update(_clean(fields))
+    # A line written inside a span names it, so logs and traces join on trace_id.
+    span_context = trace.get_current_span().get_span_context()
+    if span_context.is_valid:
+        record["trace_id"] = format(span_context.trace_id, "032x")
+        record["span_id"] = format(span_context.span_id, "016x")
     line = _encode(record)
     stream = _stream or sys.stderr
     with _lock:

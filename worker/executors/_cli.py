@@ -52,6 +52,7 @@ from worker.loop import EventBus, RunResult, log_observer
 from worker.models import Message
 from worker.redaction import Redactor
 from worker.task import Outcome
+from worker.tracing import trace_environment, traced_cli_run
 
 CANCELLED_TEXT = "The task was cancelled."
 _STDERR_TAIL_CHARS = 600
@@ -122,6 +123,7 @@ class CliExecutor(Executor):
 
     # --- the run -------------------------------------------------------------------------------
 
+    @traced_cli_run  # one `invoke_agent {executor}` span per CLI run
     async def run(self, request: ExecutionRequest) -> RunResult:
         started = time.monotonic()
         context = RunContext(
@@ -220,7 +222,8 @@ class CliExecutor(Executor):
         try:
             return await run_cli_process(
                 invocation.argv,
-                env=minimal_environment(str(job.workspace)) | invocation.env,
+                # TRACEPARENT: a CLI that reads it continues this run's trace.
+                env=minimal_environment(str(job.workspace)) | invocation.env | trace_environment(),
                 cwd=job.workspace,
                 stdin_data=invocation.stdin,
                 timeout_s=max(0.0, deadline_epoch_s - time.time()),

@@ -22,6 +22,7 @@ from worker.executors._gateway_secrets import (
     write_secrets_file,
 )
 from worker.hub_writes import WriteCaps
+from worker.tracing import gateway_trace_environment
 
 # The name the CLIs' MCP configurations give the gateway: their tools are named after it.
 GATEWAY_SERVER = "gateway"
@@ -107,6 +108,7 @@ def gateway_launch(spec: GatewaySpec, workspace: Path) -> GatewayLaunch:
         "HOME": str(workspace),
         "PYTHONPATH": gateway_python_path(),
     }
+    env |= gateway_trace_environment(os.environ)  # its spans join this CLI run's trace
     return GatewayLaunch(command=gateway_command(), env=env)
 
 
