@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar, cast
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from worker.tracing._setup import TRACER
+from worker.tracing._setup import tracer
 
 # Passed on to the gateway, so its spans reach the same backend; never the headers
 # (OTEL_EXPORTER_OTLP_HEADERS may hold a collector's token, and the CLI can read the block).
@@ -51,7 +51,7 @@ def traced_cli_run(run: F) -> F:
 
     @functools.wraps(run)
     async def traced(executor: Any, request: Any) -> Any:
-        with TRACER.start_as_current_span(
+        with tracer().start_as_current_span(
             f"invoke_agent {executor.name}",
             kind=SpanKind.CLIENT,
             attributes={

@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from worker.tracing._content import as_json, capture_content, safe_text
-from worker.tracing._setup import TRACER
+from worker.tracing._setup import tracer
 
 # The task id of the agent run in progress: every GenAI span of it names the conversation.
 _conversation_id: ContextVar[str | None] = ContextVar("gen_ai_conversation_id", default=None)
@@ -125,7 +125,7 @@ def traced_agent_run(run: F) -> F:
             attributes["agent_worker.task.type"] = task_type
         token = _conversation_id.set(task_id)
         try:
-            with TRACER.start_as_current_span(
+            with tracer().start_as_current_span(
                 f"invoke_agent {agent}" if agent else "invoke_agent",
                 kind=SpanKind.INTERNAL,
                 attributes=attributes,
@@ -184,7 +184,7 @@ def _model_span(model: _Model, request: _Request) -> Iterator[trace.Span]:
         attributes["gen_ai.request.temperature"] = request.temperature
     if (conversation := _conversation_id.get()) is not None:
         attributes["gen_ai.conversation.id"] = conversation
-    with TRACER.start_as_current_span(
+    with tracer().start_as_current_span(
         f"chat {model.name}",
         kind=SpanKind.CLIENT,
         attributes=attributes,
@@ -291,7 +291,7 @@ def traced_tool_call(run: F) -> F:
         }
         if (conversation := _conversation_id.get()) is not None:
             attributes["gen_ai.conversation.id"] = conversation
-        with TRACER.start_as_current_span(
+        with tracer().start_as_current_span(
             f"execute_tool {call.name}",
             kind=SpanKind.INTERNAL,
             attributes=attributes,

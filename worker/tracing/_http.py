@@ -15,7 +15,7 @@ import httpx2
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from worker.tracing._setup import TRACER
+from worker.tracing._setup import tracer
 
 
 class TracingTransport(httpx2.AsyncBaseTransport):
@@ -37,7 +37,7 @@ class TracingTransport(httpx2.AsyncBaseTransport):
         if self._record_path:
             port = f":{url.port}" if url.port is not None else ""
             attributes["url.full"] = f"{url.scheme}://{url.host}{port}{url.path}"
-        with TRACER.start_as_current_span(
+        with tracer().start_as_current_span(
             request.method, kind=SpanKind.CLIENT, attributes=attributes, record_exception=False
         ) as span:
             propagate.inject(request.headers)

@@ -19,7 +19,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from worker.tracing._setup import TRACER
+from worker.tracing._setup import tracer
 
 TOOLS_CALL = "tools/call"
 
@@ -38,7 +38,7 @@ def mcp_server_span(
     ``from_environment``: without one in ``_meta``, continue ``TRACEPARENT``/``TRACESTATE``
     of this process's environment (the gateway a CLI started).
     """
-    with TRACER.start_as_current_span(
+    with tracer().start_as_current_span(
         f"{TOOLS_CALL} {tool}",
         context=_caller_context(meta, from_environment),
         kind=SpanKind.SERVER,

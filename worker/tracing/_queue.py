@@ -24,7 +24,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind
 
 from worker.redis_io import keys as redis_keys
-from worker.tracing._setup import TRACER, flush_spans, tracing_enabled
+from worker.tracing._setup import flush_spans, tracer, tracing_enabled
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -66,7 +66,7 @@ def publishing(task_wire: dict[str, Any], queue_name: str) -> Iterator[None]:
     if TRACEPARENT in task_wire:
         yield
         return
-    with TRACER.start_as_current_span(
+    with tracer().start_as_current_span(
         f"publish {queue_name}",
         kind=SpanKind.PRODUCER,
         attributes=_messaging("publish", queue_name, task_wire.get("task_id")),
@@ -116,7 +116,7 @@ def processing(job: _Job | None, task: Any, redis: _Redis | None) -> Iterator[No
     attributes = _messaging("process", queue, job.id if job is not None else wire.get("task_id"))
     attributes |= {"agent_worker.task.attempt": attempt, "agent_worker.delivery": delivery}
     try:
-        with TRACER.start_as_current_span(
+        with tracer().start_as_current_span(
             f"process {queue}",
             context=parent,
             kind=SpanKind.CONSUMER,

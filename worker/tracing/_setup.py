@@ -31,8 +31,7 @@ _ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES
 
 _lock = threading.Lock()
 _configured: bool | None = None
-# A proxy until the SDK is installed, then the SDK's tracer: spans made before are no-ops.
-TRACER = trace.get_tracer(TRACER_NAME)
+_tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
 
 
 def configure_tracing(default_service_name: str) -> bool:
@@ -48,6 +47,15 @@ def configure_tracing(default_service_name: str) -> bool:
         if _configured is None:
             _configured = _install(default_service_name)
         return _configured
+
+
+def tracer() -> trace.Tracer:
+    """The project's tracer from the current provider (a no-op one until the SDK is set up)."""
+    global _tracer
+    provider = trace.get_tracer_provider()
+    if _tracer is None or _tracer[0] is not provider:
+        _tracer = (provider, provider.get_tracer(TRACER_NAME))
+    return _tracer[1]
 
 
 def tracing_enabled() -> bool:
