@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_servers._identity import CAPABILITY_KEY_ENV, Caller, Identity, identity_from_env
 from worker.exceptions import ConfigurationError
-from worker.tracing import configure_tracing, flush_spans, mcp_server_span
+from worker.tracing import configure_tracing, flush_spans
 
 DEFAULT_HOST = "127.0.0.1"
 MCP_PATH = "/mcp"
@@ -332,12 +332,9 @@ def logged_tool_call(
     started = time.monotonic()
     outcome = "error"
     caller: Caller | None = None
-    # The call's SERVER span, child of the worker's execute_tool span (``_meta``).
-    span = mcp_server_span(server=server, tool=tool, meta=ctx.request_context.meta)
     try:
-        with span:
-            caller = identity.caller(ctx, tool)
-            yield caller
+        caller = identity.caller(ctx, tool)
+        yield caller
         outcome = "ok"
     except ToolError:
         outcome = "tool_error"

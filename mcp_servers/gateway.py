@@ -78,7 +78,7 @@ from worker.tools import (
     load_can_execute_tool,
     load_mcp_config,
 )
-from worker.tracing import configure_tracing, mcp_server_span
+from worker.tracing import attached, configure_tracing, environment_context
 
 # It starts once per CLI task: capabilities (PyJWT, cryptography) load only when the task
 # has one, the HTTP serving helpers only when a signal asks it to stop.
@@ -267,10 +267,7 @@ async def _list_tools(
 async def _call_tool(
     ctx: ServerRequestContext[Gateway], params: mcp_types.CallToolRequestParams
 ) -> mcp_types.CallToolResult:
-    # A SERVER span continuing the CLI's context: its _meta, else TRACEPARENT from the executor.
-    meta = dict(params.meta) if params.meta is not None else None
-    with mcp_server_span(server=SERVER_NAME, tool=params.name, meta=meta, from_environment=True):
-        return await ctx.lifespan_context.call(params.name, params.arguments or {})
+    return await ctx.lifespan_context.call(params.name, params.arguments or {})
 
 
 def with_write_caps(
@@ -355,7 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     log_event("server_started", server=SERVER_NAME, transport="stdio", task=spec.task_id)
     server = build_server(spec, config, capability, redact=redactor, write_caps=write_caps)
-    anyio.run(serve_stdio, server)
+    # The MCP SDK's server spans continue the call's _meta context, else this one: the
+    # CLI run's, from the TRACEPARENT its executor handed the CLI.
+    with attached(environment_context()):
+        anyio.run(serve_stdio, server)
     log_event("server_stopped", server=SERVER_NAME, task=spec.task_id)
     return 0
 

@@ -1,8 +1,8 @@
 """The spans each part of the worker makes, read from the SDK's in-memory exporter.
 
 Each test goes through the part's own entry point (``enqueue_task``, rq's job function,
-a provider model's ``complete``, the tool dispatcher, an httpx2 client, the MCP ``_meta``
-and server span, ``agent-worker report``, the log lines). The whole trace across real
+a provider model's ``complete``, the tool dispatcher, an httpx2 client, a process's
+``TRACEPARENT``, ``agent-worker report``, the log lines). The whole trace across real
 processes is tests/integration/test_tracing.py.
 """
 
@@ -40,8 +40,8 @@ from worker.tracing import (
     TracingTransport,
     _content,
     _setup,
-    inject_trace_meta,
-    mcp_server_span,
+    attached,
+    environment_context,
     processing,
     trace_environment,
 )
@@ -386,29 +386,19 @@ async def test_captured_tool_arguments_and_results_are_redacted(
     assert str(attributes["gen_ai.tool.call.result"]) == "echo [REDACTED]"
 
 
-# --- MCP and HTTP --------------------------------------------------------------------------
+# --- context handed over, and HTTP ---------------------------------------------------------
 
 
-def test_tool_call_meta_carries_the_context_and_the_server_span_continues_it(
-    spans: InMemorySpanExporter,
-) -> None:
-    meta: dict[str, Any] = {"agent_id": "agent-a"}
-    with trace.get_tracer("t").start_as_current_span("execute_tool hub__search_posts") as client:
-        inject_trace_meta(meta)
-    with mcp_server_span(server="hub", tool="search_posts", meta=meta):
-        pass
-    server = named(spans, "tools/call search_posts")
-    assert server.kind is SpanKind.SERVER
-    assert parent_id(server) == format(client.get_span_context().span_id, "016x")
-    assert (server.attributes or {})["mcp.method.name"] == "tools/call"
-
-
-def test_the_gateway_continues_traceparent_from_its_environment(
+def test_a_process_continues_the_traceparent_of_its_environment(
     spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The gateway a CLI started, and agent-worker enqueue called by a producer, do this.
     monkeypatch.setenv("TRACEPARENT", TRACEPARENT)
-    with mcp_server_span(server="gateway", tool="hub__get_thread", meta={}, from_environment=True):
-        assert trace_environment()["TRACEPARENT"].startswith(f"00-{PRODUCER_TRACE}-")
+    with (
+        attached(environment_context()),
+        trace.get_tracer("t").start_as_current_span("tools/call hub__get_thread"),
+    ):
+        pass
     span = named(spans, "tools/call hub__get_thread")
     assert (hex_ids(span)[0], parent_id(span)) == (PRODUCER_TRACE, PRODUCER_SPAN)
 

@@ -82,7 +82,6 @@ from worker.tools._transports import (
     result_too_large_message,
     stdio_streams,
 )
-from worker.tracing import inject_trace_meta
 
 # How a server says it no longer has a tool it listed (MCPServer: "Unknown tool: x").
 _UNKNOWN_TOOL = re.compile(r"unknown tool", re.IGNORECASE)
@@ -246,15 +245,13 @@ class McpToolbox:
         return ToolResult(content=self._scrub(content), is_error=result.is_error)
 
     def _meta(self, link: ServerLink, ctx: CallContext) -> dict[str, Any]:
-        """The call's ``_meta``: the caller, deadline and trace context for all, the
-        capability for ours."""
+        """The call's ``_meta``: the caller and deadline for all, the capability for ours."""
         deadline = time.time() + ctx.timeout_s
         if ctx.deadline_epoch is not None:
             deadline = min(deadline, ctx.deadline_epoch)
         meta = ctx.meta() | {"deadline": round(deadline, 3)}
         if link.config.first_party and self._capability is not None:
             meta["capability"] = self._capability
-        inject_trace_meta(meta)  # the server's span continues this call's trace
         return meta
 
     def _scrub(self, text: str) -> str:

@@ -7,28 +7,24 @@ The README's "Tracing" section draws the trace tree. What each part of the worke
                                       task; each run of its job is a CONSUMER span
     traced_agent_run, traced_chat,    the GenAI spans: invoke_agent, chat (retries as events),
     note_retry, traced_tool_call      execute_tool
-    inject_trace_meta, mcp_server_span
-                                      into MCP: ``_meta`` on the client, a SERVER span on ours
+    environment_context, attached     the context a process was handed (TRACEPARENT)
     TracingTransport                  HTTP client spans (the Hub, mcp-web's fetches)
     traced_cli_run, trace_environment, gateway_trace_environment
                                       a CLI executor's run and the context handed to it
 
-Only the OpenTelemetry API is required; without the SDK every span is a no-op. Message
-content reaches spans only with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, redacted.
+Into MCP, the mcp SDK itself carries the context (``params._meta``) and makes the client
+and server spans. Only the OpenTelemetry API is required; without the SDK every span is a
+no-op. Message content reaches spans only with
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, redacted.
 """
 
 from __future__ import annotations
 
 from worker.tracing._cli import gateway_trace_environment, trace_environment, traced_cli_run
 from worker.tracing._content import CAPTURE_VARIABLE, capture_content
+from worker.tracing._context import attached, environment_context
 from worker.tracing._genai import note_retry, traced_agent_run, traced_chat, traced_tool_call
 from worker.tracing._http import TracingTransport
-from worker.tracing._mcp import (
-    attached,
-    environment_context,
-    inject_trace_meta,
-    mcp_server_span,
-)
 from worker.tracing._queue import creation_context, processing, publishing, traced_job
 from worker.tracing._setup import TRACER_NAME, configure_tracing, flush_spans, tracing_enabled
 
@@ -43,8 +39,6 @@ __all__ = [
     "environment_context",
     "flush_spans",
     "gateway_trace_environment",
-    "inject_trace_meta",
-    "mcp_server_span",
     "note_retry",
     "processing",
     "publishing",
