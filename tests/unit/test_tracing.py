@@ -26,11 +26,14 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from tests.support.redis_server import free_port
 from tests.support.tracing import recorded_spans
 from worker import logs
 from worker.enqueue import enqueue_task
 from worker.exceptions import ConfigurationError
 from worker.loop import EventBus, ToolDispatcher
+from worker.metrics import JobMetrics, WorkerMetrics, apply_job_metrics
+from worker.metrics._server import start_server, stop_servers
 from worker.models import Message, ModelRequest, ModelResponse, StopReason, ToolCall, Usage
 from worker.models._retry import AttemptFailed, RetryingModel, RetryPolicy
 from worker.operations._reports import StoredReport, render_report
@@ -449,6 +452,45 @@ def test_log_lines_inside_a_span_name_it_and_others_do_not(spans: InMemorySpanEx
         format(context.trace_id, "032x"),
         format(context.span_id, "016x"),
     )
+
+
+def test_a_tasks_duration_carries_its_trace_as_an_exemplar_on_the_metrics_endpoint(
+    spans: InMemorySpanExporter,
+) -> None:
+    in_job, parent = JobMetrics(), WorkerMetrics()
+    redis = fakeredis.FakeRedis()
+    with trace.get_tracer("t").start_as_current_span("invoke_agent agent-a") as span:
+        in_job.task_finished(
+            agent="agent-a",
+            task_type="notification",
+            outcome="completed",
+            duration_s=2.5,
+            iterations=1,
+            cost_usd=None,
+        )
+    in_job.flush(redis, "t-1")  # from the job process to the worker parent, through Redis
+    apply_job_metrics(redis, "t-1", metrics=parent)
+    port = start_server(
+        free_port(), host="127.0.0.1", registry=parent.registry, redis_factory=lambda: redis
+    )
+    assert port is not None
+    try:
+        scrape = httpx2.get(
+            f"http://127.0.0.1:{port}/metrics",
+            headers={"Accept": "application/openmetrics-text; version=1.0.0"},
+            timeout=10,
+        )
+        plain = httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    finally:
+        stop_servers()
+    trace_id = format(span.get_span_context().trace_id, "032x")
+    (bucket,) = [
+        line
+        for line in scrape.text.splitlines()
+        if line.startswith("agent_task_duration_seconds_bucket") and "# {" in line
+    ]
+    assert f'# {{trace_id="{trace_id}"}} 2.5' in bucket
+    assert "trace_id" not in plain.text  # the classic text format has no exemplars
 
 
 def test_the_report_names_the_trace_of_its_run() -> None:

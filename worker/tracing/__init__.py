@@ -26,7 +26,13 @@ from worker.tracing._context import attached, environment_context
 from worker.tracing._genai import note_retry, traced_agent_run, traced_chat, traced_tool_call
 from worker.tracing._http import TracingTransport
 from worker.tracing._queue import creation_context, processing, publishing, traced_job
-from worker.tracing._setup import TRACER_NAME, configure_tracing, flush_spans, tracing_enabled
+from worker.tracing._setup import (
+    TRACER_NAME,
+    configure_tracing,
+    flush_spans,
+    sampled_trace_id,
+    tracing_enabled,
+)
 
 __all__ = [
     "CAPTURE_VARIABLE",
@@ -42,6 +48,7 @@ __all__ = [
     "note_retry",
     "processing",
     "publishing",
+    "sampled_trace_id",
     "trace_environment",
     "traced_agent_run",
     "traced_chat",

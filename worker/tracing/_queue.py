@@ -30,7 +30,7 @@ TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 MESSAGING_SYSTEM = "rq"
 # How long a job process may wait for its spans to leave before it ends (os._exit).
-JOB_FLUSH_TIMEOUT_S = 5.0
+JOB_FLUSH_TIMEOUT_S = 3.0
 # A re-run can come days later (rq keeps a job for its result TTL): the key outlives it.
 _DELIVERY_KEY_TTL_S = 8 * 86_400
 

@@ -58,6 +58,14 @@ def tracer() -> trace.Tracer:
     return _tracer[1]
 
 
+def sampled_trace_id() -> str | None:
+    """The trace id of the current span when it is recorded (an exporter will have it)."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return None
+    return format(span.get_span_context().trace_id, "032x")
+
+
 def tracing_enabled() -> bool:
     """Whether this process exports spans (``configure_tracing`` succeeded)."""
     return bool(_configured)
