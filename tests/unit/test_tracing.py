@@ -16,6 +16,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import fakeredis
@@ -26,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from tests.support.fake_clis import install_fake_cli, read_record
 from tests.support.redis_server import free_port
 from tests.support.tracing import recorded_spans
 from worker import logs
@@ -35,6 +37,7 @@ from worker.loop import EventBus, ToolDispatcher
 from worker.metrics import JobMetrics, WorkerMetrics, apply_job_metrics
 from worker.metrics._server import start_server, stop_servers
 from worker.models import Message, ModelRequest, ModelResponse, StopReason, ToolCall, Usage
+from worker.models._fallback import FallbackModel
 from worker.models._retry import AttemptFailed, RetryingModel, RetryPolicy
 from worker.operations._reports import StoredReport, render_report
 from worker.tools import LocalTool, LocalToolbox
@@ -387,6 +390,60 @@ async def test_captured_tool_arguments_and_results_are_redacted(
     attributes = named(spans, "execute_tool echo").attributes or {}
     assert "[REDACTED]" in str(attributes["gen_ai.tool.call.arguments"])
     assert str(attributes["gen_ai.tool.call.result"]) == "echo [REDACTED]"
+
+
+@pytest.mark.anyio
+async def test_a_fallback_after_a_failed_model_is_a_sibling_chat_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    class Down(FlakyModel):
+        async def _request_once(self, request: ModelRequest, timeout_s: float) -> ModelResponse:
+            raise AttemptFailed("overloaded", status=529)
+
+    down = Down()
+    down._model = "gpt-down"
+    with trace.get_tracer("t").start_as_current_span("step") as step:
+        await FallbackModel([down, FlakyModel()]).complete(chat_request())
+    failed, answered = (s for s in spans.get_finished_spans() if s.name.startswith("chat "))
+    assert (failed.name, answered.name) == ("chat gpt-down", "chat gpt-test")
+    step_id = format(step.get_span_context().span_id, "016x")
+    assert parent_id(failed) == parent_id(answered) == step_id
+    assert failed.status.status_code is trace.StatusCode.ERROR
+    assert (failed.attributes or {})["error.type"] == "model_unavailable"
+    assert len(failed.events) == 2  # its two retries, before the fallback took over
+
+
+@pytest.mark.anyio
+async def test_a_cli_run_is_one_span_and_hands_its_traceparent_to_the_cli_and_gateway(
+    spans: InMemorySpanExporter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.unit.test_executors import (
+        executor,
+        make_agent,
+        make_request,
+        make_settings,
+        mcp_config_file,
+    )
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer collector-secret")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = install_fake_cli("claude", bin_dir)
+    settings = make_settings(mcp_config=mcp_config_file(tmp_path))
+    agent = make_agent("claude-code", grants=["kit:read"])
+    await executor("claude-code", fake).run(make_request(agent, worker_settings=settings))
+    record = read_record(fake)
+
+    span = named(spans, "invoke_agent claude-code")
+    assert span.kind is SpanKind.CLIENT
+    assert (span.attributes or {})["agent_worker.agent"] == "cli-agent"
+    trace_id, span_id = hex_ids(span)
+    assert record["env"]["TRACEPARENT"].startswith(f"00-{trace_id}-{span_id}-")
+    gateway_env = record["mcp_servers"]["gateway"]["env"]
+    assert gateway_env["TRACEPARENT"] == record["env"]["TRACEPARENT"]
+    assert gateway_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4318"
+    assert "collector-secret" not in json.dumps(record)  # the collector's credentials stay
 
 
 # --- context handed over, and HTTP ---------------------------------------------------------
