@@ -24,7 +24,12 @@ import yaml
 
 from tests.support.e2e import AGENT_WORKER, E2E, task_events
 from tests.support.redis_server import RedisServer
-from tests.support.tracing import OtlpReceiver, ReceivedSpan, running_otlp_receiver
+from tests.support.tracing import (
+    CONTENT_ATTRIBUTES,
+    OtlpReceiver,
+    ReceivedSpan,
+    running_otlp_receiver,
+)
 from tests.support.workers import wait_until
 from worker.dev.devstack import DevStack, running_stack
 
@@ -33,13 +38,6 @@ pytestmark = pytest.mark.integration
 AGENT = "e2e-tracer"
 CANARY = "sk-ant-canary" + "0123456789abcdefghij"
 MARKER = "purple-otter-marker"
-CONTENT_KEYS = {
-    "gen_ai.input.messages",
-    "gen_ai.output.messages",
-    "gen_ai.system_instructions",
-    "gen_ai.tool.call.arguments",
-    "gen_ai.tool.call.result",
-}
 SPANS_TIMEOUT_S = 90.0
 
 
@@ -262,7 +260,7 @@ def test_one_trace_from_the_producer_through_the_worker_and_mcp_to_the_hub(
 
     # Safe by default: no message content, and nothing of the thread, in any span.
     for span in spans:
-        assert not CONTENT_KEYS & set(span.attributes), span.name
+        assert not CONTENT_ATTRIBUTES & set(span.attributes), span.name
         assert MARKER not in json.dumps(span.attributes), span.name
 
     # The operator finds the trace from the task.
@@ -281,7 +279,7 @@ def test_captured_content_arrives_with_the_secret_redacted(
     )
     captured = json.dumps(
         [
-            {key: value for key, value in span.attributes.items() if key in CONTENT_KEYS}
+            {key: value for key, value in span.attributes.items() if key in CONTENT_ATTRIBUTES}
             for span in spans
             if span.service == "agent-worker"
         ]

@@ -17,7 +17,24 @@ from opentelemetry.util._once import Once
 from worker.dev.otlp_receiver import OtlpReceiver, ReceivedSpan, running_otlp_receiver
 from worker.tracing import _setup
 
-__all__ = ["OtlpReceiver", "ReceivedSpan", "recorded_spans", "running_otlp_receiver"]
+__all__ = [
+    "CONTENT_ATTRIBUTES",
+    "OtlpReceiver",
+    "ReceivedSpan",
+    "recorded_spans",
+    "running_otlp_receiver",
+]
+
+# The GenAI attributes that carry message content: absent unless the operator opts in.
+CONTENT_ATTRIBUTES = frozenset(
+    {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.system_instructions",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+    }
+)
 
 
 def _reset_global_provider() -> None:

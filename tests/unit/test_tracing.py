@@ -29,7 +29,7 @@ from opentelemetry.trace import SpanKind
 
 from tests.support.fake_clis import install_fake_cli, read_record
 from tests.support.redis_server import free_port
-from tests.support.tracing import recorded_spans
+from tests.support.tracing import CONTENT_ATTRIBUTES, recorded_spans
 from worker import logs
 from worker.enqueue import enqueue_task
 from worker.exceptions import ConfigurationError
@@ -56,13 +56,6 @@ PRODUCER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PRODUCER_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01"
 CANARY = "sk-ant-canary0123456789abcdefghij"
-CONTENT_KEYS = {
-    "gen_ai.input.messages",
-    "gen_ai.output.messages",
-    "gen_ai.system_instructions",
-    "gen_ai.tool.call.arguments",
-    "gen_ai.tool.call.result",
-}
 
 
 @pytest.fixture
@@ -321,7 +314,7 @@ async def test_a_model_call_is_one_chat_span_with_usage_cost_and_its_retry(
     (retry,) = chat.events
     assert retry.name == "agent_worker.retry"
     assert retry.attributes is not None and retry.attributes["error.type"] == "503"
-    assert not CONTENT_KEYS & set(attributes)  # no content unless the operator opts in
+    assert not CONTENT_ATTRIBUTES & set(attributes)  # no content unless the operator opts in
 
 
 @pytest.mark.anyio
@@ -331,7 +324,7 @@ async def test_captured_content_is_redacted_and_capped(spans: InMemorySpanExport
     request.messages = [*request.messages, Message(role="user", content="x" * 10_000)]
     await FlakyModel().complete(request)
     attributes = named(spans, "chat gpt-test").attributes or {}
-    captured = " ".join(str(attributes[key]) for key in CONTENT_KEYS & set(attributes))
+    captured = " ".join(str(attributes[key]) for key in CONTENT_ATTRIBUTES & set(attributes))
     assert "Please summarise" in captured and "Done; my key is" in captured
     assert CANARY not in captured and "[REDACTED]" in captured
     inputs = json.loads(str(attributes["gen_ai.input.messages"]))
