@@ -30,7 +30,7 @@ typecheck: $(STAMP)
 # The worker end-to-end and chaos tests a second time, every worker with WORKER_CONCURRENCY.
 CONCURRENT_TESTS := tests/chaos tests/conformance tests/integration/test_worker_e2e.py \
 	tests/integration/test_agent_worker.py tests/integration/test_settling.py \
-	tests/integration/test_redis_refusals.py
+	tests/integration/test_redis_refusals.py tests/integration/test_tracing.py
 
 test: $(STAMP) redis-check lint typecheck
 	$(BIN)/pytest -q

@@ -14,10 +14,18 @@ The per-task breakdowns, forking and in-process, come from the phase-timed runs:
 rq's job timestamps, the worker's JSON events (``task_started``, ``llm_call``,
 ``tool_call``, ``task_completed`` with their durations) and the ``bench_phase``
 events.
+
+The last table is the CPU a task costs the worker with tracing off (no OTEL_* set: the
+OpenTelemetry API alone) and on (the SDK with the always-on sampler, exporting over
+OTLP/HTTP to a receiver in this process): the worker's and its job processes' CPU time
+for a burst of warm-up + measured tasks minus that of the warm-up tasks alone, so the
+worker's start-up cancels out.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -35,6 +43,7 @@ from bench._stack import (
     require_completed,
     run_burst_workers,
 )
+from worker.dev.otlp_receiver import OtlpReceiver, running_otlp_receiver
 
 WARMUP_TASKS = 2
 MEASURED_TASKS = 15
@@ -234,11 +243,74 @@ def benchmark(*, quick: bool = False) -> list[Table]:
         "  each task runs in-process there, as in the in-process rows.",
     ]
     timed = {variant.worker_class: runs for variant, runs in results.items()}
+    with bench_stack() as bench:
+        tracing = _tracing_cpu_table(bench, runs_per_variant, measured)
     return [
         throughput,
         _breakdown_table(timed[PHASE_TIMED], "phase-timed AgentWorker, fork per job"),
         _breakdown_table(timed[PHASE_TIMED_IN_PROCESS], "phase-timed AgentWorker, in-process"),
+        tracing,
     ]
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _burst_cpu_s(bench: BenchStack, env: dict[str, str], tasks: int) -> float:
+    """CPU seconds of one burst worker (its job processes included) running ``tasks`` tasks."""
+    ids = [task["task_id"] for task in bench.seed(tasks)]
+    before = _children_cpu_s()
+    (run,) = run_burst_workers(env, 1)
+    spent = _children_cpu_s() - before
+    if run.returncode != 0:
+        raise RuntimeError(f"the burst worker exited with {run.returncode}")
+    require_completed(job_times(bench.redis, ids))
+    return spent
+
+
+def _tracing_env(bench: BenchStack, receiver: OtlpReceiver | None) -> dict[str, str]:
+    env = {k: v for k, v in bench.worker_env().items() if not k.startswith("OTEL_")}
+    if receiver is not None:
+        env |= {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_TRACES_SAMPLER": "always_on",
+        }
+    return env
+
+
+def _tracing_cpu_table(bench: BenchStack, runs: int, measured: int) -> Table:
+    per_task_ms: dict[str, list[float]] = defaultdict(list)
+    spans_per_task: list[float] = []
+    with running_otlp_receiver() as receiver:
+        modes = {"off (no OTEL_* set)": None, "on (always_on, OTLP/HTTP export)": receiver}
+        for _ in range(runs):
+            for label, exporting_to in modes.items():
+                env = _tracing_env(bench, exporting_to)
+                receiver.clear()
+                warm_up = _burst_cpu_s(bench, env, WARMUP_TASKS)
+                exported = len(receiver.spans())
+                whole = _burst_cpu_s(bench, env, WARMUP_TASKS + measured)
+                per_task_ms[label].append((whole - warm_up) / measured * 1000)
+                if exporting_to is not None:
+                    spans_per_task.append((len(receiver.spans()) - 2 * exported) / measured)
+    table = Table(
+        "tracing: worker CPU per task (3-step notification, fork per job)",
+        ["tracing", "runs x tasks", "CPU ms per task median", "min-max", "vs off"],
+    )
+    off = statistics.median(next(iter(per_task_ms.values())))
+    for label, values in per_task_ms.items():
+        summary = Summary.of(values)
+        change = (summary.median - off) / off * 100
+        table.add(label, f"{len(values)} x {measured}", *summary.cells(1), f"{change:+.1f} %")
+    table.notes = [
+        "CPU = user + system time of the burst worker and its job processes (rusage), for",
+        "  warm-up + measured tasks minus warm-up alone: start-up cancels out.",
+        f"spans exported per task (on): {statistics.fmean(spans_per_task):.0f}; goal: on <= 5 %,",
+        f"  off unmeasurable (within the runs' spread). Machine CPUs: {os.cpu_count()}.",
+    ]
+    return table
 
 
 def _breakdown_table(runs: Sequence[VariantRun], which: str) -> Table:

@@ -30,9 +30,12 @@ import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from opentelemetry import trace
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_servers._identity import CAPABILITY_KEY_ENV, Caller, Identity, identity_from_env
+from worker.exceptions import ConfigurationError
+from worker.tracing import configure_tracing, flush_spans
 
 DEFAULT_HOST = "127.0.0.1"
 MCP_PATH = "/mcp"
@@ -43,6 +46,8 @@ SECRET_ENV_VARS = (AUTH_TOKEN_ENV, "HUB_API_KEY", CAPABILITY_KEY_ENV)
 GRACEFUL_SHUTDOWN_S = 5
 # After SIGTERM over stdio: time for cancelled calls to unwind before the process leaves.
 STDIO_EXIT_GRACE_S = 1.0
+# How long a leaving stdio server waits for its last spans to be exported.
+SPAN_FLUSH_TIMEOUT_S = 2.0
 
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 _QUIET_LOGGERS = ("httpx2", "httpcore2", "uvicorn.access")
@@ -66,6 +71,7 @@ def serve(
         options = argument_parser(server.name, default_port).parse_args(argv)
     auth_token = os.environ.get(AUTH_TOKEN_ENV) or None
     configure_json_logging(secrets=[os.environ.get(name, "") for name in SECRET_ENV_VARS])
+    configure_tracing_or_exit(f"mcp-{server.name}")
     if not os.environ.get(CAPABILITY_KEY_ENV):
         log_event(
             "identity_unverified",
@@ -128,6 +134,7 @@ def _exit_after(delay_s: float, name: str) -> None:
     def leave() -> None:
         log_event("server_stopped", server=name)
         logging.shutdown()
+        flush_spans(SPAN_FLUSH_TIMEOUT_S)  # os._exit skips the SDK's own flush at exit
         os._exit(0)
 
     timer = threading.Timer(delay_s, leave)
@@ -255,10 +262,32 @@ class JsonLineFormatter(logging.Formatter):
             entry["message"] = record.getMessage()
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
+        entry.update(_trace_fields())
         line = json.dumps(entry, default=str, ensure_ascii=False)
         for secret in self._secrets:
             line = line.replace(secret, "[redacted]")
         return line
+
+
+def _trace_fields() -> dict[str, str]:
+    """``trace_id`` and ``span_id`` of a line written inside a span, so logs join traces."""
+    span_context = trace.get_current_span().get_span_context()
+    if not span_context.is_valid:
+        return {}
+    return {
+        "trace_id": format(span_context.trace_id, "032x"),
+        "span_id": format(span_context.span_id, "016x"),
+    }
+
+
+def configure_tracing_or_exit(service_name: str) -> None:
+    """Traces as the OTEL_* variables ask (``service.name`` defaults to ``service_name``),
+    or one clear line and exit 2 for an exporter nothing installed provides."""
+    try:
+        configure_tracing(service_name)
+    except ConfigurationError as exc:
+        print(f"mcp_servers: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def configure_json_logging(*, secrets: Iterable[str] = (), level: int = logging.INFO) -> None:

@@ -86,6 +86,7 @@ from worker.tools import (
     load_can_execute_tool,
     load_mcp_config,
 )
+from worker.tracing import attached, configure_tracing, environment_context
 
 # It starts once per CLI task: capabilities (PyJWT, cryptography) load only when the task
 # has one, the HTTP serving helpers only when a signal asks it to stop.
@@ -428,13 +429,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         [*secrets.values(), *(write_caps.secret_values() if write_caps else [])]
     )
     set_redactor(redactor)
+    try:
+        configure_tracing(SERVER_NAME)
+    except ConfigurationError as exc:
+        print(f"mcp_servers.gateway: {exc.message}", file=sys.stderr)
+        return 2
     transport_name = "stdio" if options.socket is None else "socket"
     log_event("server_started", server=SERVER_NAME, transport=transport_name, task=spec.task_id)
     server = build_server(spec, config, capability, redact=redactor, write_caps=write_caps)
-    if options.socket is None:
-        anyio.run(serve_stdio, server)
-    else:
-        anyio.run(serve_socket, server, options.socket)
+    # The MCP SDK's server spans continue the call's _meta context, else this one: the
+    # CLI run's, from the TRACEPARENT its executor handed the CLI.
+    with attached(environment_context()):
+        if options.socket is None:
+            anyio.run(serve_stdio, server)
+        else:
+            anyio.run(serve_socket, server, options.socket)
     log_event("server_stopped", server=SERVER_NAME, task=spec.task_id)
     return 0
 

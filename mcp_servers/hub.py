@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import httpx2
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -41,6 +42,7 @@ from mcp_servers._serving import (
     logged_tool_call,
     serve,
 )
+from worker.tracing import TracingTransport
 
 DEFAULT_PORT = 8101
 DEFAULT_TIMEOUT_S = 20.0
@@ -315,7 +317,11 @@ def build_server(
     @asynccontextmanager
     async def one_client(_server: MCPServer[HubAccess]) -> AsyncIterator[HubAccess]:
         attempt_timeout_s = min(ATTEMPT_TIMEOUT_S, call_timeout_s)
-        async with HubClient(hub_url, api_key, timeout_s=attempt_timeout_s) as client:
+        # Each Hub call a client span, carrying traceparent to the Hub.
+        transport = TracingTransport(httpx2.AsyncHTTPTransport(trust_env=False))
+        async with HubClient(
+            hub_url, api_key, timeout_s=attempt_timeout_s, transport=transport
+        ) as client:
             yield HubAccess(client=client, call_timeout_s=call_timeout_s, identity=checked)
 
     server: MCPServer[HubAccess] = MCPServer(

@@ -31,6 +31,7 @@ from mcp_servers._serving import (
     serve,
 )
 from mcp_servers._ssrf import AddressPolicy, AddressRefused, VettedTransport
+from worker.tracing import TracingTransport
 
 DEFAULT_PORT = 8102
 DEFAULT_MAX_BYTES = 200_000
@@ -99,7 +100,8 @@ class Fetcher:
         self._policy = policy
         self._limits = limits
         self._client = httpx2.AsyncClient(
-            transport=transport or VettedTransport(policy),
+            # Each fetch a client span; the URL the model chose stays out of it.
+            transport=TracingTransport(transport or VettedTransport(policy), record_path=False),
             trust_env=False,  # an env proxy would connect to addresses we never vetted
             follow_redirects=False,  # followed in _follow, so each hop is vetted
             timeout=limits.timeout_s,

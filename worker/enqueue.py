@@ -37,8 +37,10 @@ from rq.registry import (
 from rq.serializers import JSONSerializer
 from rq.utils import now, utcformat
 
+from worker.exceptions import ConfigurationError
 from worker.redis_io import redis_error_line
 from worker.task import AgentReport, Task, describe_validation_error, parse_task
+from worker.tracing import attached, configure_tracing, environment_context, publishing
 
 JOB_FUNCTION = "worker.jobs.run_task"
 DEFAULT_QUEUE = "agents"
@@ -133,16 +135,40 @@ def _enqueue_call(
 ) -> EnqueueResult:
     """The atomic write itself; tests name their own job function to run it end to end."""
     scheduled = delay_s > 0
-    fields = _job_hash(
-        task,
-        function_name=function_name,
-        queue_name=queue_name,
-        result_ttl_s=result_ttl_s,
-        timeout_grace_s=timeout_grace_s,
-        scheduled=scheduled,
-        attempt=attempt,
-        requeue_reason=requeue_reason,
-    )
+    task_wire = task.model_dump(mode="json", exclude_none=True)
+    with publishing(task_wire, queue_name):  # the producer's trace context rides in the task
+        fields = _job_hash(
+            task,
+            task_wire,
+            function_name=function_name,
+            queue_name=queue_name,
+            result_ttl_s=result_ttl_s,
+            timeout_grace_s=timeout_grace_s,
+            scheduled=scheduled,
+            attempt=attempt,
+            requeue_reason=requeue_reason,
+        )
+        return _run_script(
+            redis,
+            task,
+            fields,
+            queue_name=queue_name,
+            scheduled=scheduled,
+            delay_s=delay_s,
+            rerun=rerun,
+        )
+
+
+def _run_script(
+    redis: Redis,
+    task: Task,
+    fields: dict[str, str | bytes | int],
+    *,
+    queue_name: str,
+    scheduled: bool,
+    delay_s: float,
+    rerun: bool,
+) -> EnqueueResult:
     placement = "scheduled" if scheduled else "front" if task.priority == "high" else "back"
     due_at = math.ceil(time.time() + delay_s) if scheduled else 0
     queue_key = Queue.redis_queue_namespace_prefix + queue_name
@@ -184,6 +210,7 @@ def _script_for(redis: Redis) -> Script:
 
 def _job_hash(
     task: Task,
+    task_wire: dict[str, Any],
     *,
     function_name: str,
     queue_name: str,
@@ -194,7 +221,6 @@ def _job_hash(
     requeue_reason: str | None = None,
 ) -> dict[str, str | bytes | int]:
     """The fields rq 3.0's ``Job.to_dict()`` writes for this job, byte for byte."""
-    task_wire = task.model_dump(mode="json", exclude_none=True)
     call: tuple[str, None, list[dict[str, Any]], dict[str, Any]] = (
         function_name,
         None,
@@ -348,17 +374,24 @@ def enqueue_cli(
             print(problem, file=sys.stderr)
         return 2
     try:
-        for task in tasks:
-            result = enqueue_task(
-                redis,
-                task,
-                queue_name=queue_name,
-                result_ttl_s=result_ttl_s,
-                timeout_grace_s=timeout_grace_s,
-                rerun=rerun,
-            )
-            hint = " (it already ran; --rerun runs it again)" if result.already_ran else ""
-            print(f"{result.status} {result.task_id}{hint}", flush=True)
+        # With OTEL_* set, each task's publish span, child of TRACEPARENT when given.
+        configure_tracing("agent-worker-enqueue")
+    except ConfigurationError as exc:
+        print(f"agent-worker enqueue: {exc.message}", file=sys.stderr)
+        return 2
+    try:
+        with attached(environment_context()):
+            for task in tasks:
+                result = enqueue_task(
+                    redis,
+                    task,
+                    queue_name=queue_name,
+                    result_ttl_s=result_ttl_s,
+                    timeout_grace_s=timeout_grace_s,
+                    rerun=rerun,
+                )
+                hint = " (it already ran; --rerun runs it again)" if result.already_ran else ""
+                print(f"{result.status} {result.task_id}{hint}", flush=True)
     except RedisError as exc:
         print(f"agent-worker enqueue: {redis_error_line(exc)}", file=sys.stderr)
         return 1

@@ -21,8 +21,10 @@ from worker.pipeline import (
     metrics_observer,
     runtime_for_job,
 )
+from worker.tracing import traced_job
 
 
+@traced_job  # the run's CONSUMER span, flushed before rq's job process ends with os._exit
 def run_task(task: Any) -> dict[str, Any]:
     """rq job function ``worker.jobs.run_task``: the task object in, the AgentReport out.
 

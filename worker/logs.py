@@ -5,7 +5,8 @@ into a field or an exception message is masked before it is written.
 
 Safe in a signal handler: a line logged while its own thread is inside a write (the
 handler interrupted it, say on a back-pressured stderr) is queued and written by the
-next line, instead of waiting for a lock that thread holds.
+next line, instead of waiting for a lock that thread holds. A line written
+inside an OpenTelemetry span carries its ``trace_id`` and ``span_id``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, TextIO
+
+from opentelemetry import trace
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _lock = threading.Lock()
@@ -50,6 +53,11 @@ def set_redactor(redact: Callable[[str], str]) -> None:
     global _redact, _redact_short
     _redact = redact
     _redact_short = lru_cache(maxsize=4096)(redact)
+
+
+def redact(text: str) -> str:
+    """``text`` through the process redactor logs use (identity until one is set)."""
+    return _redact(text)
 
 
 def set_level(level: str) -> None:
@@ -88,6 +96,11 @@ def log_event(event: str, level: str = "info", **fields: Any) -> None:
         "event": event,
     }
     record.update(_clean(fields))
+    # A line written inside a span names it, so logs and traces join on trace_id.
+    span_context = trace.get_current_span().get_span_context()
+    if span_context.is_valid:
+        record["trace_id"] = format(span_context.trace_id, "032x")
+        record["span_id"] = format(span_context.span_id, "016x")
     _write(_encode(record) + "\n")
 
 

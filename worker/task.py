@@ -18,6 +18,8 @@ from worker.exceptions import AutonomyViolation, InvalidTask, ModelError
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_PATTERN)]
+# W3C Trace Context: version 00's traceparent, and a tracestate within the spec's 32 members.
+TRACEPARENT_PATTERN = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 # Generous caps: a field over them is hostile or broken, never a real task.
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 # The kind of a notification as the Hub names it: mention, reply, dm, thread_update, ...
@@ -140,6 +142,14 @@ class Task(BaseModel):
     )
     priority: Literal["high", "normal", "low"] = "normal"
     constraints: Constraints = Field(default_factory=Constraints)
+    traceparent: Annotated[str, StringConstraints(pattern=TRACEPARENT_PATTERN)] | None = Field(
+        default=None,
+        description="The producer's W3C traceparent: the worker's spans of this task join "
+        "its trace.",
+    )
+    tracestate: Annotated[str, StringConstraints(max_length=512)] | None = Field(
+        default=None, description="The producer's W3C tracestate, sent with traceparent."
+    )
 
     @model_validator(mode="after")
     def _notification_needs_post(self) -> Task:

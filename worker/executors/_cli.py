@@ -66,6 +66,7 @@ from worker.loop import EventBus, RunResult, log_observer
 from worker.models import Message
 from worker.redaction import Redactor
 from worker.task import Outcome
+from worker.tracing import trace_environment, traced_cli_run
 
 CANCELLED_TEXT = "The task was cancelled."
 _STDERR_TAIL_CHARS = 600
@@ -170,6 +171,7 @@ class CliExecutor(Executor):
 
     # --- the run -------------------------------------------------------------------------------
 
+    @traced_cli_run  # one `invoke_agent {executor}` span per CLI run
     async def run(self, request: ExecutionRequest) -> RunResult:
         started = time.monotonic()
         context = RunContext(
@@ -303,7 +305,8 @@ class CliExecutor(Executor):
         """Run the CLI until it exits, the deadline, a cancel or a strict-grants violation."""
         invocation = self.invocation(job)
         argv = invocation.argv
-        env = minimal_environment(str(job.workspace)) | invocation.env
+        # TRACEPARENT: a CLI that reads it continues this run's trace.
+        env = minimal_environment(str(job.workspace)) | invocation.env | trace_environment()
         user: int | None = None
         if confinement is not None:
             sandbox, route = confinement.sandbox, confinement.route

@@ -33,6 +33,7 @@ from worker.executors._gateway_secrets import (
     gateway_secrets,
 )
 from worker.hub_writes import WriteCaps
+from worker.tracing import gateway_trace_environment
 
 # The name the CLIs' MCP configurations give the gateway: their tools are named after it.
 GATEWAY_SERVER = "gateway"
@@ -138,6 +139,7 @@ async def running_gateway(
         "HOME": str(socket_path.parent),
         "PYTHONPATH": gateway_python_path(),
     } | gateway.spec.environment()
+    env |= gateway_trace_environment(os.environ)  # its spans join this CLI run's trace
     process = await anyio.open_process(
         gateway_command(socket_path),
         stdin=subprocess.PIPE,

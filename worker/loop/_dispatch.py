@@ -21,6 +21,7 @@ from worker.loop._output import truncate
 from worker.loop._state import StepRecord, ToolCallRecord, ToolOutcome
 from worker.models import ToolCall, ToolSpec
 from worker.tools import CallContext, Granted, MissingGrant, NotAllowed, Toolbox
+from worker.tracing import traced_tool_call
 
 # Decides, per call and before execution, whether it may run: None (or True) allows; a
 # string refuses, and is what the model reads; anything else refuses. May be async.
@@ -77,6 +78,7 @@ class ToolDispatcher:
         self._validators: dict[str, Validator | None] = {}
         self._sound_schemas: set[str] = set()
 
+    @traced_tool_call  # one `execute_tool {tool}` span per call
     async def run(self, step: int, index: int, call: ToolCall, timeout_s: float) -> ToolCallRecord:
         """Run one call the model made; every way it can end is a record the model reads."""
         started = time.perf_counter()

@@ -5,12 +5,14 @@ objects (their locks were copied at fork, trap 7). Inside a job, record into a
 ``JobMetrics`` buffer and ``flush`` it to one Redis key; the parent applies the
 key right after the job process exits (``apply_job_metrics``) and sweeps keys
 whose parent died (``sweep_job_metrics``). Scrapes read in-memory metrics plus
-a handful of Redis counters, so their cost does not grow with jobs run.
+a handful of Redis counters, so their cost does not grow with jobs run. A task's
+duration carries the trace id of its run as an exemplar (OpenMetrics), when it was traced.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +33,7 @@ from worker.metrics._families import (
 )
 from worker.metrics._server import start_server, stop_servers
 from worker.redis_io import keys as redis_keys
+from worker.tracing import sampled_trace_id
 
 JOB_METRICS_TTL_S = 86_400
 
@@ -103,6 +106,11 @@ class WorkerMetrics:
             if value >= 0:
                 labels = self._bounded(counter[1], labels)
                 (counter[0].labels(*labels) if labels else counter[0]).inc(value)
+        exemplars = {
+            (name, labels): trace_id
+            for name, labels, trace_id in _entries(batch.get("exemplars"))
+            if isinstance(trace_id, str) and _TRACE_ID.fullmatch(trace_id)
+        }
         for name, labels, values in _entries(batch.get("observations")):
             histogram = self._histograms.get(name)
             if (
@@ -112,9 +120,15 @@ class WorkerMetrics:
             ):
                 continue
             child = histogram[0].labels(*labels)
-            for value in values:
-                if isinstance(value, int | float):
-                    child.observe(value)
+            numbers = [value for value in values if isinstance(value, int | float)]
+            trace_id = exemplars.get((name, labels))
+            for index, value in enumerate(numbers):
+                # The last observation names its trace: Grafana links the point to it.
+                last = index == len(numbers) - 1
+                child.observe(value, {"trace_id": trace_id} if last and trace_id else None)
+
+
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def _entries(raw: Any) -> list[tuple[str, tuple[str, ...], Any]]:
@@ -152,6 +166,8 @@ class JobMetrics:
         self._lock = threading.Lock()
         self._counts: dict[LabelKey, float] = {}
         self._observations: dict[LabelKey, list[float]] = {}
+        # The trace of an observation, kept as its exemplar (the task duration's).
+        self._exemplars: dict[LabelKey, str] = {}
 
     def task_finished(
         self,
@@ -166,6 +182,8 @@ class JobMetrics:
         with self._lock:
             self._count("agent_tasks_total", (agent, task_type, outcome))
             self._observe("agent_task_duration_seconds", (task_type,), duration_s)
+            if (trace_id := sampled_trace_id()) is not None:
+                self._exemplars[("agent_task_duration_seconds", (task_type,))] = trace_id
             self._observe("agent_loop_iterations", (task_type,), iterations)
             # An unknown price is not a zero cost: leave the counter alone.
             if cost_usd is not None:
@@ -247,9 +265,14 @@ class JobMetrics:
                     [name, list(labels), values]
                     for (name, labels), values in self._observations.items()
                 ],
+                "exemplars": [
+                    [name, list(labels), trace_id]
+                    for (name, labels), trace_id in self._exemplars.items()
+                ],
             }
             self._counts = {}
             self._observations = {}
+            self._exemplars = {}
             return batch
 
     def _put_back(self, batch: dict[str, Any]) -> None:
@@ -258,6 +281,8 @@ class JobMetrics:
                 self._count(name, tuple(labels), value)
             for name, labels, values in batch["observations"]:
                 self._observations.setdefault((name, tuple(labels)), []).extend(values)
+            for name, labels, trace_id in batch["exemplars"]:
+                self._exemplars.setdefault((name, tuple(labels)), trace_id)
 
 
 def apply_job_metrics(redis: Redis, job_id: str, *, metrics: WorkerMetrics | None = None) -> bool:

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 from redis import Redis
 from redis.exceptions import RedisError
 
@@ -49,7 +50,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
         if path == "/metrics":
-            self._answer(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+            # OpenMetrics when the scraper asks for it (Prometheus does): it carries exemplars.
+            encode, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._answer(200, encode(self.server.registry), content_type)
         elif path == "/healthz":
             if self.server.redis_answers():
                 self._answer(200, b"ok\n")

@@ -25,6 +25,7 @@ import anyio
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models._prices import PriceTable
 from worker.models._types import ModelRequest, ModelResponse, Usage
+from worker.tracing import note_retry, traced_chat
 
 T = TypeVar("T")
 
@@ -126,6 +127,7 @@ async def call_with_retries(
                     model=model,
                     retry_after_s=last_hint,
                 ) from failure
+            note_retry(status=failure.status, delay_s=delay, attempt=attempts)
             await policy.sleep(delay)
 
 
@@ -256,6 +258,7 @@ class RetryingModel(ABC):
     def name(self) -> str:
         return self._model
 
+    @traced_chat  # one `chat {model}` span per call of this model, retries as its events
     async def complete(self, request: ModelRequest) -> ModelResponse:
         async def attempt(timeout_s: float) -> ModelResponse:
             gate = self.attempt_gate

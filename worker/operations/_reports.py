@@ -1,7 +1,8 @@
 """``agent-worker report TASK_ID [--json]``: the AgentReport of a task that ran.
 
 The report is what the task left in ``job.meta["report"]``: readable text by
-default, the report object itself with ``--json``. Exit 0 with a report, 2 when
+default (with the trace id of the run when it was traced), the report object itself
+with ``--json``. Exit 0 with a report, 2 when
 the id is malformed, unknown (never enqueued, or expired after ``RESULT_TTL_S``)
 or the task has no report yet (still queued or running), 1 when Redis cannot be
 reached.
@@ -33,6 +34,8 @@ class StoredReport:
     report: dict[str, Any]
     job_status: str
     ended_at: str | None
+    # The OpenTelemetry trace of the run that wrote the report, when it was traced.
+    trace_id: str | None = None
 
 
 def find_report(redis: Redis, task_id: str) -> StoredReport | str:
@@ -53,7 +56,13 @@ def find_report(redis: Redis, task_id: str) -> StoredReport | str:
             )
         return f"{task_id}: no report yet (status {shown_status})"
     ended_at = job.ended_at.isoformat(timespec="seconds") if job.ended_at else None
-    return StoredReport(report=report, job_status=shown_status, ended_at=ended_at)
+    trace_id = job.meta.get("trace_id")
+    return StoredReport(
+        report=report,
+        job_status=shown_status,
+        ended_at=ended_at,
+        trace_id=trace_id if isinstance(trace_id, str) else None,
+    )
 
 
 def render_report(stored: StoredReport) -> str:
@@ -72,6 +81,8 @@ def render_report(stored: StoredReport) -> str:
         f"{report.get('duration_s')} s",
         f"  posted: {', '.join(map(str, report.get('posted') or [])) or 'nothing'}",
     ]
+    if stored.trace_id:
+        lines.append(f"  trace: {stored.trace_id}")
     error = report.get("error")
     if isinstance(error, dict):
         lines.append(f"  error: {error.get('class')}: {error.get('message')}")

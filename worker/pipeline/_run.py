@@ -43,6 +43,7 @@ from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._settle import build_report, drain_outbox, finish, settle
 from worker.pipeline._state import Requeue, RunState, TaskVerdict, raw_field, raw_task_id
 from worker.task import AgentReport, Outcome, Task, parse_task
+from worker.tracing import TracingTransport, traced_agent_run
 
 # How long past its deadline a run may take before it is cut (the loop's own wind-down
 # normally ends it first); rq's hard kill comes JOB_TIMEOUT_GRACE_S after the deadline.
@@ -296,6 +297,7 @@ def _smallest(*values: float | None) -> float | None:
     return min(present) if present else None
 
 
+@traced_agent_run  # the task's invoke_agent span
 async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:
     """Run one task in this event loop; the Hub client is opened here unless given."""
     try:
@@ -303,8 +305,11 @@ async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:
             return await TaskRun(raw, runtime, runtime.hub).execute()
         settings = runtime.settings
         api_key = settings.hub_api_key.get_secret_value() if settings.hub_api_key else None
-        # The transport HubClient would build, on the process's shared TLS context.
-        transport = httpx2.AsyncHTTPTransport(verify=client_ssl_context(trust_env=False))
+        # The transport HubClient would build, on the process's shared TLS context; each
+        # Hub call is a client span carrying traceparent.
+        transport = TracingTransport(
+            httpx2.AsyncHTTPTransport(verify=client_ssl_context(trust_env=False))
+        )
         async with HubClient(
             settings.hub_url, api_key, timeout_s=settings.hub_timeout_s, transport=transport
         ) as hub:

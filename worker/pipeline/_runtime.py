@@ -47,6 +47,7 @@ from worker.tools import (
     load_mcp_config,
     mint_capability,
 )
+from worker.tracing import configure_tracing
 
 ToolboxOpener = Callable[[AgentDefinition, Task], AbstractAsyncContextManager[Toolbox]]
 ModelMaker = Callable[[AgentDefinition], Model]
@@ -124,6 +125,7 @@ def preload() -> None:
     so every forked job inherits it instead of redoing it."""
     config = settings()
     _redactor()
+    configure_tracing("agent-worker")  # forked job processes inherit the tracer provider
     _prices()
     _grant_policy(config.grant_policy)
     if config.mcp_config is not None:

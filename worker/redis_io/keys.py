@@ -97,6 +97,11 @@ def scheduler_agent(agent_id: str) -> str:
     return f"{PREFIX}scheduler:agent:{agent_id}"
 
 
+def trace_delivery(trace_id: str, span_id: str) -> str:
+    """Set by the first run that continues a producer's trace; later runs link to it."""
+    return f"{PREFIX}trace-delivery:{trace_id}:{span_id}"
+
+
 def task_deadline(task_id: str) -> str:
     """The task's absolute deadline (epoch seconds), fixed at its first start; re-runs keep it."""
     return f"{PREFIX}deadline:{task_id}"

@@ -1,0 +1,92 @@
+"""A coding-agent CLI's run in the trace, and the context handed to the CLI's process.
+
+A CLI runs a whole task as its own agent in another process: one CLIENT span
+``invoke_agent {executor}`` (the conventions' span for invoking an agent elsewhere)
+covers it. ``TRACEPARENT``/``TRACESTATE`` in the CLI's environment (the convention for
+carrying context in environment variables) let a CLI that reads them, and the gateway it
+starts, continue the trace.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar, cast
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from worker.tracing._setup import tracer
+
+# Passed on to the gateway, so its spans reach the same backend; never the headers
+# (OTEL_EXPORTER_OTLP_HEADERS may hold a collector's token, and the CLI can read the block).
+_PASSED_ON = (
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_SDK_DISABLED",
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+)
+
+
+_CONTEXT_KEYS = ("traceparent", "tracestate")
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+class _CliResult(Protocol):
+    outcome: Any
+    error: BaseException | None
+
+
+def traced_cli_run(run: F) -> F:
+    """Decorates ``CliExecutor.run(request)``: one span per CLI run, with its outcome."""
+
+    @functools.wraps(run)
+    async def traced(executor: Any, request: Any) -> Any:
+        with tracer().start_as_current_span(
+            f"invoke_agent {executor.name}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": executor.name,
+                "gen_ai.conversation.id": request.task.task_id,
+                "agent_worker.agent": request.agent.config.name,
+            },
+            record_exception=False,
+        ) as span:
+            result: _CliResult = await run(executor, request)
+            _record_result(span, result)
+            return result
+
+    return cast(F, traced)
+
+
+def _record_result(span: trace.Span, result: _CliResult) -> None:
+    if not span.is_recording():
+        return
+    outcome = str(getattr(result.outcome, "value", result.outcome))
+    span.set_attribute("agent_worker.outcome", outcome)
+    if result.error is not None:
+        span.set_attribute("error.type", type(result.error).__name__)
+        span.set_status(Status(StatusCode.ERROR, outcome))
+
+
+def trace_environment() -> dict[str, str]:
+    """``TRACEPARENT``/``TRACESTATE`` of the current span, for a child process's environment."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return {key.upper(): value for key, value in carrier.items() if key in _CONTEXT_KEYS}
+
+
+def gateway_trace_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """What the gateway needs to join the trace: the context and the OTEL_* export settings."""
+    passed = {name: environ[name] for name in _PASSED_ON if name in environ}
+    return passed | trace_environment()

@@ -1,0 +1,330 @@
+"""The agent run as the GenAI semantic conventions name it, put on by decorators.
+
+    invoke_agent {agent}     one task run by the pipeline (``traced_agent_run``)
+      chat {model}           one call to one provider model, its retries as events; a
+                             fallback model is a sibling ``chat`` span (``traced_chat``)
+      execute_tool {tool}    one tool call the model made (``traced_tool_call``)
+
+The decorated functions keep their signatures; the objects they see are read through
+small Protocols, so this package imports nothing from the loop, the models or the tools.
+Message content goes on spans only when ``_content.capture_content()`` says so.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Protocol, TypeVar, cast
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from worker.tracing._content import as_json, capture_content, safe_text
+from worker.tracing._setup import tracer
+
+# The task id of the agent run in progress: every GenAI span of it names the conversation.
+_conversation_id: ContextVar[str | None] = ContextVar("gen_ai_conversation_id", default=None)
+
+_FINISH_REASONS = {
+    "end_turn": "stop",
+    "tool_use": "tool_call",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
+
+
+# --- what the decorated functions hand over -------------------------------------------
+
+
+class _Usage(Protocol):
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+
+
+class _ToolCall(Protocol):
+    id: str
+    name: str
+    arguments: str
+
+
+class _Message(Protocol):
+    role: str
+    content: str
+    tool_calls: Sequence[_ToolCall]
+    tool_call_id: str | None
+
+
+class _Request(Protocol):
+    system: str
+    messages: Sequence[_Message]
+    max_output_tokens: int | None
+    temperature: float | None
+
+
+class _Response(Protocol):
+    text: str
+    tool_calls: Sequence[_ToolCall]
+    stop_reason: Any
+    usage: _Usage
+    model: str
+    attempts: int
+
+
+class _Model(Protocol):
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+class _Report(Protocol):
+    outcome: Any
+    tokens_input: int
+    tokens_output: int
+    cost_usd: float | None
+    error: Any
+
+
+class _Verdict(Protocol):
+    @property
+    def report(self) -> _Report: ...
+
+
+class _ToolRecord(Protocol):
+    server: str
+    outcome: Any
+    is_error: bool
+    content: str
+
+
+# The decorated function's own type: a decorator changes no signature.
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+# --- invoke_agent -----------------------------------------------------------------------
+
+
+def traced_agent_run(run: F) -> F:
+    """Decorates ``execute_task(raw, runtime)``: the ``invoke_agent {agent}`` span of a task."""
+
+    @functools.wraps(run)
+    async def traced(raw: Any, runtime: Any) -> Any:
+        wire: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        agent = wire.get("agent_id") if isinstance(wire.get("agent_id"), str) else None
+        task_id = wire.get("task_id") if isinstance(wire.get("task_id"), str) else None
+        attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent"}
+        if agent:
+            attributes |= {"gen_ai.agent.name": agent, "gen_ai.agent.id": agent}
+        if task_id:
+            attributes["gen_ai.conversation.id"] = task_id
+        if isinstance(task_type := wire.get("type"), str):
+            attributes["agent_worker.task.type"] = task_type
+        token = _conversation_id.set(task_id)
+        try:
+            with tracer().start_as_current_span(
+                f"invoke_agent {agent}" if agent else "invoke_agent",
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+            ) as span:
+                verdict: _Verdict = await run(raw, runtime)
+                _record_report(span, verdict.report)
+                return verdict
+        finally:
+            _conversation_id.reset(token)
+
+    return cast(F, traced)
+
+
+def _record_report(span: trace.Span, report: _Report) -> None:
+    if not span.is_recording():
+        return
+    outcome = str(getattr(report.outcome, "value", report.outcome))
+    span.set_attribute("agent_worker.outcome", outcome)
+    span.set_attribute("gen_ai.usage.input_tokens", report.tokens_input)
+    span.set_attribute("gen_ai.usage.output_tokens", report.tokens_output)
+    if report.cost_usd is not None:
+        span.set_attribute("agent_worker.usage.cost_usd", report.cost_usd)
+    if getattr(report.outcome, "fails_job", False):
+        error_class = getattr(report.error, "class_", None) or outcome
+        span.set_attribute("error.type", error_class)
+        span.set_status(Status(StatusCode.ERROR, outcome))
+
+
+# --- chat -------------------------------------------------------------------------------
+
+
+def traced_chat(complete: F) -> F:
+    """Decorates a provider model's ``complete(request)``: one ``chat {model}`` span."""
+
+    @functools.wraps(complete)
+    async def traced(model: _Model, request: _Request) -> Any:
+        with _model_span(model, request) as span:
+            response: _Response = await complete(model, request)
+            if span.is_recording():
+                _record_response(span, response)
+            return response
+
+    return cast(F, traced)
+
+
+@contextmanager
+def _model_span(model: _Model, request: _Request) -> Iterator[trace.Span]:
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": model.provider,
+        "gen_ai.request.model": model.name,
+    }
+    if request.max_output_tokens is not None:
+        attributes["gen_ai.request.max_tokens"] = request.max_output_tokens
+    if request.temperature is not None:
+        attributes["gen_ai.request.temperature"] = request.temperature
+    if (conversation := _conversation_id.get()) is not None:
+        attributes["gen_ai.conversation.id"] = conversation
+    with tracer().start_as_current_span(
+        f"chat {model.name}",
+        kind=SpanKind.CLIENT,
+        attributes=attributes,
+        record_exception=False,  # an exception's text may quote the provider's answer
+    ) as span:
+        if span.is_recording() and capture_content():
+            span.set_attribute("gen_ai.system_instructions", _system_json(request.system))
+            span.set_attribute("gen_ai.input.messages", _messages_json(request.messages))
+        try:
+            yield span
+        except BaseException as exc:
+            _record_error(span, exc)
+            raise
+
+
+def note_retry(*, status: int | None, delay_s: float, attempt: int) -> None:
+    """One failed attempt of the current ``chat`` span, retried after ``delay_s``."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(
+            "agent_worker.retry",
+            {
+                "error.type": str(status) if status is not None else "connection_error",
+                "agent_worker.retry.attempt": attempt,
+                "agent_worker.retry.delay_s": delay_s,
+            },
+        )
+
+
+def _record_response(span: trace.Span, response: _Response) -> None:
+    finish = _finish_reason(response.stop_reason)
+    span.set_attribute("gen_ai.response.model", response.model)
+    span.set_attribute("gen_ai.response.finish_reasons", [finish])
+    span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+    span.set_attribute("agent_worker.llm.attempts", response.attempts)
+    if response.usage.cost_usd is not None:
+        span.set_attribute("agent_worker.usage.cost_usd", response.usage.cost_usd)
+    if capture_content():
+        message = {
+            "role": "assistant",
+            "parts": _parts(response.text, response.tool_calls),
+            "finish_reason": finish,
+        }
+        span.set_attribute("gen_ai.output.messages", as_json([message]))
+
+
+def _finish_reason(stop_reason: Any) -> str:
+    value = str(getattr(stop_reason, "value", stop_reason))
+    return _FINISH_REASONS.get(value, value)
+
+
+def _system_json(system: str) -> str:
+    return as_json([{"type": "text", "content": safe_text(system)}])
+
+
+def _messages_json(messages: Sequence[_Message]) -> str:
+    entries = []
+    for message in messages:
+        if message.role == "tool":
+            part = {
+                "type": "tool_call_response",
+                "id": message.tool_call_id,
+                "result": safe_text(message.content),
+            }
+            entries.append({"role": "tool", "parts": [part]})
+        else:
+            entries.append(
+                {"role": message.role, "parts": _parts(message.content, message.tool_calls)}
+            )
+    return as_json(entries)
+
+
+def _parts(text: str, tool_calls: Sequence[_ToolCall]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "text", "content": safe_text(text)}] if text else []
+    for call in tool_calls:
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": call.id,
+                "name": call.name,
+                "arguments": safe_text(call.arguments),
+            }
+        )
+    return parts
+
+
+# --- execute_tool -----------------------------------------------------------------------
+
+
+def traced_tool_call(run: F) -> F:
+    """Decorates ``ToolDispatcher.run(step, index, call, timeout_s)``: one
+    ``execute_tool {tool}`` span, its server and outcome as the metrics label them."""
+
+    @functools.wraps(run)
+    async def traced(
+        dispatcher: Any, step: int, index: int, call: _ToolCall, timeout_s: float
+    ) -> Any:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "gen_ai.tool.type": "function",
+        }
+        if (conversation := _conversation_id.get()) is not None:
+            attributes["gen_ai.conversation.id"] = conversation
+        with tracer().start_as_current_span(
+            f"execute_tool {call.name}",
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            record_exception=False,
+        ) as span:
+            if span.is_recording() and capture_content():
+                span.set_attribute("gen_ai.tool.call.arguments", safe_text(call.arguments))
+            try:
+                record: _ToolRecord = await run(dispatcher, step, index, call, timeout_s)
+            except BaseException as exc:
+                _record_error(span, exc)
+                raise
+            if span.is_recording():
+                _record_tool(span, record)
+            return record
+
+    return cast(F, traced)
+
+
+def _record_tool(span: trace.Span, record: _ToolRecord) -> None:
+    outcome = str(getattr(record.outcome, "value", record.outcome))
+    span.set_attribute("agent_worker.tool.outcome", outcome)
+    if record.server:
+        span.set_attribute("agent_worker.tool.server", record.server)
+    if record.is_error:
+        span.set_attribute("error.type", outcome)
+        span.set_status(Status(StatusCode.ERROR, outcome))
+    elif capture_content():
+        span.set_attribute("gen_ai.tool.call.result", safe_text(record.content))
+
+
+def _record_error(span: trace.Span, exc: BaseException) -> None:
+    """The error's class or code, never its message (it may quote content)."""
+    if span.is_recording():
+        span.set_attribute("error.type", str(getattr(exc, "code", type(exc).__qualname__)))
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
