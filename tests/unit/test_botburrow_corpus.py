@@ -131,6 +131,9 @@ def test_each_loads_with_no_error_and_no_warning(name: str) -> None:
 
 
 def test_agent_worker_check_finds_nothing_to_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The operator has set both providers' keys (check reports an agent whose key is unset).
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-corpus-7Qf2Lr9Xw4Tz1Vb8")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-corpus-3Hd8Nq5Ke2Wm7Yp4")
     report = run_checks(Settings(agents_dir=str(CORPUS)), redis=False, network=False)  # type: ignore[call-arg]
 
     assert [problem.line() for problem in report.problems] == []
