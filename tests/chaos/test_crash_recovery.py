@@ -86,10 +86,11 @@ def assert_everything_happened_once(
     assert report["tool_calls"] >= 1
 
 
-# A worker running its tasks in threads has no job process to kill: killing the process
-# that runs the task kills the worker (test_concurrent.py: every task in flight re-runs).
-@pytest.mark.skipif(concurrent_workers(), reason="no job process: see test_concurrent.py")
 def test_killed_job_process_is_rerun_from_its_checkpoint(chaos: ChaosStack) -> None:
+    # A worker running its tasks in threads has no job process to kill: killing the process
+    # that runs the task kills the worker (test_concurrent.py: every task in flight re-runs).
+    if concurrent_workers():
+        pytest.skip("no job process: see test_concurrent.py")
     worker = chaos.start_worker()
     marker = "horse-kill"
     task_id = chaos.notification("horse", side_effect_then_slow(marker))
