@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rq.registry import StartedJobRegistry
 
-from tests.chaos.harness import ChaosStack, WorkerProcess, wait_until
+from tests.chaos.harness import HEARTBEAT_GRACE_S, ChaosStack, WorkerProcess, wait_until
 from tests.chaos.test_crash_recovery import (
     assert_everything_happened_once,
     side_effect_then_slow,
@@ -36,6 +36,13 @@ def started_executions(chaos: ChaosStack) -> dict[str, list[str]]:
     for job_id, execution_id in pairs:
         executions.setdefault(job_id, []).append(execution_id)
     return executions
+
+
+def execution_expiries(chaos: ChaosStack) -> list[float]:
+    """When each execution in rq's started registry expires without another heartbeat."""
+    with contextlib.closing(chaos.connection()) as connection:
+        registry = StartedJobRegistry(DEFAULT_QUEUE, connection=connection)
+        return [score for _, score in connection.zrange(registry.key, 0, -1, withscores=True)]
 
 
 def events_of(worker: WorkerProcess, name: str, task_id: str) -> list[dict[str, Any]]:
@@ -144,14 +151,23 @@ def test_cold_shutdown_hands_every_task_back_and_each_resumes_once(chaos: ChaosS
 def test_a_killed_worker_reruns_each_task_in_flight_once_from_its_checkpoint(
     chaos: ChaosStack,
 ) -> None:
-    # Heartbeats every 5 s: each execution expires about a minute after the last one.
-    doomed = chaos.start_worker("--job-monitoring-interval", "5", WORKER_CONCURRENCY=CONCURRENCY)
+    # Heartbeats every 5 s: each execution expires HEARTBEAT_GRACE_S after the next was due.
+    doomed = chaos.start_worker(
+        "--job-monitoring-interval",
+        "5",
+        WORKER_CONCURRENCY=CONCURRENCY,
+        HEARTBEAT_GRACE_S=str(HEARTBEAT_GRACE_S),
+    )
     markers = [f"sigkill-{n}" for n in range(3)]
     tasks = [chaos.notification(m, side_effect_then_slow(m)) for m in markers]
     for marker, task_id in zip(markers, tasks, strict=True):
         wait_for_side_effect(chaos, marker)
         wait_for_model_requests(chaos, task_id, 2)
     assert {chaos.lease_holder_pid(task_id) for task_id in tasks} == {doomed.pid}
+    # rq keeps each execution this long past now: the interval plus HEARTBEAT_GRACE_S, not 60 s.
+    expiries = execution_expiries(chaos)
+    assert len(expiries) == 3
+    assert max(expiries) <= time.time() + 5 + HEARTBEAT_GRACE_S + 1
     # Started only now, so that the doomed worker holds all three.
     survivor = chaos.start_worker("--maintenance-interval", "2", WORKER_CONCURRENCY=CONCURRENCY)
 
