@@ -84,15 +84,19 @@ def test_tasks_overlap_in_one_worker_process_and_each_completes_once(chaos: Chao
 
 def test_heartbeats_keep_every_task_in_flight_alive(chaos: ChaosStack) -> None:
     worker = chaos.start_worker("--job-monitoring-interval", "1", WORKER_CONCURRENCY=CONCURRENCY)
-    tasks = [chaos.notification(f"beat-{n}", [{"text": "Done", "delay_s": 8}]) for n in range(3)]
+    # The model answers late enough that all three are still in flight, however slow the
+    # machine is to start the last one.
+    tasks = [chaos.notification(f"beat-{n}", [{"text": "Done", "delay_s": 15}]) for n in range(3)]
     wait_until(lambda: all_in_flight(chaos, tasks), 60, "three tasks in flight")
 
     first = execution_heartbeats(chaos, tasks)
-    time.sleep(3)
-    later = execution_heartbeats(chaos, tasks)
 
-    # Each execution's own heartbeat moved on while its task waited for the model.
-    assert all(later[task_id] > first[task_id] for task_id in tasks), (first, later)
+    # Each execution's own heartbeat moves on while its task waits for the model.
+    def every_beat_moved_on() -> bool:
+        later = execution_heartbeats(chaos, tasks)
+        return all(later[task_id] > first[task_id] for task_id in tasks)
+
+    wait_until(every_beat_moved_on, 10, "every execution's heartbeat to move on")
     for task_id in tasks:
         assert chaos.wait_for_status(task_id, timeout_s=90) == "finished"
     assert worker.events("heartbeat_failed") == []
