@@ -27,17 +27,21 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The worker end-to-end and chaos tests a second time, every worker with WORKER_CONCURRENCY.
-CONCURRENT_TESTS := tests/chaos tests/conformance tests/integration/test_worker_e2e.py \
-	tests/integration/test_agent_worker.py tests/integration/test_settling.py \
-	tests/integration/test_redis_refusals.py tests/integration/test_tracing.py
+# pytest-xdist processes for the suite; each starts its own redis-server and servers on
+# free ports. The tests mostly wait on subprocesses, so more than one per core pays.
+# --maxschedchunk 1 hands out tests one by one in collection order (the slow folders come
+# first), so no process gets a long run of slow tests while the others sit idle.
+TEST_PROCESSES ?= 4
 
+# One run: the tests listed in BOTH_WORKER_MODES (tests/conftest.py) run in it twice, with
+# a forked job process per task and with WORKER_CONCURRENCY=4.
 test: $(STAMP) redis-check lint typecheck
-	$(BIN)/pytest -q
-	$(MAKE) test-concurrent
+	$(BIN)/pytest -q -n $(TEST_PROCESSES) --maxschedchunk 1
 
+# Only the BOTH_WORKER_MODES tests, every worker with WORKER_CONCURRENCY=4.
 test-concurrent: $(STAMP) redis-check
-	AGENT_TEST_WORKER_CONCURRENCY=4 $(BIN)/pytest -q $(CONCURRENT_TESTS)
+	AGENT_TEST_WORKER_CONCURRENCY=4 $(BIN)/pytest -q -n $(TEST_PROCESSES) --maxschedchunk 1 \
+		-m both_worker_modes
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit

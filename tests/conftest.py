@@ -1,13 +1,67 @@
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
 from tests.support.redis_server import RedisServer, running_redis
+from tests.support.workers import TEST_CONCURRENCY_VARIABLE
 from worker import logs
+
+# The tests that run in both worker modes: once with a forked job process per task
+# (``forked``), once with every worker running its tasks in threads (``concurrent``,
+# WORKER_CONCURRENCY=4). Paths are files or folders, relative to the repository.
+BOTH_WORKER_MODES = (
+    "tests/chaos",
+    "tests/conformance",
+    "tests/integration/test_worker_e2e.py",
+    "tests/integration/test_agent_worker.py",
+    "tests/integration/test_settling.py",
+    "tests/integration/test_redis_refusals.py",
+    "tests/integration/test_tracing.py",
+)
+CONCURRENT_MODE_CONCURRENCY = "4"
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def runs_in_both_worker_modes(path: Path) -> bool:
+    return any(path.is_relative_to(_REPO_ROOT / entry) for entry in BOTH_WORKER_MODES)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "both_worker_modes: in BOTH_WORKER_MODES (`make test-concurrent` runs these)"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if runs_in_both_worker_modes(item.path):
+            item.add_marker(pytest.mark.both_worker_modes)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # With AGENT_TEST_WORKER_CONCURRENCY set, every worker of the run already has that mode.
+    if os.environ.get(TEST_CONCURRENCY_VARIABLE) or not runs_in_both_worker_modes(
+        metafunc.definition.path
+    ):
+        return
+    metafunc.parametrize("worker_mode", ["forked", "concurrent"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def worker_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """The worker mode of a test in BOTH_WORKER_MODES; None for any other test."""
+    mode: str | None = getattr(request, "param", None)
+    if mode == "forked":
+        monkeypatch.delenv(TEST_CONCURRENCY_VARIABLE, raising=False)
+    elif mode == "concurrent":
+        monkeypatch.setenv(TEST_CONCURRENCY_VARIABLE, CONCURRENT_MODE_CONCURRENCY)
+    return mode
 
 
 @pytest.fixture

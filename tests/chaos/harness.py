@@ -36,6 +36,7 @@ from rq.job import Job
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
+from tests.support import SERVER_READY_TIMEOUT_S
 from tests.support.devhub import DevHub
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
@@ -68,6 +69,9 @@ _FOREIGN_VARIABLES = (
     "METRICS_PORT",
     "METRICS_TEXTFILE",
 )
+# A task of a killed worker re-runs this long after its next heartbeat was due (rq's 60 s
+# otherwise): far above any scheduling delay here, for workers no test cuts off from Redis.
+HEARTBEAT_GRACE_S = 20
 # Marks every process a chaos worker starts (forked job processes and rq's scheduler
 # inherit it), so a test can find and end whatever a killed worker left behind.
 STACK_MARKER = "AGENT_WORKER_CHAOS_STACK"
@@ -480,13 +484,21 @@ def crash_recovery_args() -> tuple[str, ...]:
     """Worker options for a test that kills a worker running its tasks in threads.
 
     The tasks die with it, and only rq's abandoned-job recovery re-runs them: once each
-    execution's heartbeat expired (a minute after the last one) and a worker's maintenance
-    ran. Heartbeats every 5 s and maintenance every 2 s keep that inside a chaos task's
-    deadline. A forked job process is handed back by its own failure handling instead.
+    execution's heartbeat expired (HEARTBEAT_GRACE_S after the next one was due, with
+    ``crash_recovery_env``) and a worker's maintenance ran. Heartbeats every 5 s and
+    maintenance every 2 s keep that inside a chaos task's deadline. A forked job process
+    is handed back by its own failure handling instead.
     """
     if not concurrent_workers():
         return ()
     return ("--job-monitoring-interval", "5", "--maintenance-interval", "2")
+
+
+def crash_recovery_env() -> dict[str, str]:
+    """The environment that goes with ``crash_recovery_args``."""
+    if not concurrent_workers():
+        return {}
+    return {"HEARTBEAT_GRACE_S": str(HEARTBEAT_GRACE_S)}
 
 
 def worker_pid_of(runner_pid: int) -> int | None:
@@ -651,7 +663,7 @@ def running_chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
             ),
         ]
         for server in mcp_servers:
-            stack.callback(server.start().stop)
+            stack.callback(server.start(ready_timeout_s=SERVER_READY_TIMEOUT_S).stop)
         junk_url = stack.enter_context(garbage_http_server())
         mcp_config = workdir / "mcp.yaml"
         write_mcp_config(

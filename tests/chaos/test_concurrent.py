@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rq.registry import StartedJobRegistry
 
-from tests.chaos.harness import ChaosStack, WorkerProcess, wait_until
+from tests.chaos.harness import HEARTBEAT_GRACE_S, ChaosStack, WorkerProcess, wait_until
 from tests.chaos.test_crash_recovery import (
     assert_everything_happened_once,
     side_effect_then_slow,
@@ -36,6 +36,13 @@ def started_executions(chaos: ChaosStack) -> dict[str, list[str]]:
     for job_id, execution_id in pairs:
         executions.setdefault(job_id, []).append(execution_id)
     return executions
+
+
+def execution_expiries(chaos: ChaosStack) -> list[float]:
+    """When each execution in rq's started registry expires without another heartbeat."""
+    with contextlib.closing(chaos.connection()) as connection:
+        registry = StartedJobRegistry(DEFAULT_QUEUE, connection=connection)
+        return [score for _, score in connection.zrange(registry.key, 0, -1, withscores=True)]
 
 
 def events_of(worker: WorkerProcess, name: str, task_id: str) -> list[dict[str, Any]]:
@@ -77,15 +84,19 @@ def test_tasks_overlap_in_one_worker_process_and_each_completes_once(chaos: Chao
 
 def test_heartbeats_keep_every_task_in_flight_alive(chaos: ChaosStack) -> None:
     worker = chaos.start_worker("--job-monitoring-interval", "1", WORKER_CONCURRENCY=CONCURRENCY)
-    tasks = [chaos.notification(f"beat-{n}", [{"text": "Done", "delay_s": 8}]) for n in range(3)]
+    # The model answers late enough that all three are still in flight, however slow the
+    # machine is to start the last one.
+    tasks = [chaos.notification(f"beat-{n}", [{"text": "Done", "delay_s": 15}]) for n in range(3)]
     wait_until(lambda: all_in_flight(chaos, tasks), 60, "three tasks in flight")
 
     first = execution_heartbeats(chaos, tasks)
-    time.sleep(3)
-    later = execution_heartbeats(chaos, tasks)
 
-    # Each execution's own heartbeat moved on while its task waited for the model.
-    assert all(later[task_id] > first[task_id] for task_id in tasks), (first, later)
+    # Each execution's own heartbeat moves on while its task waits for the model.
+    def every_beat_moved_on() -> bool:
+        later = execution_heartbeats(chaos, tasks)
+        return all(later[task_id] > first[task_id] for task_id in tasks)
+
+    wait_until(every_beat_moved_on, 10, "every execution's heartbeat to move on")
     for task_id in tasks:
         assert chaos.wait_for_status(task_id, timeout_s=90) == "finished"
     assert worker.events("heartbeat_failed") == []
@@ -144,14 +155,23 @@ def test_cold_shutdown_hands_every_task_back_and_each_resumes_once(chaos: ChaosS
 def test_a_killed_worker_reruns_each_task_in_flight_once_from_its_checkpoint(
     chaos: ChaosStack,
 ) -> None:
-    # Heartbeats every 5 s: each execution expires about a minute after the last one.
-    doomed = chaos.start_worker("--job-monitoring-interval", "5", WORKER_CONCURRENCY=CONCURRENCY)
+    # Heartbeats every 5 s: each execution expires HEARTBEAT_GRACE_S after the next was due.
+    doomed = chaos.start_worker(
+        "--job-monitoring-interval",
+        "5",
+        WORKER_CONCURRENCY=CONCURRENCY,
+        HEARTBEAT_GRACE_S=str(HEARTBEAT_GRACE_S),
+    )
     markers = [f"sigkill-{n}" for n in range(3)]
     tasks = [chaos.notification(m, side_effect_then_slow(m)) for m in markers]
     for marker, task_id in zip(markers, tasks, strict=True):
         wait_for_side_effect(chaos, marker)
         wait_for_model_requests(chaos, task_id, 2)
     assert {chaos.lease_holder_pid(task_id) for task_id in tasks} == {doomed.pid}
+    # rq keeps each execution this long past now: the interval plus HEARTBEAT_GRACE_S, not 60 s.
+    expiries = execution_expiries(chaos)
+    assert len(expiries) == 3
+    assert max(expiries) <= time.time() + 5 + HEARTBEAT_GRACE_S + 1
     # Started only now, so that the doomed worker holds all three.
     survivor = chaos.start_worker("--maintenance-interval", "2", WORKER_CONCURRENCY=CONCURRENCY)
 

@@ -14,6 +14,7 @@ from tests.chaos.harness import (
     ChaosStack,
     concurrent_workers,
     crash_recovery_args,
+    crash_recovery_env,
     parent_pid,
     pid_alive,
     wait_until,
@@ -86,10 +87,11 @@ def assert_everything_happened_once(
     assert report["tool_calls"] >= 1
 
 
-# A worker running its tasks in threads has no job process to kill: killing the process
-# that runs the task kills the worker (test_concurrent.py: every task in flight re-runs).
-@pytest.mark.skipif(concurrent_workers(), reason="no job process: see test_concurrent.py")
 def test_killed_job_process_is_rerun_from_its_checkpoint(chaos: ChaosStack) -> None:
+    # A worker running its tasks in threads has no job process to kill: killing the process
+    # that runs the task kills the worker (test_concurrent.py: every task in flight re-runs).
+    if concurrent_workers():
+        pytest.skip("no job process: see test_concurrent.py")
     worker = chaos.start_worker()
     marker = "horse-kill"
     task_id = chaos.notification("horse", side_effect_then_slow(marker))
@@ -111,7 +113,7 @@ def test_killed_job_process_is_rerun_from_its_checkpoint(chaos: ChaosStack) -> N
 def test_killed_worker_leaves_the_task_to_another_worker_without_two_copies(
     chaos: ChaosStack,
 ) -> None:
-    workers = chaos.start_workers(2, *crash_recovery_args())
+    workers = chaos.start_workers(2, *crash_recovery_args(), **crash_recovery_env())
     marker = "parent-kill"
     search = {"name": "hub__search_posts", "arguments": {"query": "chaos"}}
     task_id = chaos.notification("parent", side_effect_then_slow(marker, second_call=search))

@@ -21,6 +21,7 @@ from tests.chaos.harness import (
     ChaosStack,
     concurrent_workers,
     crash_recovery_args,
+    crash_recovery_env,
     pid_alive,
     wait_until,
 )
@@ -37,7 +38,7 @@ def side_effect_posts(chaos: ChaosStack, marker: str) -> list[dict[str, object]]
 
 
 def test_a_crash_between_the_call_and_its_checkpoint_repeats_nothing(chaos: ChaosStack) -> None:
-    worker = chaos.start_worker(*crash_recovery_args())
+    worker = chaos.start_worker(*crash_recovery_args(), **crash_recovery_env())
     marker = "intent"
     create_post = {
         "name": "hub__create_post",
@@ -74,7 +75,7 @@ def test_a_crash_between_the_call_and_its_checkpoint_repeats_nothing(chaos: Chao
     # The task died with a concurrent worker: another one re-runs it once its execution expired.
     workers = [worker]
     if concurrent_workers():
-        workers.append(chaos.start_worker(*crash_recovery_args()))
+        workers.append(chaos.start_worker(*crash_recovery_args(), **crash_recovery_env()))
     rerun_within_s = 180 if concurrent_workers() else 120
     assert chaos.wait_for_status(task_id, timeout_s=rerun_within_s) == "finished"
     report = chaos.report(task_id)

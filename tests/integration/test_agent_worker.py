@@ -30,7 +30,7 @@ from worker.daemon import AgentWorker
 from worker.enqueue import JOB_FUNCTION, _enqueue_call
 from worker.task import parse_task
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 def task(task_id: str, **changes: Any) -> dict[str, Any]:

@@ -19,9 +19,8 @@ from typing import Any
 
 import httpx2
 
+from tests.support import SERVER_READY_TIMEOUT_S
 from tests.support.redis_server import free_port
-
-_READY_TIMEOUT_S = 20.0
 
 
 class DevHubFailedToStart(RuntimeError):
@@ -162,7 +161,7 @@ class DevHub:
 
     def _wait_ready(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + _READY_TIMEOUT_S
+        deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
         while True:
             if self.process.poll() is not None:
                 raise DevHubFailedToStart(
@@ -180,8 +179,8 @@ class DevHub:
                 if time.monotonic() > deadline:
                     self.stop()
                     raise DevHubFailedToStart(
-                        f"devhub on port {self.port} did not answer within {_READY_TIMEOUT_S}s: "
-                        f"{self.stderr_text()[-2000:]}"
+                        f"devhub on port {self.port} did not answer within "
+                        f"{SERVER_READY_TIMEOUT_S}s: {self.stderr_text()[-2000:]}"
                     ) from None
                 time.sleep(0.05)
 

@@ -25,9 +25,9 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, RequestParamsMeta, TextContent
 
+from tests.support import SERVER_READY_TIMEOUT_S
 from tests.support.redis_server import free_port
 
-_READY_TIMEOUT_S = 20.0
 # Variables the servers read; a test sets them explicitly or not at all.
 _SERVER_VARIABLES = (
     "HUB_URL",
@@ -136,7 +136,7 @@ def _running(module: str, environment: dict[str, str]) -> Iterator[RunningMcpSer
 
 
 def _wait_accepting(server: RunningMcpServer) -> None:
-    deadline = time.monotonic() + _READY_TIMEOUT_S
+    deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
     while True:
         if server.process.poll() is not None:
             raise McpServerFailedToStart(
@@ -148,7 +148,7 @@ def _wait_accepting(server: RunningMcpServer) -> None:
         except OSError:
             if time.monotonic() > deadline:
                 raise McpServerFailedToStart(
-                    f"port {server.port} not accepting after {_READY_TIMEOUT_S}s: "
+                    f"port {server.port} not accepting after {SERVER_READY_TIMEOUT_S}s: "
                     f"{server.stderr_text()[-2000:]}"
                 ) from None
             time.sleep(0.05)

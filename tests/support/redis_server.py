@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from tests.support import SERVER_READY_TIMEOUT_S
 from worker.dev.devstack import free_port, redis_server_command
 
 __all__ = ["RedisProcess", "RedisServer", "free_port", "running_redis", "spawn_redis"]
@@ -72,7 +73,7 @@ def spawn_redis(argv: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _wait_ready(port: int, timeout_s: float = 10.0) -> None:
+def _wait_ready(port: int, timeout_s: float = SERVER_READY_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     client = redis.Redis(port=port)
     while True:

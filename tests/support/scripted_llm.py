@@ -22,9 +22,9 @@ from typing import Any
 
 import httpx2
 
+from tests.support import SERVER_READY_TIMEOUT_S
 from worker.dev.scripted_endpoint import ScriptedEndpoint
 
-_READY_TIMEOUT_S = 20.0
 _READY_EVENT = "scripted_endpoint_ready"
 
 
@@ -140,7 +140,7 @@ def running_scripted_llm(
 
 
 def _wait_ready(process: Popen[bytes], log_path: Path) -> str:
-    deadline = time.monotonic() + _READY_TIMEOUT_S
+    deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
     while True:
         for line in log_path.read_text(errors="replace").splitlines():
             try:

@@ -129,8 +129,9 @@ class BurstRun:
         return parse_events(self.stderr, name)
 
 
-def run_burst_worker(redis_url: str, *, timeout_s: float = 60) -> BurstRun:
-    """``rq worker agents --burst`` until the queue is empty."""
+def run_burst_worker(redis_url: str, *, timeout_s: float = 100) -> BurstRun:
+    """``rq worker agents --burst`` until the queue is empty (a bound, generous for a loaded
+    machine running the suite in parallel)."""
     completed = run_burst(worker_env(redis_url), timeout_s=timeout_s)
     return BurstRun(returncode=completed.returncode, stderr=completed.stderr)
 
@@ -151,7 +152,7 @@ class RunningWorker:
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         return parse_events(self.stderr, name)
 
-    def wait_for_event(self, name: str, timeout_s: float = 30) -> dict[str, Any]:
+    def wait_for_event(self, name: str, timeout_s: float = 90) -> dict[str, Any]:
         found = wait_until(lambda: self.events(name), timeout_s, f"event {name}")
         return found[0]
 

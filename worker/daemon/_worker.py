@@ -54,6 +54,8 @@ from worker.settings import settings_or_exit
 __all__ = ["AgentWorker"]
 
 HEALTH_CHECK_TIMEOUT_S = 2.0
+# What rq's Worker.get_heartbeat_ttl adds to the job monitoring interval.
+RQ_HEARTBEAT_GRACE_S = 60
 
 
 class AgentWorker(ConcurrentWorker):
@@ -67,6 +69,8 @@ class AgentWorker(ConcurrentWorker):
     run_scheduler: ClassVar[bool] = True
     # Metrics a dead parent never applied are swept by any worker after this long.
     metrics_sweep_after_s: ClassVar[float] = 120.0
+    # rq's own margin past the monitoring interval; HEARTBEAT_GRACE_S replaces it at start.
+    _heartbeat_grace_s: int = RQ_HEARTBEAT_GRACE_S
 
     def __init__(self, queues: Any, *args: Any, **kwargs: Any) -> None:
         # No side effects here: `rq info` and Worker.all() instantiate this class (trap 1).
@@ -120,6 +124,7 @@ class AgentWorker(ConcurrentWorker):
         set_redactor(process_redactor(settings.secret_values()))
         send_rq_logs_to_events()
         self._timeout_grace_s = settings.job_timeout_grace_s
+        self._heartbeat_grace_s = settings.heartbeat_grace_s
         self._result_ttl_s = settings.result_ttl_s
         CappedJob.max_data_bytes = settings.job_data_max_bytes
         self._import_job_modules()
@@ -192,6 +197,12 @@ class AgentWorker(ConcurrentWorker):
             write_to_textfile(str(path), worker_metrics().registry)
         except OSError as exc:
             log_event("metrics_textfile_failed", level="error", path=str(path), error=str(exc))
+
+    def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
+        """rq's TTL of a job's execution (the monitoring interval plus a fixed 60 s), with
+        HEARTBEAT_GRACE_S in place of those 60 s: past it, maintenance re-runs the job."""
+        rq_ttl: int = super().get_heartbeat_ttl(job, working_time)
+        return rq_ttl - RQ_HEARTBEAT_GRACE_S + self._heartbeat_grace_s
 
     @property
     def dequeue_timeout(self) -> int:
