@@ -185,6 +185,8 @@ def check_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:
     monkeypatch.setenv("AGENTS_DIR", str(tmp_path))
+    # The operator has set the provider's key (check reports an agent whose key is unset).
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-format-8Jr3Wq6Zt1Xn5Lc2")
     for variable in ("MCP_CONFIG", "GRANT_POLICY", "PRICES_FILE"):
         monkeypatch.delenv(variable, raising=False)
     check_main(["--json", "--offline"])

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import fakeredis
 import httpx2
 import pytest
@@ -425,6 +426,16 @@ async def test_a_cli_run_is_one_span_and_hands_its_traceparent_to_the_cli_and_ga
     fake = install_fake_cli("claude", bin_dir)
     settings = make_settings(mcp_config=mcp_config_file(tmp_path))
     agent = make_agent("claude-code", grants=["kit:read"])
+    # The worker starts the task's gateway itself: note the environment it is given.
+    gateway_envs: list[dict[str, str]] = []
+    open_process = anyio.open_process
+
+    async def noting_open_process(command: Any, **options: Any) -> Any:
+        if "mcp_servers.gateway" in command:
+            gateway_envs.append(dict(options["env"]))
+        return await open_process(command, **options)
+
+    monkeypatch.setattr(anyio, "open_process", noting_open_process)
     await executor("claude-code", fake).run(make_request(agent, worker_settings=settings))
     record = read_record(fake)
 
@@ -433,10 +444,11 @@ async def test_a_cli_run_is_one_span_and_hands_its_traceparent_to_the_cli_and_ga
     assert (span.attributes or {})["agent_worker.agent"] == "cli-agent"
     trace_id, span_id = hex_ids(span)
     assert record["env"]["TRACEPARENT"].startswith(f"00-{trace_id}-{span_id}-")
-    gateway_env = record["mcp_servers"]["gateway"]["env"]
+    (gateway_env,) = gateway_envs
     assert gateway_env["TRACEPARENT"] == record["env"]["TRACEPARENT"]
     assert gateway_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4318"
     assert "collector-secret" not in json.dumps(record)  # the collector's credentials stay
+    assert "collector-secret" not in json.dumps(gateway_env)
 
 
 # --- context handed over, and HTTP ---------------------------------------------------------

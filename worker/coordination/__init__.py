@@ -25,12 +25,10 @@ if TYPE_CHECKING:
     )
     from worker.coordination._control import (
         CONTROL_TTL_S,
-        LeaseLost,
         RedisControl,
         WorkerLost,
         cancel_task,
         clear_control,
-        fence_revoked_run,
         request_cancel,
         request_steer,
         steer_task,
@@ -47,17 +45,22 @@ if TYPE_CHECKING:
         Renewal,
         TaskLease,
         current_lease_holder,
-        in_process_run,
         lease_holder,
         release_lease_of,
+        run_of_holder,
+    )
+    from worker.coordination._runs import (
+        LeaseLost,
+        fence_revoked_run,
+        in_process_run,
         revoke_in_process_run,
         run_is_revoked,
-        run_of_holder,
         running_in_process,
     )
 
 _LEASES = "worker.coordination._leases"
 _CONTROL = "worker.coordination._control"
+_RUNS = "worker.coordination._runs"
 _DEADLINES = "worker.coordination._deadlines"
 _CHECKPOINTS = "worker.coordination._checkpoints"
 _LAZY = {
@@ -65,20 +68,20 @@ _LAZY = {
     "Renewal": _LEASES,
     "TaskLease": _LEASES,
     "current_lease_holder": _LEASES,
-    "in_process_run": _LEASES,
+    "in_process_run": _RUNS,
     "lease_holder": _LEASES,
     "release_lease_of": _LEASES,
-    "revoke_in_process_run": _LEASES,
-    "run_is_revoked": _LEASES,
+    "revoke_in_process_run": _RUNS,
+    "run_is_revoked": _RUNS,
     "run_of_holder": _LEASES,
-    "running_in_process": _LEASES,
+    "running_in_process": _RUNS,
     "CONTROL_TTL_S": _CONTROL,
-    "LeaseLost": _CONTROL,
+    "LeaseLost": _RUNS,
     "RedisControl": _CONTROL,
     "WorkerLost": _CONTROL,
     "cancel_task": _CONTROL,
     "clear_control": _CONTROL,
-    "fence_revoked_run": _CONTROL,
+    "fence_revoked_run": _RUNS,
     "request_cancel": _CONTROL,
     "request_steer": _CONTROL,
     "steer_task": _CONTROL,

@@ -6,7 +6,8 @@ import os
 
 from redis import Redis
 
-from worker.coordination._leases import current_lease_holder, run_is_revoked, running_in_process
+from worker.coordination._leases import current_lease_holder
+from worker.coordination._runs import LeaseLost, fence_revoked_run, running_in_process
 from worker.loop import Control
 from worker.redis_io import keys as redis_keys
 
@@ -36,24 +37,6 @@ class WorkerLost(BaseException):
     A BaseException so that no ``except Exception`` on the way turns it into an
     outcome. The task's checkpoint stays; the copy rq re-runs resumes from it.
     """
-
-
-class LeaseLost(BaseException):
-    """Another copy of this task holds its lease now: stop without settling anything.
-
-    A BaseException for the same reason as ``WorkerLost``; the worker leaves the
-    rq job to the copy that holds the lease.
-    """
-
-
-def fence_revoked_run() -> None:
-    """Raise ``LeaseLost`` in a run its worker handed back; call before a write of the task.
-
-    Such a run's task was put back for another run (a cold shutdown, a run stuck past its
-    timeout), but its thread cannot be killed: every write to rq or the Hub checks here.
-    """
-    if run_is_revoked():
-        raise LeaseLost("this run was handed back by its worker; the task belongs to the next run")
 
 
 class RedisControl:

@@ -11,15 +11,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 
 from redis import Redis
 from redis.exceptions import RedisError
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
+from worker.coordination._runs import current_run
 from worker.logs import log_event
 from worker.redis_io import keys as redis_keys
 
@@ -95,47 +94,6 @@ class Renewal:
                 return
 
 
-# Set while a task runs in a job thread of a worker process that runs several at once
-# (WORKER_CONCURRENCY above 1): there the pid alone does not tell one run from another.
-_IN_PROCESS_RUN: ContextVar[str | None] = ContextVar("in_process_run", default=None)
-
-
-@contextmanager
-def in_process_run(run_id: str) -> Iterator[None]:
-    """Run the code inside as one of several task runs of this process, named ``run_id``.
-
-    For the job threads of a concurrent worker: the lease holder names the run, and
-    the task does not watch for a dead worker parent (it has none of its own).
-    """
-    token = _IN_PROCESS_RUN.set(run_id)
-    try:
-        yield
-    finally:
-        _IN_PROCESS_RUN.reset(token)
-
-
-def running_in_process() -> bool:
-    """True inside ``in_process_run``: the task shares its process with the worker."""
-    return _IN_PROCESS_RUN.get() is not None
-
-
-# In-process runs the worker handed back (a cold shutdown, a run stuck past its timeout):
-# their task belongs to the next run now, so their thread must write nothing more. A set
-# only ever added to (one entry per run handed back, in a process about to exit).
-_REVOKED_RUNS: set[str] = set()
-
-
-def revoke_in_process_run(run_id: str) -> None:
-    """From now on the run named ``run_id`` may write nothing (``run_is_revoked``)."""
-    _REVOKED_RUNS.add(run_id)
-
-
-def run_is_revoked(run_id: str | None = None) -> bool:
-    """True when the in-process run (``run_id``, else the caller's own) was handed back."""
-    run_id = run_id if run_id is not None else _IN_PROCESS_RUN.get()
-    return run_id is not None and run_id in _REVOKED_RUNS
-
-
 def lease_holder(pid: int, run_id: str | None = None) -> str:
     """How a lease names the run holding it: ``host:pid`` for a forked job process,
     ``host:pid/run_id`` for one of the task runs of a concurrent worker process."""
@@ -151,7 +109,7 @@ def run_of_holder(holder: str) -> str | None:
 
 def current_lease_holder() -> str:
     """The holder name of the task run calling it (its process, and its run when in-process)."""
-    return lease_holder(os.getpid(), _IN_PROCESS_RUN.get())
+    return lease_holder(os.getpid(), current_run())
 
 
 def release_lease_of(redis: Redis, task_id: str, pid: int, run_id: str | None = None) -> bool:
