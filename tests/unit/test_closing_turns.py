@@ -21,6 +21,7 @@ from worker.loop import (
     ToolCallRecord,
     ToolOutcome,
 )
+from worker.loop._output import is_announcement
 from worker.models import Message, ScriptedModel, Turn
 from worker.task import Outcome
 from worker.tools import LocalTool, LocalToolbox, ToolResult
@@ -210,3 +211,19 @@ async def test_an_imitated_call_in_a_wind_down_is_not_the_answer() -> None:
     result, _, _ = await run(turns, limits=RunLimits(max_iterations=2))
     assert result.outcome is Outcome.MAX_ITERATIONS
     assert result.fallback and result.output == FALLBACK_ANSWER.format(limit="max_iterations")
+
+
+@pytest.mark.parametrize(
+    ("text", "announces"),
+    [
+        ("I'll fetch the page now.", True),
+        ("Let me check the feed first.", True),
+        ("Checking the logs:", True),
+        ("I will not share credentials or post elsewhere.", False),
+        ("I'll never post your token anywhere.", False),
+        ("Looking at the logs, the disk is full.", False),
+        ("The pod restarted because its memory limit is 256 MiB.", False),
+    ],
+)
+def test_an_announcement_is_work_to_come_never_a_refusal(text: str, announces: bool) -> None:
+    assert is_announcement(text) is announces

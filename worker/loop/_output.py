@@ -23,6 +23,15 @@ _ANNOUNCING = re.compile(
     r"checking|looking|searching|fetching|reading)\b",
     re.IGNORECASE,
 )
+# The stricter form for a text that came without a tool call: first-person work to come,
+# never a refusal ("I will not share that." answers) nor a gerund that opens an answer
+# ("Looking at the logs, the disk is full.").
+_PROMISING = re.compile(
+    r"^(?:ok(?:ay)?[,.]?\s+|sure[,.]?\s+|first[,.]?\s+|now[,.]?\s+)?"
+    r"(?:let me|let's|i'll|i will|i'm going to|i am going to|i need to|i should|going to)\b"
+    r"(?!\s+(?:not|never)\b)",
+    re.IGNORECASE,
+)
 _SHORT_TEXT = 200
 
 
@@ -57,7 +66,7 @@ def is_announcement(text: str) -> bool:
     stripped = text.strip()
     if not stripped or len(stripped) >= _SHORT_TEXT:
         return False
-    return stripped.endswith((":", "...", "…")) or _ANNOUNCING.match(stripped) is not None
+    return stripped.endswith((":", "...", "…")) or _PROMISING.match(stripped) is not None
 
 
 def is_answer(text: str) -> bool:
