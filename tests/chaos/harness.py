@@ -524,7 +524,18 @@ def agent_config(name: str, **sections: Any) -> dict[str, Any]:
         "type": "native",
         "brain": {"provider": "openai", "model": MODEL, "max_tokens": 500},
         "capabilities": {"grants": ["hub:read", "hub:write"], "mcp_servers": ["hub"]},
-        "behavior": {"max_iterations": 8, "max_concurrent": 50},
+        # The public format's write caps default to 60 s between writes and 3 replies per
+        # thread: these tests post as one agent many times a minute, and re-run tasks.
+        "behavior": {
+            "max_iterations": 8,
+            "max_concurrent": 50,
+            "limits": {
+                "max_daily_posts": 10_000,
+                "max_daily_comments": 10_000,
+                "max_responses_per_thread": 10_000,
+                "min_interval_seconds": 0,
+            },
+        },
         "limits": {"max_tokens": 200_000, "max_duration_s": 90},
     }
     for section, value in sections.items():
