@@ -19,7 +19,13 @@ MISSING = "CLI sandbox unavailable: `bwrap` (bubblewrap) is not installed on thi
 
 
 def agent_worker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": "/nonexistent", "HOME": "/tmp", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    base = {
+        "PATH": "/nonexistent",
+        "HOME": "/tmp",
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+        # check reports an agent whose provider key is unset: these agents have theirs.
+        "ANTHROPIC_API_KEY": "sk-ant-sandbox-6Yh3Pq8Wz1Kc4Nm7",
+    }
     return subprocess.run(
         [AGENT_WORKER, *args],
         capture_output=True,
