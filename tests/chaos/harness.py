@@ -38,6 +38,7 @@ from rq.serializers import JSONSerializer
 
 from tests.support import SERVER_READY_TIMEOUT_S
 from tests.support.devhub import DevHub
+from tests.support.jobs import process_running
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
 from tests.support.workers import TEST_CONCURRENCY_VARIABLE, launch_worker, parse_events
@@ -467,12 +468,7 @@ def kill_marked_processes(stack_id: str) -> list[int]:
 
 
 def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return process_running(pid)
 
 
 def concurrent_workers() -> bool:
