@@ -532,7 +532,9 @@ def agent_config(name: str, **sections: Any) -> dict[str, Any]:
                 "min_interval_seconds": 0,
             },
         },
-        "limits": {"max_tokens": 200_000, "max_duration_s": 90},
+        # A crashed run's re-run keeps the first run's deadline: room for a loaded machine's
+        # slow worker start, the heartbeat expiry and rq's maintenance before it.
+        "limits": {"max_tokens": 200_000, "max_duration_s": 240},
     }
     for section, value in sections.items():
         if isinstance(value, dict) and isinstance(config.get(section), dict):

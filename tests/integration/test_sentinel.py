@@ -186,17 +186,15 @@ def test_a_fleet_on_sentinel_loses_no_task_and_runs_none_twice_across_a_failover
     assert len(e2e.llm.requests(RESPONDER)) == TASKS + 1
 
 
-@pytest.mark.xfail(
-    reason="known regression after this session's merges: rq's CLI now logs 'No master found' "
-    "and exits 1 before the worker's own refusal (exit 2); open in the closing note",
-    strict=False,
-)
 def test_a_worker_given_sentinels_without_rq_config_refuses_to_start(
     stack: DevStack, redis_server: RedisServer
 ) -> None:
     with E2E.on(stack) as e2e:
         # rq connects to REDIS_URL (reachable here), which sentinels make a mere template.
-        run = e2e.run_burst(REDIS_URL=redis_server.url, REDIS_SENTINELS="127.0.0.1:26379")
+        # The stack's workers run with RQ_CONFIG; an empty value is unset for rq's CLI.
+        run = e2e.run_burst(
+            REDIS_URL=redis_server.url, REDIS_SENTINELS="127.0.0.1:26379", RQ_CONFIG=""
+        )
 
     assert run.returncode == 2, run.stderr
     assert "REDIS_SENTINELS" in run.stderr and "RQ_CONFIG=worker.rq_config" in run.stderr

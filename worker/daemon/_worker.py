@@ -17,11 +17,13 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any, ClassVar
 
 from prometheus_client import write_to_textfile
 from redis import ConnectionPool, Redis
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 from redis.retry import Retry
 from rq.connections import parse_connection
 from rq.defaults import (
@@ -48,7 +50,11 @@ from worker.metrics import (
 )
 from worker.operations import check_at_start
 from worker.redaction import process_redactor
-from worker.redis_io import patient_redis_retry, require_matching_worker_connection
+from worker.redis_io import (
+    is_redis_outage,
+    patient_redis_retry,
+    require_matching_worker_connection,
+)
 from worker.settings import settings_or_exit
 
 __all__ = ["AgentWorker"]
@@ -84,6 +90,7 @@ class AgentWorker(ConcurrentWorker):
         # rq's CLI hands over pickle queues; by name they are rebuilt with our serializer.
         super().__init__(_queue_names(queues), *args, **kwargs)
         self._metrics_port: int | None = None
+        self._redis_retry = patient_redis_retry()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -119,7 +126,7 @@ class AgentWorker(ConcurrentWorker):
         settings = settings_or_exit()
         _require_sentinel_connection_if_configured(self.connection)
         # Before rq forks anything: job processes and rq's scheduler inherit the retry.
-        self.connection.set_retry(patient_redis_retry())
+        self.connection.set_retry(self._redis_retry)
         set_level(settings.log_level)
         set_redactor(process_redactor(settings.secret_values()))
         send_rq_logs_to_events()
@@ -175,9 +182,22 @@ class AgentWorker(ConcurrentWorker):
             print(f"agent-worker: {exc.message}", file=sys.stderr)
             raise SystemExit(2) from None
 
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        # Idle with nothing in flight, a stopping worker has nothing to wait out an outage
+        # for: its heartbeat and teardown fail at once instead of ~33 s each.
+        if self._waiting_for_job and not self._in_flight:
+            self._redis_retry.stop_waiting()
+        super().request_stop(signum, frame)
+
     def teardown(self) -> None:
+        self._redis_retry.stop_waiting()  # nothing runs any more
         try:
             super().teardown()  # type: ignore[no-untyped-call]
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
+            # rq could not unregister the worker; its key expires on its own.
+            self._note_outage("teardown", exc)
         finally:
             if not self.is_horse:
                 # Not left to atexit: rq worker-pool's workers end with os._exit.

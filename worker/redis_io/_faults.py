@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
@@ -131,7 +131,25 @@ def outage_kind(error: BaseException) -> str:
     return "connection"
 
 
-def patient_redis_retry() -> Retry:
+class PatientRetry(Retry):
+    """redis-py's retry, shared by every connection built from it, that can stop waiting.
+
+    redis-py deep-copies a retry into each new connection; this one hands out itself
+    (its exponential backoff keeps no state), so ``stop_waiting`` reaches every
+    connection of a client at once. It only writes one attribute: a signal handler may
+    call it while a command is inside its own retry loop, which then fails at its next
+    attempt.
+    """
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PatientRetry:
+        return self
+
+    def stop_waiting(self) -> None:
+        """From now on a command fails at its first error (a worker stopping, Redis away)."""
+        self._retries = 0
+
+
+def patient_redis_retry() -> PatientRetry:
     """How long every process of a worker waits for Redis before a command fails: ~33 s.
 
     A restarting Redis (loading its append-only file, a failover) is gone for
@@ -139,7 +157,7 @@ def patient_redis_retry() -> Retry:
     it mid-task would end its task with an error; waiting, it resumes where it was.
     Refused writes (OOM, READONLY, LOADING) are retried the same way.
     """
-    return Retry(
+    return PatientRetry(
         ExponentialBackoff(cap=2.0, base=0.1),
         retries=PATIENT_RETRIES,
         supported_errors=REDIS_UNAVAILABLE,
