@@ -1,6 +1,6 @@
 """``claude-code``: Claude Code in print mode (``claude -p``), one JSON result on stdout.
 
-Command line (flags checked against ``claude --help`` 2.1.x and CLI_NOTES.md)::
+Command line (flags checked against ``claude --help`` 2.1.x and by running it)::
 
     claude -p --output-format json --model <m> --system-prompt-file <file>
            --max-turns <max_iterations> --strict-mcp-config --no-session-persistence

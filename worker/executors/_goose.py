@@ -1,7 +1,7 @@
 """``goose``: ``goose run`` headless, one JSON document on stdout.
 
 Goose is not installable on the machines this was written on; the command line
-follows its public documentation and source (CLI_NOTES.md)::
+follows its public documentation and source::
 
     goose run --no-session -i - --provider <anthropic|openai> --model <m>
               --output-format json --system <text> --max-turns <max_iterations>

@@ -2,7 +2,7 @@
 
 ``install_fake_cli("claude", directory)`` writes an executable ``directory/claude``
 whose shebang is this interpreter. Each fake accepts only its CLI's real flags (from
-the installed CLI's ``--help`` or CLI_NOTES.md) and exits 1 on any other, so a
+the installed CLI's ``--help`` or its documentation) and exits 1 on any other, so a
 wrong flag fails the test. It reads what to do from ``<name>.scenario.json`` next to
 it, records what it was given (argv, environment, stdin, the files its flags name,
 the gateway's tools) in ``<name>.record.json``, and prints that CLI's output.

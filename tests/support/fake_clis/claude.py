@@ -1,7 +1,7 @@
 """Fake ``claude`` (Claude Code 2.1.x): print mode, JSON result, MCP servers from --mcp-config.
 
-Flags: every option of ``claude --help`` 2.1.197, plus the three CLI_NOTES.md lists as
-working but unlisted (--max-turns, --system-prompt-file, --append-system-prompt-file).
+Flags: every option of ``claude --help`` 2.1.197, plus three that
+work but are unlisted (--max-turns, --system-prompt-file, --append-system-prompt-file).
 """
 
 from __future__ import annotations

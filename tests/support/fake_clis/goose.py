@@ -1,7 +1,7 @@
 """Fake ``goose``: ``goose run`` with ``--output-format json``.
 
 Goose is not installed on the machines these tests run on; the flags are those of
-``goose run`` in its documentation and source (and CLI_NOTES.md, for --no-profile).
+``goose run`` in its documentation and source (--no-profile included).
 Like goose, it splits ``--with-extension`` on whitespace and takes leading
 ``KEY=value`` words as the extension's environment.
 """
