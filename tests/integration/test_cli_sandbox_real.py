@@ -32,10 +32,9 @@ import pytest
 import yaml
 
 from tests.support.e2e import E2E
-from tests.support.redis_server import RedisServer
 from tests.support.sandbox_probes import find_probe_report, probe_command
 from tests.support.workers import REPO_ROOT
-from worker.dev.devstack import DevStack, running_stack
+from worker.dev.devstack import DevStack
 
 pytestmark = [
     pytest.mark.integration,
@@ -50,18 +49,6 @@ pytestmark = [
 
 COMMENT = "Deploys go through the pipeline; see the runbook."
 FINAL_TEXT = "I answered in the thread."
-
-
-@pytest.fixture(scope="module")
-def stack(redis_server: RedisServer) -> Iterator[DevStack]:
-    with running_stack(redis_url=redis_server.url, scripted_llm=True) as started:
-        yield started
-
-
-@pytest.fixture
-def e2e(stack: DevStack) -> Iterator[E2E]:
-    with E2E.on(stack) as session:
-        yield session
 
 
 @pytest.fixture

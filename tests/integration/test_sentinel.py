@@ -34,7 +34,7 @@ from tests.support.redis_server import RedisServer, running_redis
 from tests.support.scripted_llm import ScriptedLlm
 from tests.support.sentinel import MASTER_NAME, SentinelRedis, running_sentinel_redis
 from tests.support.workers import wait_until
-from worker.dev.devstack import DevStack, running_stack
+from worker.dev.devstack import DevStack
 from worker.enqueue import enqueue_task
 from worker.redis_io import (
     SentinelPrimaryConnection,
@@ -53,13 +53,6 @@ LLM_DELAY_S = 0.5
 ANSWER = "Noted, answered once."
 # With sentinels set, REDIS_URL gives only credentials and database: this host is never used.
 TEMPLATE_REDIS_URL = "redis://unused-with-sentinels:1/0"
-
-
-@pytest.fixture(scope="module")
-def stack(redis_server: RedisServer) -> Iterator[DevStack]:
-    # The stack's own Redis is unused here: the fleet's is the Sentinel-managed one.
-    with running_stack(redis_url=redis_server.url, scripted_llm=True) as started:
-        yield started
 
 
 def sentinel_env(setup: SentinelRedis) -> dict[str, str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import subprocess
 import time
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,8 @@ from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 
 from tests.support.e2e import E2E, task_events, user_messages
 from tests.support.promtool import PROMTOOL_MISSING, find_promtool
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import free_port
 from tests.support.workers import wait_until
-from worker.dev.devstack import DevStack, running_stack
 from worker.enqueue import JOB_FUNCTION
 
 pytestmark = pytest.mark.integration
@@ -35,18 +33,6 @@ pytestmark = pytest.mark.integration
 RESPONDER = "e2e-responder"
 EXPLORER = "e2e-explorer"
 ERRORS_COMMUNITY = "m/agent-errors"
-
-
-@pytest.fixture(scope="module")
-def stack(redis_server: RedisServer) -> Iterator[DevStack]:
-    with running_stack(redis_url=redis_server.url, scripted_llm=True) as started:
-        yield started
-
-
-@pytest.fixture
-def e2e(stack: DevStack) -> Iterator[E2E]:
-    with E2E.on(stack) as session:
-        yield session
 
 
 def mention(e2e: E2E, text: str) -> str:
