@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     # How long a task waits for its agent's free slot (or its own lease) before requeueing.
     busy_wait_s: float = Field(default=10.0, ge=0)
     busy_requeue_delay_s: float = Field(default=15.0, ge=1)
+    # How long one Redis command waits out an outage or a refused write before it fails.
+    redis_patience_s: float = Field(default=33.0, ge=0.5, le=3600)
     # How long past its last expected heartbeat a task counts as abandoned (rq's fixed 60 s).
     heartbeat_grace_s: int = Field(default=60, ge=5)
     # Bytes a job hash's data may decompress to; a bigger one (a zlib bomb) fails unread.

@@ -32,12 +32,14 @@ def test_a_redis_outage_leaves_only_json_lines_in_the_worker_log(tmp_path: Path)
     with tempfile.TemporaryDirectory(prefix="test-outage-") as workdir:
         stderr_path = Path(workdir) / "stderr.log"
         with stderr_path.open("wb") as stderr_file:
-            process = launch_worker(worker_env(redis.url), stderr=stderr_file)
+            # Commands give up on the dead Redis after 3 s here, not the default 33 s.
+            env = {**worker_env(redis.url), "REDIS_PATIENCE_S": "3"}
+            process = launch_worker(env, stderr=stderr_file)
         try:
             read = lambda: stderr_path.read_text(encoding="utf-8", errors="replace")  # noqa: E731
             wait_until(lambda: "Scheduler for agents started" in read(), 120, "rq's scheduler")
             redis.kill()
-            # The scheduler process outlives the connection's retry (~33 s), then stops.
+            # The scheduler process outlives the connection's retry, then stops.
             (stopped,) = wait_until(
                 lambda: parse_events(read(), "scheduler_stopped"), 180, "the scheduler to stop"
             )

@@ -123,7 +123,8 @@ def test_writes_refused_mid_task_are_waited_out(
 
 def test_an_idle_worker_waits_out_a_full_redis_then_serves(stack: ChaosStack) -> None:
     metrics_port = free_port()
-    worker = stack.start_worker(METRICS_PORT=str(metrics_port))
+    # The idle worker's first refused write gives up after 3 s (REDIS_PATIENCE_S), not 33 s.
+    worker = stack.start_worker(METRICS_PORT=str(metrics_port), REDIS_PATIENCE_S="3")
 
     with contextlib.closing(stack.connection()) as connection:
         fill_to_oom(connection)

@@ -3,6 +3,7 @@ and how Redis refusals are classified and waited out."""
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 import fakeredis
 import pytest
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
     BusyLoadingError,
     OutOfMemoryError,
@@ -259,6 +261,32 @@ def test_the_patient_retry_covers_refused_writes() -> None:
 
     assert retry.call_with_retry(refused_twice, lambda error: None) == "OK"
     assert len(calls) == 3
+
+
+@pytest.mark.parametrize("patience_s", [0.5, 5.0, 33.0, 120.0])
+def test_the_patient_retry_waits_as_long_as_redis_patience_s_says(patience_s: float) -> None:
+    retry = patient_redis_retry(patience_s)
+    backoff = ExponentialBackoff(cap=2.0, base=0.1)
+    waits = [backoff.compute(failures) for failures in range(1, retry.get_retries() + 1)]
+    # Just enough retries: their waits reach the patience, one fewer would not.
+    assert sum(waits) >= patience_s > sum(waits[:-1])
+
+
+def test_a_patient_retry_stops_waiting_in_every_connection_it_was_given() -> None:
+    retry = patient_redis_retry(33.0)
+    # redis-py deep-copies a retry into each connection; a shared one reaches them all.
+    copies = [copy.deepcopy(retry) for _ in range(3)]
+    retry.stop_waiting()
+    calls: list[int] = []
+
+    def refused() -> str:
+        calls.append(1)
+        raise OutOfMemoryError("OOM command not allowed")
+
+    for each in copies:
+        with pytest.raises(OutOfMemoryError):
+            each.call_with_retry(refused, lambda error: None)
+    assert len(calls) == 3  # one attempt each, no wait
 
 
 def test_until_redis_answers_waits_out_refusals_and_reraises_the_rest(

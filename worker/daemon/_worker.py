@@ -126,6 +126,7 @@ class AgentWorker(ConcurrentWorker):
         settings = settings_or_exit()
         _require_sentinel_connection_if_configured(self.connection)
         # Before rq forks anything: job processes and rq's scheduler inherit the retry.
+        self._redis_retry = patient_redis_retry(settings.redis_patience_s)
         self.connection.set_retry(self._redis_retry)
         set_level(settings.log_level)
         set_redactor(process_redactor(settings.secret_values()))

@@ -194,7 +194,7 @@ def main(argv: list[str]) -> int:
     # Before the patient retry: a wrong password is not an outage to wait out.
     check_redis_access(redis)
     # The worker's patience: a restart or a refused write (OOM, READONLY) is waited out.
-    redis.set_retry(patient_redis_retry())
+    redis.set_retry(patient_redis_retry(settings.redis_patience_s))
     agents = AgentStore(settings.agents_dir, redis=redis, ttl_s=settings.agent_cache_ttl_s)
     api_key = settings.hub_api_key.get_secret_value() if settings.hub_api_key else None
     hub = HubStaleAgents(settings.hub_url, api_key, timeout_s=settings.hub_timeout_s)

@@ -263,8 +263,9 @@ def runtime_for_job(job: Any) -> TaskRuntime:
     and the connection waits out Redis outages and refused writes like the worker's.
     """
     if job is None:
-        redis = connect(settings())
-        redis.set_retry(patient_redis_retry())
+        config = settings()
+        redis = connect(config)
+        redis.set_retry(patient_redis_retry(config.redis_patience_s))
         runtime = build_runtime(redis)
     else:
         # The worker vetted meta.attempt before the fork; this names the problem otherwise.

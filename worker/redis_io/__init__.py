@@ -26,7 +26,7 @@ if TYPE_CHECKING:
         share_between_threads,
     )
     from worker.redis_io._faults import (
-        PATIENT_RETRIES,
+        DEFAULT_REDIS_PATIENCE_S,
         REDIS_UNAVAILABLE,
         RedisOutage,
         access_refusal,
@@ -51,7 +51,7 @@ _LAZY = {
     "require_matching_worker_connection": _CONNECTION,
     "rq_connection_settings": _CONNECTION,
     "share_between_threads": _CONNECTION,
-    "PATIENT_RETRIES": _FAULTS,
+    "DEFAULT_REDIS_PATIENCE_S": _FAULTS,
     "REDIS_UNAVAILABLE": _FAULTS,
     "RedisOutage": _FAULTS,
     "access_refusal": _FAULTS,
@@ -66,8 +66,8 @@ _LAZY = {
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
+    "DEFAULT_REDIS_PATIENCE_S",
     "FREE_CONNECTION_WAIT_S",
-    "PATIENT_RETRIES",
     "REDIS_UNAVAILABLE",
     "RQ_CONFIG_MODULE",
     "RedisOutage",

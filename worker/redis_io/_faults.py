@@ -64,8 +64,11 @@ REDIS_UNAVAILABLE: tuple[type[RedisError], ...] = (
 # command, rq's BLMOVE, cut off when the server turned replica) are plain ResponseErrors.
 _REFUSAL_PREFIXES = ("MISCONF", "UNBLOCKED")
 
-# ~33 s: the sum of the backoff below (0.1 s doubling, capped at 2 s, 19 retries).
-PATIENT_RETRIES = 19
+# How long a command waits out an outage by default (REDIS_PATIENCE_S): 19 retries of the
+# backoff below (0.1 s doubling, capped at 2 s) add up to 33 s.
+DEFAULT_REDIS_PATIENCE_S = 33.0
+_BACKOFF_BASE_S = 0.1
+_BACKOFF_CAP_S = 2.0
 
 T = TypeVar("T")
 
@@ -149,19 +152,20 @@ class PatientRetry(Retry):
         self._retries = 0
 
 
-def patient_redis_retry() -> PatientRetry:
-    """How long every process of a worker waits for Redis before a command fails: ~33 s.
+def patient_redis_retry(patience_s: float = DEFAULT_REDIS_PATIENCE_S) -> PatientRetry:
+    """How long every process of a worker waits for Redis before a command fails.
 
     A restarting Redis (loading its append-only file, a failover) is gone for
     seconds, longer than redis-py's default retry (~3 s). A job process that met
     it mid-task would end its task with an error; waiting, it resumes where it was.
     Refused writes (OOM, READONLY, LOADING) are retried the same way.
     """
-    return PatientRetry(
-        ExponentialBackoff(cap=2.0, base=0.1),
-        retries=PATIENT_RETRIES,
-        supported_errors=REDIS_UNAVAILABLE,
-    )
+    backoff = ExponentialBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S)
+    retries, waited_s = 0, 0.0
+    while waited_s < patience_s:
+        retries += 1
+        waited_s += backoff.compute(retries)
+    return PatientRetry(backoff, retries=retries, supported_errors=REDIS_UNAVAILABLE)
 
 
 def until_redis_answers(
