@@ -24,11 +24,16 @@ BOTH_WORKER_MODES = (
     "tests/integration/test_redis_refusals.py",
     "tests/integration/test_tracing.py",
 )
+# Inside BOTH_WORKER_MODES, the modules that set WORKER_CONCURRENCY on every worker they start
+# themselves: a second mode would run the same test again.
+OWN_WORKER_MODE = ("tests/chaos/test_concurrent.py",)
 CONCURRENT_MODE_CONCURRENCY = "4"
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def runs_in_both_worker_modes(path: Path) -> bool:
+    if any(path == _REPO_ROOT / entry for entry in OWN_WORKER_MODE):
+        return False
     return any(path.is_relative_to(_REPO_ROOT / entry) for entry in BOTH_WORKER_MODES)
 
 
