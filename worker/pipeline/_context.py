@@ -13,8 +13,9 @@ from worker.exceptions import InvalidTask
 from worker.executors import ExecutionRequest
 from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
+from worker.memory import memory_block
 from worker.models import Message, ModelBoundary, ModelPrice, PriceTable, UntrustedBlocks
-from worker.pipeline import _discovery, _prompt
+from worker.pipeline import _discovery, _memory, _prompt
 from worker.pipeline._call_rules import TaskCallRules
 from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
@@ -49,14 +50,19 @@ async def build_request(
     thread: Post | None = None
     feed: list[Post] = []
     if task.type is TaskType.NOTIFICATION:
-        thread = await _thread(runtime, hub, state, task)
+        thread = state.thread = await _thread(runtime, hub, state, task)
     else:
         feed = await _discovery_feed(hub, state, task, agent)
+    recalled = await _memory.recall(
+        runtime, state, task=task, agent=agent, thread=thread, feed=feed
+    )
     journal = RedisJournal(runtime.redis, task.task_id)
     redact = runtime.redactor
-    # One nonce for this run's untrusted-content delimiters: thread, feed, tool results.
+    # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
     blocks = UntrustedBlocks()
-    first = _prompt.first_message(task, agent, thread=thread, feed=feed, blocks=blocks)
+    first = _prompt.first_message(
+        task, agent, thread=thread, feed=feed, blocks=blocks, memory=memory_block(recalled, blocks)
+    )
     return ExecutionRequest(
         task=task,
         agent=agent,
