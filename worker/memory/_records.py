@@ -40,7 +40,7 @@ class MemoryRecord:
                 "kind": self.kind.value,
                 "text": self.text,
                 "task_id": self.task_id,
-                "created_at": self.created_at,
+                "created_at": float(self.created_at),
                 "about": list(self.about),
                 "thread": self.thread,
             },
