@@ -148,6 +148,8 @@ def _project(exchange: TaskExchange) -> Iterator[MemoryRecord]:
             text=f"You worked on “{subject}” in {thread.community or 'm/general'}.",
             task_id=exchange.task_id,
             created_at=exchange.at,
+            # The subject is the post author's words: forgetting them forgets it too.
+            about=(thread.author.id.lower(),),
             thread=thread.id,
         )
     elif exchange.summary.strip():

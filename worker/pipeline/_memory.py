@@ -11,6 +11,7 @@ logged (``memory_unavailable``) and the task goes on without it.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -177,4 +178,6 @@ def recall_query(
         texts += [f"{post.title or ''} {post.content[:300]}" for post in feed]
         authors = [post.author for post in feed]
     people = {name.lower() for author in authors for name in (author.id, author.name) if name}
-    return RecallQuery(text="\n".join(t for t in texts if t), people=frozenset(people - {own}))
+    # Every mention names the agent: its own name says nothing about what a task is about.
+    text = re.sub(rf"@?\b{re.escape(own)}\b", " ", "\n".join(t for t in texts if t), flags=re.I)
+    return RecallQuery(text=text, people=frozenset(people - {own}))
