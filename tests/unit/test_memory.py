@@ -165,13 +165,12 @@ def test_keyword_ranks_shared_words_and_people_and_drops_the_unrelated() -> None
     assert [item.record.id for item in ranked] == ["m-ron", "m-redis"]
 
 
-def test_similarity_applies_the_threshold() -> None:
-    candidates = [record("m-a", "a", at=1), record("m-b", "b", at=2), record("m-c", "c", at=3)]
-    vectors = {"m-a": [1.0, 0.0], "m-b": [0.6, 0.8]}  # m-c has no vector: never chosen
+def test_similarity_applies_the_threshold_and_prefers_the_newer_of_equals() -> None:
+    vectors = {"m-new": [1.0, 0.0], "m-b": [0.6, 0.8], "m-c": [0.0, 1.0], "m-old": [1.0, 0.0]}
 
-    ranked = rank_by_similarity(candidates, vectors, [1.0, 0.0], threshold=0.7, limit=5)
+    ranked = rank_by_similarity(vectors, [3.0, 0.0], threshold=0.7, limit=5)
 
-    assert [(item.record.id, item.score) for item in ranked] == [("m-a", 1.0)]
+    assert ranked == [("m-new", 1.0), ("m-old", 1.0)]  # m-b is 0.6, m-c 0: below 0.7
 
 
 # -- the Redis store ----------------------------------------------------------------------------

@@ -13,7 +13,14 @@ message, and remembers after the answer is delivered.
 """
 
 from worker.memory._agent_memory import BYTES_PER_MB, AgentMemory, Recall
-from worker.memory._embeddings import Embedder, EmbeddingsUnavailable, OpenAIEmbeddings, cosine
+from worker.memory._embeddings import (
+    Embedder,
+    EmbeddingsUnavailable,
+    OpenAIEmbeddings,
+    cosine,
+    dot,
+    unit,
+)
 from worker.memory._extract import TaskExchange, decision_sentences, extract_memories
 from worker.memory._recall import (
     Recalled,
@@ -47,11 +54,13 @@ __all__ = [
     "Written",
     "cosine",
     "decision_sentences",
+    "dot",
     "extract_memories",
     "memory_block",
     "memory_id",
     "rank_by_keywords",
     "rank_by_similarity",
     "rank_recent",
+    "unit",
     "words",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from worker.agents import Memory
-from worker.memory._embeddings import Embedder, EmbeddingsUnavailable
+from worker.memory._embeddings import Embedder, EmbeddingsUnavailable, unit
 from worker.memory._recall import (
     Recalled,
     RecallQuery,
@@ -69,19 +69,19 @@ class AgentMemory:
         retrieval = self.config.retrieval
         limit = retrieval.max_context_items
         strategy, fallback = self.strategy, ""
+        items: list[Recalled] = []
         if strategy == "recent":
-            candidates = self._store.newest(self.agent, limit)
-            items = rank_recent(candidates, limit)
+            candidates = len(items := rank_recent(self._store.newest(self.agent, limit), limit))
         else:
-            candidates = self._store.newest(self.agent, SEARCH_WINDOW)
-            items = []
-            if strategy == "embedding_search" and candidates:
+            ids = self._store.newest_ids(self.agent, SEARCH_WINDOW)
+            candidates = len(ids)
+            if strategy == "embedding_search" and ids:
                 try:
-                    items = await self._by_similarity(candidates, query, timeout_s=timeout_s)
+                    items = await self._by_similarity(ids, query, timeout_s=timeout_s)
                 except EmbeddingsUnavailable as exc:
                     strategy, fallback = "keyword", str(exc)
-            if strategy == "keyword":
-                items = rank_by_keywords(candidates, query, limit)
+            if strategy == "keyword" and ids:
+                items = rank_by_keywords(self._store.records(self.agent, ids), query, limit)
         if self.config.retrieval.strategy == "embedding_search" and self._embedder is None:
             fallback = fallback or "MEMORY_EMBEDDINGS_URL is not set"
         return Recall(
@@ -89,7 +89,7 @@ class AgentMemory:
             strategy=strategy,
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
             fallback=fallback,
-            candidates=len(candidates),
+            candidates=candidates,
             scores=[item.score for item in items],
         )
 
@@ -104,23 +104,29 @@ class AgentMemory:
                 embedded = await self._embedder.embed(
                     [record.text for record in records], timeout_s=timeout_s
                 )
-                vectors = {record.id: v for record, v in zip(records, embedded, strict=True)}
+                pairs = zip(records, embedded, strict=True)
+                vectors = {record.id: unit(vector) for record, vector in pairs}
             except EmbeddingsUnavailable:
                 vectors = {}
         return self._store.add(self.agent, records, max_bytes=self.max_bytes, vectors=vectors)
 
     async def _by_similarity(
-        self, candidates: list[MemoryRecord], query: RecallQuery, *, timeout_s: float
+        self, ids: list[str], query: RecallQuery, *, timeout_s: float
     ) -> list[Recalled]:
+        """Score the window's vectors, then read only the memories chosen."""
         assert self._embedder is not None
         query_text = query.text[:QUERY_CHARS]
         (query_vector,) = await self._embedder.embed([query_text], timeout_s=timeout_s)
-        vectors = self._store.vectors(self.agent, [record.id for record in candidates])
         retrieval = self.config.retrieval
-        return rank_by_similarity(
-            candidates,
-            vectors,
+        chosen = rank_by_similarity(
+            self._store.vectors(self.agent, ids),
             query_vector,
             threshold=retrieval.relevance_threshold,
             limit=retrieval.max_context_items,
         )
+        records = {r.id: r for r in self._store.records(self.agent, [i for i, _ in chosen])}
+        return [
+            Recalled(record=records[memory_id], score=score)
+            for memory_id, score in chosen
+            if memory_id in records
+        ]

@@ -5,6 +5,7 @@ OpenAI), and the similarity the ranking uses."""
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -66,10 +67,23 @@ def _vectors(body: Any, *, expected: int, url: str) -> list[list[float]]:
     return vectors
 
 
+def unit(vector: Sequence[float]) -> list[float]:
+    """``vector`` scaled to length 1 (a zero vector stays zero). Memories are stored so:
+    ranking then takes one dot product per memory instead of a cosine."""
+    norm = math.sqrt(sum(map(operator.mul, vector, vector)))
+    return [x / norm for x in vector] if norm else list(vector)
+
+
+def dot(left: Sequence[float], right: Sequence[float]) -> float:
+    """The dot product (the cosine of two unit vectors); 0 for vectors of different sizes."""
+    return sum(map(operator.mul, left, right)) if len(left) == len(right) else 0.0
+
+
 def cosine(left: Sequence[float], right: Sequence[float]) -> float:
     """Cosine similarity; 0 for vectors of different sizes (written by another model)."""
     if len(left) != len(right) or not left:
         return 0.0
-    dot = sum(a * b for a, b in zip(left, right, strict=True))
-    norms = math.sqrt(sum(a * a for a in left)) * math.sqrt(sum(b * b for b in right))
+    # map(mul) runs in C: about three times faster than a generator over zip().
+    dot = sum(map(operator.mul, left, right))
+    norms = math.sqrt(sum(map(operator.mul, left, left)) * sum(map(operator.mul, right, right)))
     return dot / norms if norms else 0.0

@@ -122,7 +122,15 @@ class MemoryStore(Protocol):
         """The newest ``limit`` memories, newest first."""
         ...
 
-    def vectors(self, agent: str, ids: Sequence[str]) -> dict[str, list[float]]:
+    def newest_ids(self, agent: str, limit: int) -> list[str]:
+        """The ids of the newest ``limit`` memories, newest first."""
+        ...
+
+    def records(self, agent: str, ids: Sequence[str]) -> list[MemoryRecord]:
+        """These memories, in this order (ids the agent does not have are left out)."""
+        ...
+
+    def vectors(self, agent: str, ids: Sequence[str]) -> dict[str, Sequence[float]]:
         """The embeddings kept for these memories (those without one are left out)."""
         ...
 
@@ -160,25 +168,34 @@ class RedisMemoryStore:
         return Written(written=len(records), evicted=int(evicted), bytes=int(size))
 
     def newest(self, agent: str, limit: int) -> list[MemoryRecord]:
+        return self.records(agent, self.newest_ids(agent, limit))
+
+    def newest_ids(self, agent: str, limit: int) -> list[str]:
         if limit <= 0:
             return []
         ids: list[bytes] = self._redis.zrevrange(redis_keys.memory_order(agent), 0, limit - 1)  # type: ignore[assignment]
-        return self._records(agent, ids)
+        return [memory_id.decode() for memory_id in ids]
 
     def all(self, agent: str) -> list[MemoryRecord]:
         """Every memory of the agent, oldest first (for operators: ``agent-worker memory``)."""
         ids: list[bytes] = self._redis.zrange(redis_keys.memory_order(agent), 0, -1)  # type: ignore[assignment]
-        return self._records(agent, ids)
+        return self.records(agent, [memory_id.decode() for memory_id in ids])
 
-    def vectors(self, agent: str, ids: Sequence[str]) -> dict[str, list[float]]:
+    def records(self, agent: str, ids: Sequence[str]) -> list[MemoryRecord]:
+        if not ids:
+            return []
+        raws: list[bytes | None] = self._redis.hmget(redis_keys.memory_records(agent), list(ids))  # type: ignore[assignment]
+        records = (MemoryRecord.from_json(raw) for raw in raws if raw)
+        return [record for record in records if record is not None]
+
+    def vectors(self, agent: str, ids: Sequence[str]) -> dict[str, Sequence[float]]:
         if not ids:
             return {}
         packed: list[bytes | None] = self._redis.hmget(redis_keys.memory_vectors(agent), list(ids))  # type: ignore[assignment]
-        found = {}
-        for memory_id, raw in zip(ids, packed, strict=True):
-            if raw:
-                found[memory_id] = array("f", raw).tolist()
-        return found
+        # Left as float32 arrays: ranking reads them as they are, with no list of floats built.
+        return {
+            memory_id: array("f", raw) for memory_id, raw in zip(ids, packed, strict=True) if raw
+        }
 
     def get(self, agent: str, memory_id: str) -> MemoryRecord | None:
         raw: bytes | None = self._redis.hget(redis_keys.memory_records(agent), memory_id)  # type: ignore[assignment]
@@ -207,13 +224,6 @@ class RedisMemoryStore:
         """Agents that have a memory, by name."""
         names: list[bytes] = self._redis.hkeys(redis_keys.MEMORY_BYTES)  # type: ignore[assignment]
         return sorted(name.decode() for name in names)
-
-    def _records(self, agent: str, ids: Sequence[bytes]) -> list[MemoryRecord]:
-        if not ids:
-            return []
-        raws: list[bytes | None] = self._redis.hmget(redis_keys.memory_records(agent), list(ids))  # type: ignore[assignment]
-        records = (MemoryRecord.from_json(raw) for raw in raws if raw)
-        return [record for record in records if record is not None]
 
 
 def _keys(agent: str) -> list[str]:
