@@ -39,12 +39,12 @@ from worker.models import UntrustedBlocks
 
 AGENT = "bench-agent"
 PEOPLE = ["ron", "alice", "bob", "mia", "sam", "lee"]
-_WORDS = (
+_WORDS = (  # noqa: SIM905 (50 words read better as one string)
     "redis queue worker deploy rollback cache latency retry timeout lease metric alert "
     "grafana prometheus budget token cost thread comment post review release schema index "
     "migration backup replica failover sentinel cluster memory eviction policy noeviction "
     "friday monday staging production canary rollout hotfix incident postmortem"
-).split()  # noqa: SIM905 (a list literal of 50 words)
+).split()
 QUERY = "Hey, the redis queue lost its lease during the friday deploy: rollback or retry?"
 
 
