@@ -19,6 +19,7 @@ from worker.memory._embeddings import (
     OpenAIEmbeddings,
     cosine,
     dot,
+    embedder_from_settings,
     unit,
 )
 from worker.memory._extract import TaskExchange, decision_sentences, extract_memories
@@ -55,6 +56,7 @@ __all__ = [
     "cosine",
     "decision_sentences",
     "dot",
+    "embedder_from_settings",
     "extract_memories",
     "memory_block",
     "memory_id",

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import httpx2
 
 from worker._network import client_ssl_context
+from worker.settings import Settings
 
 
 class EmbeddingsUnavailable(Exception):
@@ -50,6 +51,18 @@ class OpenAIEmbeddings:
         if response.status_code != 200:
             raise EmbeddingsUnavailable(f"{self._url} answered {response.status_code}")
         return _vectors(response.json(), expected=len(texts), url=self._url)
+
+
+def embedder_from_settings(settings: Settings) -> OpenAIEmbeddings | None:
+    """The operator's endpoint (``MEMORY_EMBEDDINGS_URL``), or None when none is set."""
+    if settings.memory_embeddings_url is None:
+        return None
+    key = settings.memory_embeddings_api_key
+    return OpenAIEmbeddings(
+        settings.memory_embeddings_url,
+        model=settings.memory_embeddings_model,
+        api_key=key.get_secret_value() if key else None,
+    )
 
 
 def _vectors(body: Any, *, expected: int, url: str) -> list[list[float]]:

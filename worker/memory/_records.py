@@ -18,6 +18,7 @@ class MemoryKind(StrEnum):
     DECISION = "decision"  # remember.decisions_made
     FEEDBACK = "feedback"  # remember.feedback_received
     PROJECT = "project"  # remember.projects_worked_on
+    NOTE = "note"  # written by the agent itself, through the memory MCP server
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +74,7 @@ class MemoryRecord:
             MemoryKind.DECISION: "a decision you stated",
             MemoryKind.FEEDBACK: f"feedback from {', '.join(self.about) or 'someone'}",
             MemoryKind.PROJECT: "work you did",
+            MemoryKind.NOTE: "a note you kept",
         }[self.kind]
         where = f", thread {self.thread}" if self.thread else ""
         when = datetime.fromtimestamp(self.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")

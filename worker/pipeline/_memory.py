@@ -22,18 +22,16 @@ from worker.logs import log_event
 from worker.loop import RunResult
 from worker.memory import (
     AgentMemory,
-    Embedder,
-    OpenAIEmbeddings,
     Recalled,
     RecallQuery,
     RedisMemoryStore,
     TaskExchange,
+    embedder_from_settings,
     extract_memories,
 )
 from worker.pipeline import _discovery
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._state import RunState
-from worker.settings import Settings
 from worker.task import Task, TaskType
 
 # Of a thread, what recall searches with: the post and its newest comments.
@@ -46,19 +44,8 @@ def agent_memory(runtime: TaskRuntime, agent: AgentDefinition) -> AgentMemory | 
     if not config.enabled:
         return None
     store = runtime.memory_store or RedisMemoryStore(runtime.redis)
-    return AgentMemory(store, agent.config.name, config, embedder=embedder(runtime.settings))
-
-
-def embedder(settings: Settings) -> Embedder | None:
-    """The operator's embeddings endpoint (``MEMORY_EMBEDDINGS_URL``), if one is set."""
-    if settings.memory_embeddings_url is None:
-        return None
-    key = settings.memory_embeddings_api_key
-    return OpenAIEmbeddings(
-        settings.memory_embeddings_url,
-        model=settings.memory_embeddings_model,
-        api_key=key.get_secret_value() if key else None,
-    )
+    embedder = embedder_from_settings(runtime.settings)
+    return AgentMemory(store, agent.config.name, config, embedder=embedder)
 
 
 async def recall(
