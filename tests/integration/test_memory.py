@@ -8,6 +8,7 @@ name is its scenario, and its memory is on.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -20,8 +21,17 @@ import redis
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
 from tests.support.redis_server import RedisServer
 from tests.support.workers import parse_events
+from worker.agents import Memory, MemoryRetrieval
 from worker.dev.devstack import DevStack, running_stack
-from worker.memory import BYTES_PER_MB, MemoryKind, MemoryRecord, RedisMemoryStore
+from worker.memory import (
+    BYTES_PER_MB,
+    AgentMemory,
+    MemoryKind,
+    MemoryRecord,
+    OpenAIEmbeddings,
+    RecallQuery,
+    RedisMemoryStore,
+)
 from worker.redis_io import keys as redis_keys
 
 pytestmark = pytest.mark.integration
@@ -338,3 +348,50 @@ def test_embedding_search_without_an_endpoint_warns_and_searches_by_keyword(
     # The worker said so once at start, too.
     (warning,) = [e for e in parse_events(stderr, "config_problem") if e["agent"] == EMBEDDER]
     assert warning["level"] == "warning" and "MEMORY_EMBEDDINGS_URL" in warning["problem"]
+
+
+# -- opt-in: a real embedding model --------------------------------------------------------------
+
+LLAMA_EMBEDDINGS_URL = os.environ.get("LLAMA_EMBEDDINGS_URL", "")
+
+
+@pytest.mark.skipif(
+    not LLAMA_EMBEDDINGS_URL,
+    reason="set LLAMA_EMBEDDINGS_URL to a llama.cpp server started with --embeddings "
+    "(e.g. http://127.0.0.1:8080/v1)",
+)
+@pytest.mark.anyio
+async def test_a_real_embedding_model_ranks_the_related_memory_first(
+    redis_conn: redis.Redis,
+) -> None:
+    redis_conn.flushall()
+    store = RedisMemoryStore(redis_conn)
+    memory = AgentMemory(
+        store,
+        EMBEDDER,
+        Memory(
+            enabled=True,
+            retrieval=MemoryRetrieval(
+                strategy="embedding_search", max_context_items=2, relevance_threshold=0.0
+            ),
+        ),
+        embedder=OpenAIEmbeddings(LLAMA_EMBEDDINGS_URL, model="embeddings"),
+    )
+    notes = {
+        "m-redis": "ron said: our redis cluster loses keys under maxmemory pressure",
+        "m-garden": "alice said: which tomato seeds grow best in the shade of my garden?",
+    }
+    records = [
+        MemoryRecord(id=i, kind=MemoryKind.CONVERSATION, text=t, task_id="t", created_at=n)
+        for n, (i, t) in enumerate(notes.items())
+    ]
+    await memory.remember(records, timeout_s=60)
+
+    found = await memory.recall(
+        RecallQuery(text="Which eviction policy stops Redis from dropping queue keys?"),
+        timeout_s=60,
+    )
+
+    assert found.strategy == "embedding_search"
+    assert [item.record.id for item in found.items] == ["m-redis", "m-garden"]
+    assert found.items[0].score > found.items[1].score
