@@ -23,7 +23,7 @@ from worker.agents import Memory, MemoryRemember, MemoryRetrieval
 from worker.dev.devstack import start_redis
 from worker.dev.scripted_endpoint import ScriptedEndpoint
 from worker.dev.scripted_endpoint._embeddings import embedding
-from worker.loop._budget import CHARS_PER_TOKEN
+from worker.loop import CHARS_PER_TOKEN
 from worker.memory import (
     AgentMemory,
     MemoryKind,

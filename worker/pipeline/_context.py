@@ -13,7 +13,6 @@ from worker.exceptions import InvalidTask
 from worker.executors import ExecutionRequest
 from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
-from worker.memory import memory_block
 from worker.models import Message, ModelBoundary, ModelPrice, PriceTable, UntrustedBlocks
 from worker.pipeline import _discovery, _memory, _prompt
 from worker.pipeline._call_rules import TaskCallRules
@@ -53,15 +52,15 @@ async def build_request(
         thread = state.thread = await _thread(runtime, hub, state, task)
     else:
         feed = await _discovery_feed(hub, state, task, agent)
-    recalled = await _memory.recall(
-        runtime, state, task=task, agent=agent, thread=thread, feed=feed
+    # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
+    blocks = UntrustedBlocks()
+    memory = await _memory.recall(
+        runtime, state, task=task, agent=agent, thread=thread, feed=feed, blocks=blocks
     )
     journal = RedisJournal(runtime.redis, task.task_id)
     redact = runtime.redactor
-    # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
-    blocks = UntrustedBlocks()
     first = _prompt.first_message(
-        task, agent, thread=thread, feed=feed, blocks=blocks, memory=memory_block(recalled, blocks)
+        task, agent, thread=thread, feed=feed, blocks=blocks, memory=memory
     )
     return ExecutionRequest(
         task=task,

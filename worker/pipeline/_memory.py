@@ -19,16 +19,17 @@ from dataclasses import replace
 from hub_client import Post
 from worker.agents import AgentDefinition
 from worker.logs import log_event
-from worker.loop import RunResult
+from worker.loop import CHARS_PER_TOKEN, RunResult
 from worker.memory import (
     AgentMemory,
-    Recalled,
     RecallQuery,
     RedisMemoryStore,
     TaskExchange,
     embedder_from_settings,
     extract_memories,
+    memory_block,
 )
+from worker.models import UntrustedBlocks
 from worker.pipeline import _discovery
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._state import RunState
@@ -56,17 +57,20 @@ async def recall(
     agent: AgentDefinition,
     thread: Post | None,
     feed: Sequence[Post],
-) -> list[Recalled]:
-    """Up to ``max_context_items`` memories relevant to this task, best first."""
+    blocks: UntrustedBlocks,
+) -> str:
+    """Up to ``max_context_items`` memories relevant to this task, best first, as the
+    untrusted block that follows the thread or feed (empty when none)."""
     memory = agent_memory(runtime, agent)
     if memory is None:
-        return []
+        return ""
     timeout_s = state.hub_timeout_s(runtime.settings.memory_embeddings_timeout_s)
     try:
         found = await memory.recall(recall_query(task, agent, thread, feed), timeout_s=timeout_s)
     except Exception as exc:  # Redis refusing, a store of another kind failing
         log_event("memory_unavailable", "warning", task=task.task_id, step="recall", error=str(exc))
-        return []
+        return ""
+    block = memory_block(found.items, blocks)
     runtime.metrics.memory_recalled(
         agent=memory.agent,
         strategy=found.strategy,
@@ -82,9 +86,12 @@ async def recall(
         recalled=[item.record.id for item in found.items],
         scores=found.scores,
         duration_ms=found.duration_ms,
+        # What recall adds to the prompt, estimated as the loop estimates requests.
+        prompt_chars=len(block),
+        prompt_tokens=round(len(block) / CHARS_PER_TOKEN),
         **({"fallback": found.fallback} if found.fallback else {}),
     )
-    return found.items
+    return block
 
 
 async def remember(
