@@ -136,8 +136,10 @@ async def remember(
 def task_exchange(
     runtime: TaskRuntime, state: RunState, task: Task, result: RunResult
 ) -> TaskExchange:
-    """What the task offers memory: its thread and the answer it delivered (none when the
-    run ended with the fixed fallback text)."""
+    """What the task offers memory: its thread and the answer it delivered — none when the
+    run ended with the fixed fallback text or nothing reached the Hub (a write cap held the
+    reply back, an exploration below its min_confidence): an agent remembers what it said,
+    not what it meant to say. An exploration's summary is kept either way."""
     answer = "" if result.fallback else runtime.redactor(result.output.strip())
     summary = ""
     if task.type is TaskType.EXPLORATION and answer:
@@ -146,6 +148,8 @@ def task_exchange(
             answer = ""
         else:
             answer, summary = structured.response.strip(), structured.summary.strip()
+    if not state.posted:
+        answer = ""
     return TaskExchange(
         agent=task.agent_id,
         task_id=task.task_id,
