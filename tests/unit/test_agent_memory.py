@@ -5,7 +5,7 @@ fakeredis, a scripted model)."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,10 +16,12 @@ import pytest
 
 from hub_client import Author, Comment, HubClient, Post
 from hub_client.devhub import create_app
-from worker.agents import AgentDefinition, AgentStore, MemoryRemember
+from worker.agents import AgentDefinition, AgentStore, Memory, MemoryRemember, MemoryRetrieval
 from worker.jobs import TaskRuntime, execute_task
 from worker.memory import (
     BYTES_PER_MB,
+    AgentMemory,
+    EmbeddingsUnavailable,
     MemoryKind,
     MemoryRecord,
     Recalled,
@@ -317,3 +319,26 @@ async def test_a_task_remembers_redacted_and_the_next_one_recalls(tmp_path: Path
     assert "You answered: Use 7.2: we decided to pin the redis version." in memory
     assert "You decided: Use 7.2: we decided to pin the redis version." in memory
     assert 'kind="memory"' not in str(model.requests[0].messages[0].content)  # nothing yet
+
+
+class DownEmbeddings:
+    """An embeddings endpoint that never answers."""
+
+    async def embed(self, texts: Sequence[str], *, timeout_s: float) -> list[list[float]]:
+        raise EmbeddingsUnavailable("http://embeddings.invalid/v1/embeddings: ConnectError")
+
+
+@pytest.mark.anyio
+async def test_an_endpoint_that_fails_leaves_memories_unembedded_and_recall_on_keywords() -> None:
+    redis = fakeredis.FakeRedis()
+    config = Memory(enabled=True, retrieval=MemoryRetrieval(strategy="embedding_search"))
+    memory = AgentMemory(RedisMemoryStore(redis), AGENT, config, embedder=DownEmbeddings())
+
+    written = await memory.remember(
+        [record("m-1", "ron said: the redis cache is full", at=1, about=("ron",))], timeout_s=1
+    )
+    found = await memory.recall(RecallQuery(text="is the redis cache full?"), timeout_s=1)
+
+    assert written.written == 1 and redis.hlen(redis_keys.memory_vectors(AGENT)) == 0
+    assert found.strategy == "keyword" and "ConnectError" in found.fallback
+    assert [item.record.id for item in found.items] == ["m-1"]
