@@ -22,6 +22,7 @@ BENCHMARKS = (
     "mcp",
     "end_to_end",
     "memory",
+    "memory_recall",
     "scaling",
     "in_flight",
     "cli_sandbox",

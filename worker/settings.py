@@ -104,6 +104,12 @@ class Settings(BaseSettings):
     # The host user a sandbox runs as when the worker is root (nobody by default).
     cli_sandbox_uid: int = Field(default=65534, ge=1)
     cli_sandbox_read_only: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Agent memory's embedding_search (README "Memory"): an OpenAI-compatible base URL
+    # (POST {url}/embeddings); unset, such agents search by keyword (warned at start).
+    memory_embeddings_url: str | None = None
+    memory_embeddings_model: str = Field(default="text-embedding-3-small", min_length=1)
+    memory_embeddings_api_key: SecretStr | None = None
+    memory_embeddings_timeout_s: float = Field(default=10.0, gt=0)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -125,13 +131,17 @@ class Settings(BaseSettings):
     def _lower_choice(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
 
+    @field_validator("memory_embeddings_url")
+    @classmethod
+    def _optional_http_url(cls, url: str | None) -> str | None:
+        if url is None or not url.strip():
+            return None
+        return _http_url(url.strip())
+
     @field_validator("hub_url")
     @classmethod
-    def _http_url(cls, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise ValueError(f"must be an http(s) URL such as http://127.0.0.1:8100, got {url!r}")
-        return url
+    def _hub_url(cls, url: str) -> str:
+        return _http_url(url)
 
     @field_validator("redis_url")
     @classmethod
@@ -192,8 +202,16 @@ class Settings(BaseSettings):
             self.capability_key,
             self.anthropic_api_key,
             self.openai_api_key,
+            self.memory_embeddings_api_key,
         ]
         return [s.get_secret_value() for s in secrets if s is not None and s.get_secret_value()]
+
+
+def _http_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError(f"must be an http(s) URL such as http://127.0.0.1:8100, got {url!r}")
+    return url
 
 
 def load_settings() -> Settings:

@@ -114,6 +114,25 @@ def running_mcp_web(
 
 
 @contextmanager
+def running_mcp_memory(
+    *,
+    redis_url: str,
+    agents_dir: str,
+    auth_token: str | None = None,
+    capability_key: str | None = None,
+) -> Iterator[RunningMcpServer]:
+    """``python -m mcp_servers.memory`` over streamable HTTP, on the Redis at ``redis_url``."""
+    variables = {
+        "REDIS_URL": redis_url,
+        "AGENTS_DIR": agents_dir,
+        "MCP_AUTH_TOKEN": auth_token,
+        "CAPABILITY_KEY": capability_key,
+    }
+    with _running("mcp_servers.memory", server_environment(variables)) as server:
+        yield server
+
+
+@contextmanager
 def _running(module: str, environment: dict[str, str]) -> Iterator[RunningMcpServer]:
     port = free_port()
     descriptor, log_name = tempfile.mkstemp(prefix=f"{module}-", suffix=".log")

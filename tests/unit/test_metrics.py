@@ -46,6 +46,12 @@ CONTRACT = {
     ("agent_tool_call_duration_seconds", "histogram", ("server",)),
     ("agent_queue_jobs", "gauge", ("queue", "state")),
     ("agent_outbox_items", "gauge", ()),
+    ("agent_memory_recalls", "counter", ("agent", "strategy")),
+    ("agent_memory_recall_hits", "counter", ("agent",)),
+    ("agent_memory_writes", "counter", ("agent", "kind")),
+    ("agent_memory_evictions", "counter", ("agent",)),
+    ("agent_memory_recall_duration_seconds", "histogram", ()),
+    ("agent_memory_bytes", "gauge", ("agent",)),
 }
 
 
@@ -90,6 +96,8 @@ def one_of_each(metrics: JobMetrics, *, cost_usd: float | None = 0.25) -> None:
     metrics.dead_letter("consumption")
     metrics.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
     metrics.budget_check_unreachable(agent="devops-agent")
+    metrics.memory_recalled(agent="devops-agent", strategy="keyword", hits=2, duration_s=0.002)
+    metrics.memory_written(agent="devops-agent", kinds=["conversation"], evicted=1)
 
 
 def value(metrics: WorkerMetrics, name: str, **labels: str) -> float | None:
@@ -98,7 +106,10 @@ def value(metrics: WorkerMetrics, name: str, **labels: str) -> float | None:
 
 def test_every_contract_metric_has_its_name_type_and_labels() -> None:
     metrics = WorkerMetrics()
-    metrics.watch_queues(fakeredis.FakeRedis, ["agents"])
+    server = fakeredis.FakeServer()
+    # One agent with a memory, so that agent_memory_bytes has a series to show its label.
+    fakeredis.FakeRedis(server=server).hset(redis_keys.MEMORY_BYTES, "devops-agent", 2048)
+    metrics.watch_queues(lambda: fakeredis.FakeRedis(server=server), ["agents"])
     recorded = JobMetrics()
     one_of_each(recorded)
     recorded.apply_locally(metrics)

@@ -55,5 +55,5 @@ def test_python_dash_m_is_the_agent_worker_command() -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.startswith("usage: agent-worker")
-    for command in ("schedule", "status", "check", "requeue", "dead-letters", "report"):
+    for command in ("schedule", "status", "check", "requeue", "dead-letters", "report", "memory"):
         assert command in completed.stdout

@@ -271,40 +271,43 @@ class Limits(_Section):
 
 
 class MemoryRemember(_Section):
-    """What a memory would keep."""
+    """What the agent keeps after each task (README "Memory")."""
 
     conversations_with: list[str] = []
-    """Agents whose conversations it would keep."""
+    """Agents or people (Hub ids or names) whose exchanges with it are kept: what they said
+    in the task's thread and its answer."""
     projects_worked_on: bool = False
-    """Whether it would keep the projects worked on."""
+    """Whether it keeps the threads it worked on (title, community) and its explorations'
+    summaries."""
     decisions_made: bool = False
-    """Whether it would keep the decisions made."""
+    """Whether it keeps the decisions its answers state ("I will ...", "We decided ...")."""
     feedback_received: bool = False
-    """Whether it would keep the feedback received."""
+    """Whether it keeps replies to its posts and comments."""
 
 
 class MemoryRetrieval(_Section):
-    """How a memory would be read back."""
+    """How memories are read back into a task's prompt."""
 
     strategy: Literal["embedding_search", "keyword", "recent"] = "embedding_search"
-    """How items would be found."""
+    """recent: the newest; keyword: those sharing words or people with the task;
+    embedding_search: the closest by MEMORY_EMBEDDINGS_URL's vectors (keyword without it)."""
     max_context_items: int = Field(default=10, ge=1, le=100)
-    """Items read into one task at most."""
+    """Memories placed in one task's prompt at most."""
     relevance_threshold: float = Field(default=0.7, ge=0, le=1)
-    """The relevance (0-1) an item would need."""
+    """The cosine similarity (0-1) a memory needs under embedding_search."""
 
 
 class Memory(_Section):
-    """Declined for now (long-term memory is planned): parsed and validated, nothing is kept."""
+    """Long-term memory across tasks, kept in the fleet's Redis (README "Memory")."""
 
     enabled: bool = False
-    """Whether the agent would remember between tasks."""
+    """Whether the agent remembers between tasks."""
     remember: MemoryRemember = MemoryRemember()
-    """What it would remember."""
+    """What it remembers."""
     max_size_mb: int = Field(default=100, ge=1, le=1000)
-    """The memory's size limit in MB."""
+    """The agent's memory size limit in MB; the oldest memories give way first."""
     retrieval: MemoryRetrieval = MemoryRetrieval()
-    """How it would read its memory."""
+    """How it reads its memory back."""
 
 
 class AgentConfig(_Section):
@@ -334,7 +337,7 @@ class AgentConfig(_Section):
     cache_ttl: int = Field(default=300, ge=1, le=86_400)
     """Seconds its definition may stay cached (it can only shorten AGENT_CACHE_TTL_S)."""
     memory: Memory = Memory()
-    """Declined for now: parsed and validated."""
+    """Long-term memory across tasks."""
 
 
 def config_json_schema() -> dict[str, Any]:

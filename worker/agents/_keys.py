@@ -2,7 +2,7 @@
 
 Each becomes a warning with its dotted path and, when one is close, the key that was
 probably meant. Every key of the public Botburrow format is a field (``AgentConfig``),
-also those the worker declines to act on (``memory``, ``capabilities.spawning``): they
+also those the worker declines to act on (``capabilities.spawning``): they
 never warn.
 """
 

@@ -107,6 +107,36 @@ class QueueCollector(Collector):
         return counts, outbox_items
 
 
+class MemoryCollector(Collector):
+    """``agent_memory_bytes{agent}``: what each agent's memory holds, from one HGETALL of the
+    size table the memory store keeps (``worker.memory``); the same on every worker."""
+
+    def __init__(self, redis_factory: Callable[[], Redis]) -> None:
+        self._redis_factory = redis_factory
+
+    def describe(self) -> Iterable[Metric]:
+        return [_memory_family()]
+
+    def collect(self) -> Iterable[Metric]:
+        family = _memory_family()
+        try:
+            sizes = self._redis_factory().hgetall(redis_keys.MEMORY_BYTES)
+        except RedisError:
+            return [family]  # QueueCollector logs the outage once
+        for agent, size in sorted(sizes.items()):  # type: ignore[union-attr]
+            name = agent.decode(errors="replace") if isinstance(agent, bytes) else str(agent)
+            family.add_metric([name], _as_count(int(size)))
+        return [family]
+
+
+def _memory_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "agent_memory_bytes",
+        "Bytes of each agent's memory (records and embeddings), read from Redis at scrape time.",
+        labels=["agent"],
+    )
+
+
 def _as_count(value: object) -> int:
     if isinstance(value, Exception):
         if isinstance(value, RedisError) and "WRONGTYPE" not in str(value):

@@ -51,6 +51,22 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         "Budget checks the Hub did not answer, by agent (BUDGET_UNREACHABLE says what follows).",
         ("agent",),
     ),
+    "agent_memory_recalls_total": (
+        "Memory recalls at context build, by agent and the strategy used.",
+        ("agent", "strategy"),
+    ),
+    "agent_memory_recall_hits_total": (
+        "Memories placed in task prompts by recall, by agent.",
+        ("agent",),
+    ),
+    "agent_memory_writes_total": (
+        "Memories written after tasks, by agent and kind.",
+        ("agent", "kind"),
+    ),
+    "agent_memory_evictions_total": (
+        "Memories evicted (oldest first) to keep an agent within memory.max_size_mb, by agent.",
+        ("agent",),
+    ),
 }
 # name -> (help, label names, buckets)
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
@@ -68,6 +84,11 @@ HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
         "Duration of tool calls, by MCP server.",
         ("server",),
         (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    ),
+    "agent_memory_recall_duration_seconds": (
+        "Time a task's memory recall took (Redis reads, ranking, embeddings call).",
+        (),
+        (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
     ),
 }
 UNDECODABLE_JOBS = "agent_jobs_undecodable_total"

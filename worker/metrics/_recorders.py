@@ -23,7 +23,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from worker.logs import log_event
-from worker.metrics._collector import QueueCollector, WithoutCreatedSeries
+from worker.metrics._collector import MemoryCollector, QueueCollector, WithoutCreatedSeries
 from worker.metrics._families import (
     COUNTERS,
     HISTOGRAMS,
@@ -66,14 +66,19 @@ class WorkerMetrics:
             registry=recorded,
         )
         self._queue_collector: QueueCollector | None = None
+        self._memory_collector: MemoryCollector | None = None
         self._label_values: dict[str, set[str]] = {}
 
     def watch_queues(self, redis_factory: Callable[[], Redis], queue_names: Sequence[str]) -> None:
-        """Export ``agent_queue_jobs`` and ``agent_outbox_items``, read from Redis per scrape."""
-        if self._queue_collector is not None:
-            self.registry.unregister(self._queue_collector)
+        """Export ``agent_queue_jobs``, ``agent_outbox_items`` and ``agent_memory_bytes``,
+        read from Redis per scrape."""
+        for collector in (self._queue_collector, self._memory_collector):
+            if collector is not None:
+                self.registry.unregister(collector)
         self._queue_collector = QueueCollector(redis_factory, queue_names)
+        self._memory_collector = MemoryCollector(redis_factory)
         self.registry.register(self._queue_collector)
+        self.registry.register(self._memory_collector)
 
     def _bounded(self, names: tuple[str, ...], labels: tuple[str, ...]) -> tuple[str, ...]:
         """``labels`` with a free-form value past its cap of distinct values as "other"."""
@@ -119,7 +124,7 @@ class WorkerMetrics:
                 or not isinstance(values, list)
             ):
                 continue
-            child = histogram[0].labels(*labels)
+            child = histogram[0].labels(*labels) if labels else histogram[0]
             numbers = [value for value in values if isinstance(value, int | float)]
             trace_id = exemplars.get((name, labels))
             for index, value in enumerate(numbers):
@@ -221,6 +226,19 @@ class JobMetrics:
     def write_refused(self, *, agent: str, kind: str, reason: str) -> None:
         with self._lock:
             self._count("agent_hub_writes_refused_total", (agent, kind, reason))
+
+    def memory_recalled(self, *, agent: str, strategy: str, hits: int, duration_s: float) -> None:
+        with self._lock:
+            self._count("agent_memory_recalls_total", (agent, strategy))
+            self._count("agent_memory_recall_hits_total", (agent,), hits)
+            self._observe("agent_memory_recall_duration_seconds", (), duration_s)
+
+    def memory_written(self, *, agent: str, kinds: Sequence[str], evicted: int) -> None:
+        with self._lock:
+            for kind in kinds:
+                self._count("agent_memory_writes_total", (agent, kind))
+            if evicted:
+                self._count("agent_memory_evictions_total", (agent,), evicted)
 
     def flush(self, redis: Redis, job_id: str, *, ttl_s: int = JOB_METRICS_TTL_S) -> bool:
         """Append the buffer to the job's Redis key; False (buffer kept) on a Redis error."""

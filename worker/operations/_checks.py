@@ -31,6 +31,7 @@ from worker.exceptions import ConfigurationError
 from worker.operations._check_report import CheckReport
 from worker.operations._checks_agents import (
     check_grants_match_tools,
+    check_memory,
     check_models,
     check_secret_strength,
 )
@@ -74,6 +75,7 @@ def run_checks(
     _check_cli_sandbox(report, config, agents)
     check_models(report, config, agents, network=network, timeout_s=timeout_s)
     check_grants_match_tools(report, config, agents)
+    check_memory(report, config, agents)
     check_secret_strength(report, config)
     if network:
         _check_hub(report, config, timeout_s)

@@ -2,6 +2,7 @@
 
 - its model: the provider key it needs is set (``brain.api_key_env``, else the worker's
   ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY``), and its endpoint answers and accepts the key;
+- its memory: ``embedding_search`` has an embeddings endpoint (else keyword, warned);
 - its grants: each one matches at least one tool of an ``MCP_CONFIG`` server (``hub:raed``
   leaves the agent without the tools it was meant to have, silently);
 - the worker's secrets: none is so short or plain that masking it corrupts ordinary text
@@ -114,6 +115,24 @@ def check_grants_match_tools(
             report.warning(
                 f"agents/{name}/config.yaml",
                 f"capabilities.grants: {grant!r} matches no tool of any MCP_CONFIG server{hint}",
+                agent=name,
+            )
+
+
+def check_memory(
+    report: CheckReport, config: Settings, agents: Mapping[str, AgentDefinition]
+) -> None:
+    """An agent whose memory searches by embedding needs MEMORY_EMBEDDINGS_URL; without it
+    its tasks search by keyword, which the operator should know before they run."""
+    if config.memory_embeddings_url is not None:
+        return
+    for name, definition in agents.items():
+        memory = definition.config.memory
+        if memory.enabled and memory.retrieval.strategy == "embedding_search":
+            report.warning(
+                f"agents/{name}/config.yaml",
+                "memory.retrieval.strategy: embedding_search needs MEMORY_EMBEDDINGS_URL, "
+                "which is not set: this agent's memory is searched by keyword instead",
                 agent=name,
             )
 

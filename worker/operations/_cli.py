@@ -204,6 +204,12 @@ _EXTENSIONS: list[tuple[str, str, str, str]] = [
         "list, replay or drop Hub writes the Hub refused (list|replay|drop, ID... or --all)",
     ),
     (
+        "memory",
+        "worker.operations._memory",
+        "main",
+        "list, show or forget what an agent remembers (list|show|forget AGENT, --id, --about)",
+    ),
+    (
         "executors",
         "worker.executors._listing",
         "main",

@@ -3,11 +3,12 @@
     _runtime   TaskRuntime: what a task needs from its process (settings, Redis, agents,
                model and toolbox makers), built from the environment and rq's job
     _run       TaskRun: parse → agent → leases → deadline → tools → budget → request → execute
-               → respond → settle, and ``execute_task``
+               → respond → remember → settle, and ``execute_task``
     _context   the ExecutionRequest: thread or feed, system prompt, loop settings, grants
     _prompt    the text of the system prompt and the first message (thread or feed)
     _early_tools  the task's toolbox, opened while the Hub is read
     _respond   the answer on the Hub
+    _memory    the agent's memory: recalled into the first message, written after the answer
     _settle    the report, read mark, consumption, activation, error post, metrics, logs
     _writes    Hub writes through the outbox, counted against the write caps
     _observers the metrics observer of the loop

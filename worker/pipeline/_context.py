@@ -14,7 +14,7 @@ from worker.executors import ExecutionRequest
 from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
 from worker.models import Message, ModelBoundary, ModelPrice, PriceTable, UntrustedBlocks
-from worker.pipeline import _discovery, _prompt
+from worker.pipeline import _discovery, _memory, _prompt
 from worker.pipeline._call_rules import TaskCallRules
 from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
@@ -49,14 +49,19 @@ async def build_request(
     thread: Post | None = None
     feed: list[Post] = []
     if task.type is TaskType.NOTIFICATION:
-        thread = await _thread(runtime, hub, state, task)
+        thread = state.thread = await _thread(runtime, hub, state, task)
     else:
         feed = await _discovery_feed(hub, state, task, agent)
+    # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
+    blocks = UntrustedBlocks()
+    memory = await _memory.recall(
+        runtime, state, task=task, agent=agent, thread=thread, feed=feed, blocks=blocks
+    )
     journal = RedisJournal(runtime.redis, task.task_id)
     redact = runtime.redactor
-    # One nonce for this run's untrusted-content delimiters: thread, feed, tool results.
-    blocks = UntrustedBlocks()
-    first = _prompt.first_message(task, agent, thread=thread, feed=feed, blocks=blocks)
+    first = _prompt.first_message(
+        task, agent, thread=thread, feed=feed, blocks=blocks, memory=memory
+    )
     return ExecutionRequest(
         task=task,
         agent=agent,

@@ -34,7 +34,12 @@ def system_prompt(
 
 
 def notification_message(
-    task: Task, thread: Post, blocks: UntrustedBlocks, *, max_chars: int | None = None
+    task: Task,
+    thread: Post,
+    blocks: UntrustedBlocks,
+    *,
+    max_chars: int | None = None,
+    memory: str = "",
 ) -> Message:
     lines = [
         f"You were mentioned or replied to on the Hub, in the thread of post {thread.id}.",
@@ -43,6 +48,8 @@ def notification_message(
         "",
         blocks.wrap("thread", _thread_items(thread, max_chars)),
     ]
+    if memory:
+        lines += ["", memory]
     return Message(role="user", content="\n".join(lines))
 
 
@@ -65,7 +72,12 @@ def _thread_items(thread: Post, max_chars: int | None) -> list[str]:
 
 
 def exploration_message(
-    task: Task, agent: AgentDefinition, feed: Sequence[Post], blocks: UntrustedBlocks
+    task: Task,
+    agent: AgentDefinition,
+    feed: Sequence[Post],
+    blocks: UntrustedBlocks,
+    *,
+    memory: str = "",
 ) -> Message:
     interests = agent.config.interests
     focus = ", ".join([*interests.topics, *interests.keywords]) or "anything relevant to you"
@@ -78,6 +90,8 @@ def exploration_message(
         "",
         blocks.wrap("discovery-feed", [_render_post(post) for post in feed] or ["(empty feed)"]),
     ]
+    if memory:
+        lines += ["", memory]
     return Message(role="user", content="\n".join(lines))
 
 
@@ -88,13 +102,16 @@ def first_message(
     thread: Post | None,
     feed: Sequence[Post],
     blocks: UntrustedBlocks,
+    memory: str = "",
 ) -> Message:
+    """The task's first message; ``memory`` (a ``worker.memory.memory_block``) follows the
+    thread or feed."""
     if task.type is TaskType.NOTIFICATION:
         assert thread is not None, "notification tasks are built with their thread"
         window = agent.config.brain.max_context_tokens
         max_chars = None if window is None else int(window * THREAD_CHARS_PER_WINDOW_TOKEN)
-        return notification_message(task, thread, blocks, max_chars=max_chars)
-    return exploration_message(task, agent, feed, blocks)
+        return notification_message(task, thread, blocks, max_chars=max_chars, memory=memory)
+    return exploration_message(task, agent, feed, blocks, memory=memory)
 
 
 def _render_post(post: Post) -> str:

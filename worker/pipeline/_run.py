@@ -1,7 +1,8 @@
 """One run of one task, as named steps.
 
     parse → load agent → take leases → fix deadline → open the tools (in the background)
-    → check budget → build request → execute → respond → report → settle → finish
+    → check budget → build request (memory recalled) → execute → respond → remember
+    → report → settle → finish
     → drain the outbox → verdict
 
 ``TaskRun.execute`` never raises for the task's own failures: they become the report.
@@ -36,6 +37,7 @@ from worker.executors import ExecutionRequest, Executor, executor_for
 from worker.logs import log_event
 from worker.loop import RunResult, expired_result
 from worker.models import aclose_shared_http_clients
+from worker.pipeline import _memory
 from worker.pipeline._context import build_request, task_toolbox
 from worker.pipeline._early_tools import ToolboxFactory, tools_opened_early
 from worker.pipeline._respond import respond
@@ -155,6 +157,7 @@ class TaskRun:
         self._state.error = result.error
         if result.outcome.answers:
             await respond(self._rt, self._hub, self._state, task=task, agent=agent, result=result)
+            await _memory.remember(self._rt, self._state, task=task, agent=agent, result=result)
         return result.outcome
 
     def _skip(self, task: Task, reason: str) -> Outcome:

@@ -20,6 +20,7 @@ from worker.coordination import read_task_deadline
 from worker.daemon import child_process_recorder, job_attempt
 from worker.logs import set_redactor
 from worker.loop import CanExecuteTool
+from worker.memory import MemoryStore
 from worker.metrics import JobMetrics
 from worker.models import (
     FleetLimiter,
@@ -75,6 +76,8 @@ class TaskRuntime:
     prices: PriceTable | None = None
     # The operator's CAN_EXECUTE_TOOL check, asked before every tool call of the native loop.
     can_execute_tool: CanExecuteTool | None = None
+    # Where agent memories live; None: the Redis store on ``redis`` (worker.memory).
+    memory_store: MemoryStore | None = None
 
     def flush_metrics(self) -> None:
         if self.job_id is None:

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hub_client import Post
 from worker.agents import AgentDefinition
 from worker.coordination import TaskDeadline
 from worker.loop import RunResult
@@ -62,6 +63,8 @@ class RunState:
     detail: str = ""
     # An exploration's confidence in its response (the report's ``confidence``).
     confidence: float | None = None
+    # The notification's thread as the task read it (what memory keeps of the exchange).
+    thread: Post | None = None
 
     def hub_timeout_s(self, cap_s: float) -> float:
         """A Hub call's timeout: the task's remaining time, capped by the call's default."""

@@ -105,3 +105,22 @@ def trace_delivery(trace_id: str, span_id: str) -> str:
 def task_deadline(task_id: str) -> str:
     """The task's absolute deadline (epoch seconds), fixed at its first start; re-runs keep it."""
     return f"{PREFIX}deadline:{task_id}"
+
+
+MEMORY_BYTES = PREFIX + "memory:bytes"
+"""Hash: bytes each agent's memory holds (records and vectors), by agent id."""
+
+
+def memory_records(agent_id: str) -> str:
+    """Hash: an agent's memories (JSON records) by memory id."""
+    return f"{PREFIX}memory:{agent_id}:records"
+
+
+def memory_order(agent_id: str) -> str:
+    """Sorted set: an agent's memory ids scored by when they were written (oldest first)."""
+    return f"{PREFIX}memory:{agent_id}:order"
+
+
+def memory_vectors(agent_id: str) -> str:
+    """Hash: embeddings of an agent's memories (float32, little-endian) by memory id."""
+    return f"{PREFIX}memory:{agent_id}:vectors"

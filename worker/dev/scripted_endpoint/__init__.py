@@ -8,7 +8,9 @@ it), chaos tests (429 storms), benchmarks (fixed latency per call) and the demo
 A scenario is a queue of turns; a request picks its scenario by the first
 ``[[scenario:NAME]]`` marker in its system prompt or messages, else by its model
 name when a scenario of that name exists (``demo`` always does), else ``default``.
-An empty queue answers the default turn instead of failing.
+An empty queue answers the default turn instead of failing. ``POST /v1/embeddings``
+answers deterministic vectors (``_embeddings``: texts sharing words are close), so agent
+memory's ``embedding_search`` runs without a model.
 
 In process::
 

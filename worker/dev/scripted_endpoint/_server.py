@@ -25,6 +25,8 @@ from worker.dev.scripted_endpoint._conversation import (
     openai_conversation,
 )
 from worker.dev.scripted_endpoint._demo_agent import demo_agent_turn
+from worker.dev.scripted_endpoint._embeddings import SCENARIO as EMBEDDINGS_SCENARIO
+from worker.dev.scripted_endpoint._embeddings import embeddings_answer
 from worker.dev.scripted_endpoint._scenarios import (
     AUTH_HEADERS,
     NO_TURN_LEFT,
@@ -64,6 +66,9 @@ def create_app(store: ScenarioStore) -> Starlette:
 
     async def messages(request: Request) -> Response:
         return await _model_call(request, store, "anthropic")
+
+    async def embeddings(request: Request) -> Response:
+        return await _embeddings_call(request, store)
 
     async def count_tokens(request: Request) -> Response:
         return JSONResponse({"input_tokens": max(1, len(await request.body()) // 4)})
@@ -105,6 +110,8 @@ def create_app(store: ScenarioStore) -> Starlette:
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/embeddings", embeddings, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
@@ -148,6 +155,24 @@ async def _model_call(request: Request, store: ScenarioStore, api: Api) -> Respo
         media_type="text/event-stream",
         headers={"cache-control": "no-cache", **turn.headers},
     )
+
+
+async def _embeddings_call(request: Request, store: ScenarioStore) -> Response:
+    """Deterministic vectors (``_embeddings``), recorded under the scenario ``embeddings``."""
+    record = _request_record(request, "openai") | {"scenario": EMBEDDINGS_SCENARIO}
+    try:
+        body = json.loads(await request.body())
+    except ValueError:
+        body = None
+    inputs = body.get("input") if isinstance(body, dict) else None
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not isinstance(inputs, list) or not all(isinstance(text, str) for text in inputs):
+        store.record(record | {"body": body, "answer": "rejected", "status": 400})
+        message = {"message": "'input' must be a string or a list of strings"}
+        return JSONResponse(error_body("openai", 400, message), 400)
+    store.record(record | {"body": body, "answer": "embeddings", "status": 200})
+    return JSONResponse(embeddings_answer(str(body.get("model") or ""), inputs))
 
 
 def _conversation(api: Api, raw: bytes, record: dict[str, Any]) -> Conversation:

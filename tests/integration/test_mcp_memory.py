@@ -1,0 +1,133 @@
+"""The real ``memory`` MCP server over streamable HTTP, on a private redis-server: an agent
+searches and adds to its own memory only, with the grant its capability holds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from mcp_types import RequestParamsMeta
+
+from tests.support.mcp_servers import (
+    RunningMcpServer,
+    caller_meta,
+    mcp_http_session,
+    running_mcp_memory,
+    text_of,
+)
+from tests.support.redis_server import RedisServer
+from worker.memory import MemoryKind, RedisMemoryStore
+from worker.redaction import MASK
+from worker.tools._capability import mint_capability
+from worker.tools._grants import EffectiveGrants
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+MCP_TOKEN = "mcp-token-for-memory-tests"
+CAPABILITY_KEY = "m" * 40
+NOTE_TAKER = "note-taker"
+OTHER = "other-agent"
+FORGETFUL = "no-memory"
+
+
+def meta(
+    agent_id: str, *grants: str, step: int = 1, claimed: str | None = None
+) -> RequestParamsMeta:
+    """The ``_meta`` of a call by ``agent_id``'s task, its capability holding ``grants``;
+    ``claimed`` puts another agent's name in the unsigned part of ``_meta``."""
+    task_id = f"t-{agent_id}"
+    token = mint_capability(
+        CAPABILITY_KEY,
+        agent_id=agent_id,
+        task_id=task_id,
+        grants=EffectiveGrants.of(list(grants)),
+        expires_at=time.time() + 300,
+    )
+    return caller_meta(claimed or agent_id, task_id=task_id, step=step, capability=token)
+
+
+@pytest.fixture(scope="module")
+def agents_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("memory-server-agents")
+    for name, enabled in [(NOTE_TAKER, True), (OTHER, True), (FORGETFUL, False)]:
+        folder = root / "agents" / name
+        folder.mkdir(parents=True)
+        (folder / "config.yaml").write_text(
+            f"name: {name}\nbrain: {{provider: openai, model: m}}\n"
+            f"memory: {{enabled: {str(enabled).lower()}, retrieval: {{strategy: keyword}}}}\n"
+        )
+        (folder / "system-prompt.md").write_text(f"You are {name}.")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(redis_server: RedisServer, agents_dir: Path) -> Iterator[RunningMcpServer]:
+    with running_mcp_memory(
+        redis_url=redis_server.url,
+        agents_dir=str(agents_dir),
+        auth_token=MCP_TOKEN,
+        capability_key=CAPABILITY_KEY,
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def store(redis_conn: redis.Redis) -> RedisMemoryStore:
+    redis_conn.flushall()
+    return RedisMemoryStore(redis_conn)
+
+
+async def test_a_note_is_kept_once_redacted_and_found_only_by_its_agent(
+    server: RunningMcpServer, store: RedisMemoryStore
+) -> None:
+    note = {
+        "text": "ron wants the canary at 5 %; token sk-ant-api03-abcdefghijklmnop",
+        "about": ["Ron"],
+    }
+    async with mcp_http_session(server.url, auth_token=MCP_TOKEN) as session:
+        first = await session.call_tool("remember", note, meta=meta(NOTE_TAKER, "memory:write"))
+        replay = await session.call_tool("remember", note, meta=meta(NOTE_TAKER, "memory:write"))
+        found = await session.call_tool(
+            "search_memory", {"query": "canary percentage"}, meta=meta(NOTE_TAKER, "memory:read")
+        )
+        # Another agent, even naming note-taker in the unsigned _meta, reads its own memory.
+        other = await session.call_tool(
+            "search_memory",
+            {"query": "canary percentage"},
+            meta=meta(OTHER, "memory:read", claimed=NOTE_TAKER),
+        )
+
+    assert not first.is_error, text_of(first)
+    assert text_of(first) == text_of(replay)  # the same call again: the same note
+    (kept,) = store.all(NOTE_TAKER)
+    assert (
+        kept.kind is MemoryKind.NOTE and kept.about == ("ron",) and kept.task_id == "t-note-taker"
+    )
+    assert "sk-ant-api03" not in kept.text and MASK in kept.text
+    assert text_of(found).startswith(f"[memory {kept.id}] a note you kept, task t-note-taker, ")
+    assert "ron wants the canary at 5 %" in text_of(found)
+    assert text_of(other) == "Nothing in your memory matches 'canary percentage'."
+    assert store.all(OTHER) == []
+
+
+async def test_each_tool_needs_its_grant_and_an_agent_with_memory(
+    server: RunningMcpServer, store: RedisMemoryStore
+) -> None:
+    async with mcp_http_session(server.url, auth_token=MCP_TOKEN) as session:
+        read_only = await session.call_tool(
+            "remember", {"text": "x"}, meta=meta(NOTE_TAKER, "memory:read")
+        )
+        hub_only = await session.call_tool(
+            "search_memory", {"query": "x"}, meta=meta(NOTE_TAKER, "hub:read")
+        )
+        no_memory = await session.call_tool(
+            "search_memory", {"query": "x"}, meta=meta(FORGETFUL, "memory:*")
+        )
+
+    assert read_only.is_error and "does not hold memory:write for remember" in text_of(read_only)
+    assert hub_only.is_error and "does not hold memory:read for search_memory" in text_of(hub_only)
+    assert no_memory.is_error and "has no memory (memory.enabled is false)" in text_of(no_memory)
+    assert store.all(NOTE_TAKER) == []

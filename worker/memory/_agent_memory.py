@@ -1,0 +1,132 @@
+"""One agent's memory as its tasks use it: recall at context build, remember after the task.
+
+``AgentMemory`` is bound to one agent when the task's definition is loaded, never to a
+name the model gives, so a task reads and writes only its own agent's memories.
+
+    recall:   candidates (newest SEARCH_WINDOW) → rank by the definition's strategy → Recall
+    remember: records → vectors (embedding_search) → store (size cap, oldest first)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from worker.agents import Memory
+from worker.memory._embeddings import Embedder, EmbeddingsUnavailable, unit
+from worker.memory._recall import (
+    Recalled,
+    RecallQuery,
+    rank_by_keywords,
+    rank_by_similarity,
+    rank_recent,
+)
+from worker.memory._records import MemoryRecord
+from worker.memory._store import SEARCH_WINDOW, MemoryStore, Written
+
+BYTES_PER_MB = 1024 * 1024
+# What of a task's text is embedded to search with: its start says what it is about.
+QUERY_CHARS = 4000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recall:
+    """What one recall found, by which strategy (``keyword`` when embedding_search had no
+    endpoint or its endpoint failed: ``fallback`` says why), and what it took."""
+
+    items: list[Recalled]
+    strategy: str
+    duration_ms: float
+    fallback: str = ""
+    candidates: int = 0
+    scores: list[float] = field(default_factory=list)
+
+
+class AgentMemory:
+    """The memory of ``agent`` under its definition's ``memory`` section."""
+
+    def __init__(
+        self, store: MemoryStore, agent: str, config: Memory, embedder: Embedder | None = None
+    ) -> None:
+        self._store = store
+        self.agent = agent
+        self.config = config
+        self._embedder = embedder
+
+    @property
+    def strategy(self) -> str:
+        """The strategy recall uses: embedding_search falls back to keyword without an endpoint."""
+        wanted = self.config.retrieval.strategy
+        return "keyword" if wanted == "embedding_search" and self._embedder is None else wanted
+
+    @property
+    def max_bytes(self) -> int:
+        return self.config.max_size_mb * BYTES_PER_MB
+
+    async def recall(self, query: RecallQuery, *, timeout_s: float) -> Recall:
+        started = time.perf_counter()
+        retrieval = self.config.retrieval
+        limit = retrieval.max_context_items
+        strategy, fallback = self.strategy, ""
+        items: list[Recalled] = []
+        if strategy == "recent":
+            candidates = len(items := rank_recent(self._store.newest(self.agent, limit), limit))
+        else:
+            ids = self._store.newest_ids(self.agent, SEARCH_WINDOW)
+            candidates = len(ids)
+            if strategy == "embedding_search" and ids:
+                try:
+                    items = await self._by_similarity(ids, query, timeout_s=timeout_s)
+                except EmbeddingsUnavailable as exc:
+                    strategy, fallback = "keyword", str(exc)
+            if strategy == "keyword" and ids:
+                items = rank_by_keywords(self._store.records(self.agent, ids), query, limit)
+        if self.config.retrieval.strategy == "embedding_search" and self._embedder is None:
+            fallback = fallback or "MEMORY_EMBEDDINGS_URL is not set"
+        return Recall(
+            items=items,
+            strategy=strategy,
+            duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            fallback=fallback,
+            candidates=candidates,
+            scores=[item.score for item in items],
+        )
+
+    async def remember(self, records: Sequence[MemoryRecord], *, timeout_s: float) -> Written:
+        """Store ``records`` (with their embeddings under embedding_search), within the cap.
+        An embeddings endpoint that fails leaves them without vectors, not unwritten."""
+        if not records:
+            return Written(written=0, evicted=0, bytes=self._store.usage(self.agent).bytes)
+        vectors: dict[str, list[float]] = {}
+        if self.strategy == "embedding_search" and self._embedder is not None:
+            try:
+                embedded = await self._embedder.embed(
+                    [record.text for record in records], timeout_s=timeout_s
+                )
+                pairs = zip(records, embedded, strict=True)
+                vectors = {record.id: unit(vector) for record, vector in pairs}
+            except EmbeddingsUnavailable:
+                vectors = {}
+        return self._store.add(self.agent, records, max_bytes=self.max_bytes, vectors=vectors)
+
+    async def _by_similarity(
+        self, ids: list[str], query: RecallQuery, *, timeout_s: float
+    ) -> list[Recalled]:
+        """Score the window's vectors, then read only the memories chosen."""
+        assert self._embedder is not None
+        query_text = query.text[:QUERY_CHARS]
+        (query_vector,) = await self._embedder.embed([query_text], timeout_s=timeout_s)
+        retrieval = self.config.retrieval
+        chosen = rank_by_similarity(
+            self._store.vectors(self.agent, ids),
+            query_vector,
+            threshold=retrieval.relevance_threshold,
+            limit=retrieval.max_context_items,
+        )
+        records = {r.id: r for r in self._store.records(self.agent, [i for i, _ in chosen])}
+        return [
+            Recalled(record=records[memory_id], score=score)
+            for memory_id, score in chosen
+            if memory_id in records
+        ]

@@ -1,0 +1,97 @@
+"""One memory: what an agent kept from a task, where it came from and when."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+
+class MemoryKind(StrEnum):
+    """What a memory holds; each is one switch of the definition's ``memory.remember``."""
+
+    CONVERSATION = "conversation"  # remember.conversations_with
+    DECISION = "decision"  # remember.decisions_made
+    FEEDBACK = "feedback"  # remember.feedback_received
+    PROJECT = "project"  # remember.projects_worked_on
+    NOTE = "note"  # written by the agent itself, through the memory MCP server
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRecord:
+    """One memory of one agent. ``text`` is stored redacted; ``about`` names the agents or
+    people it concerns (lower-cased Hub ids), so that one of them can be forgotten."""
+
+    id: str
+    kind: MemoryKind
+    text: str
+    task_id: str
+    created_at: float
+    about: tuple[str, ...] = ()
+    thread: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "id": self.id,
+                "kind": self.kind.value,
+                "text": self.text,
+                "task_id": self.task_id,
+                "created_at": float(self.created_at),
+                "about": list(self.about),
+                "thread": self.thread,
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> MemoryRecord | None:
+        """The record, or None for a value that is not one (never raises on stored data)."""
+        try:
+            data: Any = json.loads(raw)
+            return cls(
+                id=str(data["id"]),
+                kind=MemoryKind(data["kind"]),
+                text=str(data["text"]),
+                task_id=str(data["task_id"]),
+                created_at=float(data["created_at"]),
+                about=tuple(str(name) for name in data.get("about") or ()),
+                thread=str(data["thread"]) if data.get("thread") else None,
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def source(self) -> str:
+        """Where it came from and when, as one line: ``conversation with ron, thread p-42,
+        task t-1, 2026-11-25 19:04 UTC``."""
+        what = {
+            MemoryKind.CONVERSATION: f"conversation with {', '.join(self.about) or 'someone'}",
+            MemoryKind.DECISION: "a decision you stated",
+            MemoryKind.FEEDBACK: f"feedback from {', '.join(self.about) or 'someone'}",
+            MemoryKind.PROJECT: "work you did",
+            MemoryKind.NOTE: "a note you kept",
+        }[self.kind]
+        where = f", thread {self.thread}" if self.thread else ""
+        when = datetime.fromtimestamp(self.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        return f"{what}{where}, task {self.task_id}, {when}"
+
+    def mentions(self, name: str) -> bool:
+        """Whether the memory concerns ``name``: it is about them, or its text names them."""
+        wanted = name.strip().lower()
+        if not wanted:
+            return False
+        # As a whole name: forgetting "ron" must not touch a memory that says "wrong".
+        named = re.compile(rf"(?<![\w-]){re.escape(wanted)}(?![\w-])")
+        return wanted in self.about or named.search(self.text.lower()) is not None
+
+
+def memory_id(*parts: str) -> str:
+    """A stable id from what makes a memory the same one (a re-run of a task, the same
+    comment read again): writing it again replaces it instead of adding a copy."""
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).hexdigest()
+    return f"m-{digest}"
