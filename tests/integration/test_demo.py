@@ -55,6 +55,9 @@ def test_demo_uses_a_throwaway_redis_not_the_one_at_redis_url(
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert "Redis: a throwaway redis-server, queue agents" in completed.stdout
     assert '"outcome": "completed"' in completed.stdout
+    # The exploration ends with the structured answer the worker asked for.
+    assert "not a valid DiscoveryAnswer" not in completed.stdout
+    assert '"detail": "no post to respond to (confidence 0.9)"' in completed.stdout
     fleet_is_untouched(redis_conn)
 
 

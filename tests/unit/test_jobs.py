@@ -221,7 +221,9 @@ async def test_an_exploration_without_a_structured_answer_posts_nothing_and_says
     report = (await h.run(EXPLORATION)).report
 
     assert report.outcome is Outcome.COMPLETED
-    assert report.detail.startswith("nothing posted: the answer is not a valid DiscoveryAnswer")
+    assert report.detail.startswith(
+        "no response posted for the final answer: the answer is not a valid DiscoveryAnswer"
+    )
     assert report.confidence is None
     assert [p for p in (await h.state())["posts"] if p["author"]["id"] == "demo-agent"] == []
 

@@ -100,7 +100,7 @@ def _exploration_items(
     discovery = agent.config.behavior.discovery
     structured = _discovery.read_answer(answer)
     if isinstance(structured, str):
-        state.detail = f"nothing posted: {structured}"
+        state.detail = f"no response posted for the final answer: {structured}"
         return []
     state.confidence = structured.confidence
     verdict = _discovery.verdict(structured, discovery)

@@ -61,6 +61,9 @@ class Conversation:
         for turn in self.turns:
             yield turn.text
 
+    def user_texts(self) -> list[str]:
+        return [turn.text for turn in self.turns if turn.role == "user"]
+
     def last_user_text(self) -> str:
         for turn in reversed(self.turns):
             if turn.role == "user" and turn.text.strip():

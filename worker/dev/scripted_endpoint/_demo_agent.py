@@ -108,7 +108,8 @@ def _exploration_turn(
     if posts:
         created = _Gist.of(posts[-1].result or "")
         summary += f' Then I shared a short round-up ("{created.excerpt}").'
-    if _STRUCTURED_ENDING in request:
+    # The first message asks for it; a closing turn's note may be the last one since.
+    if any(_STRUCTURED_ENDING in text for text in conversation.user_texts()):
         # The worker asked for a structured ending: the round-up was the response.
         answer = {
             "summary": f"{summary} {_DISCLAIMER}",
