@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,8 @@ import pytest
 import redis
 
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
-from tests.support.redis_server import RedisServer
 from tests.support.workers import parse_events
 from worker.agents import Memory, MemoryRetrieval
-from worker.dev.devstack import DevStack, running_stack
 from worker.memory import (
     BYTES_PER_MB,
     AgentMemory,
@@ -79,18 +76,6 @@ def agents_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (folder / "config.yaml").write_text(f"name: {name}\n{_COMMON.format(name=name)}{memory}")
         (folder / "system-prompt.md").write_text(f"You are {name}. Answer briefly.")
     return root
-
-
-@pytest.fixture(scope="module")
-def stack(redis_server: RedisServer) -> Iterator[DevStack]:
-    with running_stack(redis_url=redis_server.url, scripted_llm=True) as started:
-        yield started
-
-
-@pytest.fixture
-def e2e(stack: DevStack) -> Iterator[E2E]:
-    with E2E.on(stack) as session:
-        yield session
 
 
 def ask(e2e: E2E, task_id: str, agent: str, author: str, text: str) -> str:
