@@ -307,7 +307,7 @@ def test_embedding_search_recalls_the_close_memory_and_drops_the_far_one(
         [
             {"text": "Set maxmemory-policy to noeviction for the rq queues."},
             {"text": "Cherry tomatoes grow well in partial shade."},
-            {"text": "noeviction, as before."},
+            {"text": "noeviction, as before.", "usage": {"input_tokens": 1000, "output_tokens": 7}},
         ],
     )
     ask(e2e, "emb-1", EMBEDDER, "ron", "our redis cluster loses keys under maxmemory pressure.")
@@ -316,7 +316,8 @@ def test_embedding_search_recalls_the_close_memory_and_drops_the_far_one(
     vectors = e2e.redis.hlen(redis_keys.memory_vectors(EMBEDDER))
     assert vectors == 2
 
-    ask(e2e, "emb-3", EMBEDDER, "bob", "which maxmemory policy keeps redis from losing queue keys?")
+    ask(e2e, "emb-3", EMBEDDER, "alice", "which maxmemory policy keeps redis from losing keys?")
+    calls_before = len(e2e.llm.requests("embeddings"))
     stderr = run(e2e, agents_dir, **embeddings)
 
     (recalled,) = task_events(stderr, "memory_recalled", "emb-3")
@@ -325,6 +326,21 @@ def test_embedding_search_recalls_the_close_memory_and_drops_the_far_one(
     (block,) = memory_blocks(first_prompt(e2e, EMBEDDER))
     assert "maxmemory pressure" in block and "tomato" not in block
     assert e2e.llm.requests("embeddings")  # the worker asked the endpoint for vectors
+
+    # The embeddings calls are the task's spend, counted with its model's input tokens: what
+    # the endpoint reported (its usage counts the words of each input) for emb-3's recall
+    # query and for the memories it wrote.
+    calls = e2e.llm.requests("embeddings")[calls_before:]
+    reported = sum(len(text.split()) for call in calls for text in call["body"]["input"])
+    (written,) = task_events(stderr, "memory_written", "emb-3")
+    assert len(calls) == 2
+    assert recalled["embedding_tokens"] + written["embedding_tokens"] == reported
+    report = e2e.report("emb-3")
+    assert report["tokens_input"] == 1000 + reported and report["tokens_output"] == 7
+    (consumption,) = [
+        record for record in e2e.hub.state()["consumption"] if record["activation_id"] == "emb-3"
+    ]
+    assert consumption["tokens_input"] == 1000 + reported
 
 
 def test_embedding_search_without_an_endpoint_warns_and_searches_by_keyword(
