@@ -2,8 +2,9 @@
 and the next task's prompt (as the scripted endpoint received it) recalls.
 
 The stack is the end-to-end one (private redis-server, devhub, mcp-hub, scripted
-endpoint); the agents live in a definitions tree of this module. Each agent's model
-name is its scenario, and its memory is on.
+endpoint, and for the memory tools the real ``mcp_servers.memory``); the agents live in a
+definitions tree of this module. Each agent's model name is its scenario, and its memory is
+on.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import redis
 
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
+from tests.support.mcp_servers import RunningMcpServer, running_mcp_memory
 from tests.support.redis_server import RedisServer
 from tests.support.workers import parse_events
 from worker.agents import Memory, MemoryRetrieval
@@ -39,6 +41,8 @@ pytestmark = pytest.mark.integration
 KEEPER = "mem-keeper"
 NEWCOMER = "mem-newcomer"
 EMBEDDER = "mem-embedder"
+NOTE_TAKER = "mem-note-taker"
+UNGRANTED = "mem-ungranted"
 _COMMON = """
 type: native
 brain: {{provider: openai, model: {name}, max_tokens: 300}}
@@ -66,6 +70,15 @@ memory:
   remember: {conversations_with: [ron, alice]}
   retrieval: {strategy: embedding_search, max_context_items: 5, relevance_threshold: 0.15}
 """,
+    # Both keep only what they write through the memory tools; one holds their grants.
+    NOTE_TAKER: """
+capabilities: {grants: [memory:read, memory:write], mcp_servers: [memory]}
+memory: {enabled: true, retrieval: {strategy: keyword}}
+""",
+    UNGRANTED: """
+capabilities: {grants: [hub:read], mcp_servers: [memory]}
+memory: {enabled: true, retrieval: {strategy: keyword}}
+""",
 }
 MEMORY_BLOCK = re.compile(r"<(untrusted-content-[0-9a-f]{16}) kind=\"memory\">\n(.*?)\n</\1>", re.S)
 
@@ -91,6 +104,32 @@ def stack(redis_server: RedisServer) -> Iterator[DevStack]:
 def e2e(stack: DevStack) -> Iterator[E2E]:
     with E2E.on(stack) as session:
         yield session
+
+
+@pytest.fixture(scope="module")
+def memory_server(stack: DevStack, agents_dir: Path) -> Iterator[RunningMcpServer]:
+    """``python -m mcp_servers.memory`` on the stack's Redis, verifying its capabilities."""
+    with running_mcp_memory(
+        redis_url=stack.redis_url,
+        agents_dir=str(agents_dir),
+        auth_token=stack.mcp_auth_token,
+        capability_key=stack.capability_key,
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def memory_mcp_config(
+    stack: DevStack, memory_server: RunningMcpServer, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The stack's MCP_CONFIG plus the memory server, its tools granted as the README says."""
+    path = tmp_path_factory.mktemp("memory-mcp") / "mcp.yaml"
+    path.write_text(
+        stack.mcp_config.read_text()
+        + f"  memory:\n    url: {memory_server.url}\n    first_party: true\n"
+        + "    tools: {search_memory: memory:read, remember: memory:write}\n"
+    )
+    return path
 
 
 def ask(e2e: E2E, task_id: str, agent: str, author: str, text: str) -> str:
@@ -411,3 +450,103 @@ async def test_a_real_embedding_model_ranks_the_related_memory_first(
     assert found.strategy == "embedding_search"
     assert [item.record.id for item in found.items] == ["m-redis", "m-garden"]
     assert found.items[0].score > found.items[1].score
+
+
+# -- memory as tools: the model keeps a note in one task and finds it in the next -----------------
+
+
+def offered_tools(request: dict[str, Any]) -> set[str]:
+    return {tool["function"]["name"] for tool in request["body"].get("tools", [])}
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["body"]["messages"] if m.get("role") == "tool"]
+
+
+def test_a_granted_agent_keeps_a_note_with_the_memory_tool_and_finds_it_in_its_next_task(
+    e2e: E2E, agents_dir: Path, memory_mcp_config: Path, memory_server: RunningMcpServer
+) -> None:
+    note = "ron wants the blue-green deploy shipped on Fridays only, never on Mondays."
+    e2e.llm.set_scenario(
+        NOTE_TAKER,
+        [
+            {
+                "tool_calls": [
+                    {"name": "memory__remember", "arguments": {"text": note, "about": ["ron"]}}
+                ]
+            },
+            {"text": "Noted: Fridays."},
+            {
+                "tool_calls": [
+                    {
+                        "name": "memory__search_memory",
+                        "arguments": {"query": "blue-green deploy day"},
+                    }
+                ]
+            },
+            {"text": "On a Friday, as ron asked."},
+        ],
+    )
+    ask(e2e, "note-1", NOTE_TAKER, "ron", "please ship the blue-green deploy on Fridays only.")
+    first = run(e2e, agents_dir, MCP_CONFIG=str(memory_mcp_config))
+    ask(e2e, "note-2", NOTE_TAKER, "bob", "which day do we ship the blue-green deploy?")
+    run(e2e, agents_dir, MCP_CONFIG=str(memory_mcp_config))
+
+    requests = e2e.llm.requests(NOTE_TAKER)
+    assert len(requests) == 4
+    assert {"memory__remember", "memory__search_memory"} <= offered_tools(requests[0])
+    # Task 1: the server kept the note as this agent's, and told the model so.
+    (kept,) = tool_results(requests[1])
+    assert re.search(r"Remembered m-[0-9a-f]+\.", kept)
+    records = RedisMemoryStore(e2e.redis).newest(NOTE_TAKER, 10)
+    assert [(r.kind, r.text, r.task_id, r.about) for r in records] == [
+        (MemoryKind.NOTE, note, "note-1", ("ron",))
+    ]
+    assert e2e.report("note-1")["tool_calls"] == 1
+    (called,) = task_events(first, "tool_call", "note-1")
+    assert (called["tool"], called["outcome"]) == ("memory__remember", "ok")
+    # Task 2: the search found it, and the model read it as a tool result (untrusted data).
+    (found,) = tool_results(requests[3])
+    assert note in found and "a note you kept, task note-1" in found
+    assert re.search(r"<untrusted-content-[0-9a-f]{16} kind=\"tool-result\"", found)
+    # The server acted for the agent the task's signed capability names.
+    server_calls = [
+        (event["agent"], event["tool"], event["outcome"])
+        for task in ("note-1", "note-2")
+        for event in task_events(memory_server.stderr_text(), "tool_call", task)
+    ]
+    assert server_calls == [
+        (NOTE_TAKER, "remember", "ok"),
+        (NOTE_TAKER, "search_memory", "ok"),
+    ]
+
+
+def test_an_agent_without_the_memory_grants_is_neither_offered_nor_allowed_the_tools(
+    e2e: E2E, agents_dir: Path, memory_mcp_config: Path
+) -> None:
+    e2e.llm.set_scenario(
+        UNGRANTED,
+        [
+            {
+                "tool_calls": [
+                    {"name": "memory__remember", "arguments": {"text": "ron is wrong."}},
+                    {"name": "memory__search_memory", "arguments": {"query": "ron"}},
+                ]
+            },
+            {"text": "Done."},
+        ],
+    )
+    ask(e2e, "ungranted-1", UNGRANTED, "ron", "remember that I am always right.")
+    stderr = run(e2e, agents_dir, MCP_CONFIG=str(memory_mcp_config))
+
+    first, second = e2e.llm.requests(UNGRANTED)
+    assert not {name for name in offered_tools(first) if name.startswith("memory__")}
+    results = tool_results(second)
+    assert any("Missing grant memory:write" in result for result in results), results
+    assert any("Missing grant memory:read" in result for result in results), results
+    denied = task_events(stderr, "grant_denied", "ungranted-1")
+    assert {(event["tool"], event["required_grant"]) for event in denied} == {
+        ("memory__remember", "memory:write"),
+        ("memory__search_memory", "memory:read"),
+    }
+    assert RedisMemoryStore(e2e.redis).newest(UNGRANTED, 10) == []
