@@ -903,6 +903,7 @@ def test_mcp_and_scheduler_units_keep_their_secrets_apart() -> None:
     for unit_name, module, port in (
         ("agent-worker-mcp-hub.service", "mcp_servers.hub", "8101"),
         ("agent-worker-mcp-web.service", "mcp_servers.web", "8102"),
+        ("agent-worker-mcp-memory.service", "mcp_servers.memory", "8103"),
     ):
         unit = systemd_unit(unit_name)
         command = shlex.split(one(unit, "Service", "ExecStart"))
@@ -967,6 +968,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         "agent-worker@.service",
         "agent-worker-mcp-hub.service",
         "agent-worker-mcp-web.service",
+        "agent-worker-mcp-memory.service",
         "agent-worker-scheduler.service",
     }
 
