@@ -80,7 +80,7 @@ async def recall(
     except Exception as exc:  # Redis refusing, a store of another kind failing
         log_event("memory_unavailable", "warning", task=task.task_id, step="recall", error=str(exc))
         return ""
-    state.memory_tokens += found.embedding_tokens
+    _count_embeddings(runtime, state, found.embedding_tokens)
     block = memory_block(found.items, blocks)
     runtime.metrics.memory_recalled(
         agent=memory.agent,
@@ -136,7 +136,7 @@ async def remember(
     except Exception as exc:
         log_event("memory_unavailable", "warning", task=task.task_id, step="write", error=str(exc))
         return
-    state.memory_tokens += written.embedding_tokens
+    _count_embeddings(runtime, state, written.embedding_tokens)
     runtime.metrics.memory_written(
         agent=memory.agent, kinds=[record.kind.value for record in records], evicted=written.evicted
     )
@@ -149,6 +149,15 @@ async def remember(
         bytes=written.bytes,
         embedding_tokens=written.embedding_tokens,
     )
+
+
+def _count_embeddings(runtime: TaskRuntime, state: RunState, tokens: int) -> None:
+    """An embeddings call's tokens: in the task's usage and in the fleet's token counter."""
+    if tokens:
+        state.memory_tokens += tokens
+        runtime.metrics.embeddings_call(
+            model=runtime.settings.memory_embeddings_model, tokens=tokens
+        )
 
 
 def task_exchange(
