@@ -2,8 +2,9 @@
 and the next task's prompt (as the scripted endpoint received it) recalls.
 
 The stack is the end-to-end one (private redis-server, devhub, mcp-hub, scripted
-endpoint); the agents live in a definitions tree of this module. Each agent's model
-name is its scenario, and its memory is on.
+endpoint, and for the memory tools the real ``mcp_servers.memory``); the agents live in a
+definitions tree of this module. Each agent's model name is its scenario, and its memory is
+on.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,10 @@ import pytest
 import redis
 
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
+from tests.support.mcp_servers import RunningMcpServer, running_mcp_memory
 from tests.support.workers import parse_events
 from worker.agents import Memory, MemoryRetrieval
+from worker.dev.devstack import DevStack
 from worker.memory import (
     BYTES_PER_MB,
     AgentMemory,
@@ -36,6 +40,8 @@ pytestmark = pytest.mark.integration
 KEEPER = "mem-keeper"
 NEWCOMER = "mem-newcomer"
 EMBEDDER = "mem-embedder"
+NOTE_TAKER = "mem-note-taker"
+UNGRANTED = "mem-ungranted"
 _COMMON = """
 type: native
 brain: {{provider: openai, model: {name}, max_tokens: 300}}
@@ -63,6 +69,15 @@ memory:
   remember: {conversations_with: [ron, alice]}
   retrieval: {strategy: embedding_search, max_context_items: 5, relevance_threshold: 0.15}
 """,
+    # Both keep only what they write through the memory tools; one holds their grants.
+    NOTE_TAKER: """
+capabilities: {grants: [memory:read, memory:write], mcp_servers: [memory]}
+memory: {enabled: true, retrieval: {strategy: keyword}}
+""",
+    UNGRANTED: """
+capabilities: {grants: [hub:read], mcp_servers: [memory]}
+memory: {enabled: true, retrieval: {strategy: keyword}}
+""",
 }
 MEMORY_BLOCK = re.compile(r"<(untrusted-content-[0-9a-f]{16}) kind=\"memory\">\n(.*?)\n</\1>", re.S)
 
@@ -76,6 +91,32 @@ def agents_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (folder / "config.yaml").write_text(f"name: {name}\n{_COMMON.format(name=name)}{memory}")
         (folder / "system-prompt.md").write_text(f"You are {name}. Answer briefly.")
     return root
+
+
+@pytest.fixture(scope="module")
+def memory_server(stack: DevStack, agents_dir: Path) -> Iterator[RunningMcpServer]:
+    """``python -m mcp_servers.memory`` on the stack's Redis, verifying its capabilities."""
+    with running_mcp_memory(
+        redis_url=stack.redis_url,
+        agents_dir=str(agents_dir),
+        auth_token=stack.mcp_auth_token,
+        capability_key=stack.capability_key,
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def memory_mcp_config(
+    stack: DevStack, memory_server: RunningMcpServer, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The stack's MCP_CONFIG plus the memory server, its tools granted as the README says."""
+    path = tmp_path_factory.mktemp("memory-mcp") / "mcp.yaml"
+    path.write_text(
+        stack.mcp_config.read_text()
+        + f"  memory:\n    url: {memory_server.url}\n    first_party: true\n"
+        + "    tools: {search_memory: memory:read, remember: memory:write}\n"
+    )
+    return path
 
 
 def ask(e2e: E2E, task_id: str, agent: str, author: str, text: str) -> str:
@@ -292,7 +333,7 @@ def test_embedding_search_recalls_the_close_memory_and_drops_the_far_one(
         [
             {"text": "Set maxmemory-policy to noeviction for the rq queues."},
             {"text": "Cherry tomatoes grow well in partial shade."},
-            {"text": "noeviction, as before."},
+            {"text": "noeviction, as before.", "usage": {"input_tokens": 1000, "output_tokens": 7}},
         ],
     )
     ask(e2e, "emb-1", EMBEDDER, "ron", "our redis cluster loses keys under maxmemory pressure.")
@@ -301,7 +342,8 @@ def test_embedding_search_recalls_the_close_memory_and_drops_the_far_one(
     vectors = e2e.redis.hlen(redis_keys.memory_vectors(EMBEDDER))
     assert vectors == 2
 
-    ask(e2e, "emb-3", EMBEDDER, "bob", "which maxmemory policy keeps redis from losing queue keys?")
+    ask(e2e, "emb-3", EMBEDDER, "alice", "which maxmemory policy keeps redis from losing keys?")
+    calls_before = len(e2e.llm.requests("embeddings"))
     stderr = run(e2e, agents_dir, **embeddings)
 
     (recalled,) = task_events(stderr, "memory_recalled", "emb-3")
@@ -310,6 +352,21 @@ def test_embedding_search_recalls_the_close_memory_and_drops_the_far_one(
     (block,) = memory_blocks(first_prompt(e2e, EMBEDDER))
     assert "maxmemory pressure" in block and "tomato" not in block
     assert e2e.llm.requests("embeddings")  # the worker asked the endpoint for vectors
+
+    # The embeddings calls are the task's spend, counted with its model's input tokens: what
+    # the endpoint reported (its usage counts the words of each input) for emb-3's recall
+    # query and for the memories it wrote.
+    calls = e2e.llm.requests("embeddings")[calls_before:]
+    reported = sum(len(text.split()) for call in calls for text in call["body"]["input"])
+    (written,) = task_events(stderr, "memory_written", "emb-3")
+    assert len(calls) == 2
+    assert recalled["embedding_tokens"] + written["embedding_tokens"] == reported
+    report = e2e.report("emb-3")
+    assert report["tokens_input"] == 1000 + reported and report["tokens_output"] == 7
+    (consumption,) = [
+        record for record in e2e.hub.state()["consumption"] if record["activation_id"] == "emb-3"
+    ]
+    assert consumption["tokens_input"] == 1000 + reported
 
 
 def test_embedding_search_without_an_endpoint_warns_and_searches_by_keyword(
@@ -380,3 +437,103 @@ async def test_a_real_embedding_model_ranks_the_related_memory_first(
     assert found.strategy == "embedding_search"
     assert [item.record.id for item in found.items] == ["m-redis", "m-garden"]
     assert found.items[0].score > found.items[1].score
+
+
+# -- memory as tools: the model keeps a note in one task and finds it in the next -----------------
+
+
+def offered_tools(request: dict[str, Any]) -> set[str]:
+    return {tool["function"]["name"] for tool in request["body"].get("tools", [])}
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["body"]["messages"] if m.get("role") == "tool"]
+
+
+def test_a_granted_agent_keeps_a_note_with_the_memory_tool_and_finds_it_in_its_next_task(
+    e2e: E2E, agents_dir: Path, memory_mcp_config: Path, memory_server: RunningMcpServer
+) -> None:
+    note = "ron wants the blue-green deploy shipped on Fridays only, never on Mondays."
+    e2e.llm.set_scenario(
+        NOTE_TAKER,
+        [
+            {
+                "tool_calls": [
+                    {"name": "memory__remember", "arguments": {"text": note, "about": ["ron"]}}
+                ]
+            },
+            {"text": "Noted: Fridays."},
+            {
+                "tool_calls": [
+                    {
+                        "name": "memory__search_memory",
+                        "arguments": {"query": "blue-green deploy day"},
+                    }
+                ]
+            },
+            {"text": "On a Friday, as ron asked."},
+        ],
+    )
+    ask(e2e, "note-1", NOTE_TAKER, "ron", "please ship the blue-green deploy on Fridays only.")
+    first = run(e2e, agents_dir, MCP_CONFIG=str(memory_mcp_config))
+    ask(e2e, "note-2", NOTE_TAKER, "bob", "which day do we ship the blue-green deploy?")
+    run(e2e, agents_dir, MCP_CONFIG=str(memory_mcp_config))
+
+    requests = e2e.llm.requests(NOTE_TAKER)
+    assert len(requests) == 4
+    assert {"memory__remember", "memory__search_memory"} <= offered_tools(requests[0])
+    # Task 1: the server kept the note as this agent's, and told the model so.
+    (kept,) = tool_results(requests[1])
+    assert re.search(r"Remembered m-[0-9a-f]+\.", kept)
+    records = RedisMemoryStore(e2e.redis).newest(NOTE_TAKER, 10)
+    assert [(r.kind, r.text, r.task_id, r.about) for r in records] == [
+        (MemoryKind.NOTE, note, "note-1", ("ron",))
+    ]
+    assert e2e.report("note-1")["tool_calls"] == 1
+    (called,) = task_events(first, "tool_call", "note-1")
+    assert (called["tool"], called["outcome"]) == ("memory__remember", "ok")
+    # Task 2: the search found it, and the model read it as a tool result (untrusted data).
+    (found,) = tool_results(requests[3])
+    assert note in found and "a note you kept, task note-1" in found
+    assert re.search(r"<untrusted-content-[0-9a-f]{16} kind=\"tool-result\"", found)
+    # The server acted for the agent the task's signed capability names.
+    server_calls = [
+        (event["agent"], event["tool"], event["outcome"])
+        for task in ("note-1", "note-2")
+        for event in task_events(memory_server.stderr_text(), "tool_call", task)
+    ]
+    assert server_calls == [
+        (NOTE_TAKER, "remember", "ok"),
+        (NOTE_TAKER, "search_memory", "ok"),
+    ]
+
+
+def test_an_agent_without_the_memory_grants_is_neither_offered_nor_allowed_the_tools(
+    e2e: E2E, agents_dir: Path, memory_mcp_config: Path
+) -> None:
+    e2e.llm.set_scenario(
+        UNGRANTED,
+        [
+            {
+                "tool_calls": [
+                    {"name": "memory__remember", "arguments": {"text": "ron is wrong."}},
+                    {"name": "memory__search_memory", "arguments": {"query": "ron"}},
+                ]
+            },
+            {"text": "Done."},
+        ],
+    )
+    ask(e2e, "ungranted-1", UNGRANTED, "ron", "remember that I am always right.")
+    stderr = run(e2e, agents_dir, MCP_CONFIG=str(memory_mcp_config))
+
+    first, second = e2e.llm.requests(UNGRANTED)
+    assert not {name for name in offered_tools(first) if name.startswith("memory__")}
+    results = tool_results(second)
+    assert any("Missing grant memory:write" in result for result in results), results
+    assert any("Missing grant memory:read" in result for result in results), results
+    denied = task_events(stderr, "grant_denied", "ungranted-1")
+    assert {(event["tool"], event["required_grant"]) for event in denied} == {
+        ("memory__remember", "memory:write"),
+        ("memory__search_memory", "memory:read"),
+    }
+    assert RedisMemoryStore(e2e.redis).newest(UNGRANTED, 10) == []

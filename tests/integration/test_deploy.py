@@ -30,11 +30,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
 from mcp_servers import hub as hub_server
+from mcp_servers import memory as memory_server
 from mcp_servers import web as web_server
 from mcp_servers._ssrf import AddressPolicy
-from tests.support.mcp_servers import running_mcp_hub, running_mcp_web
+from tests.support.mcp_servers import running_mcp_hub, running_mcp_memory, running_mcp_web
 from tests.support.promtool import PROMTOOL_MISSING, find_promtool
-from tests.support.redis_server import free_port, running_redis
+from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.strict_yaml import load_document
 from worker.agents import Limits
 from worker.metrics import JobMetrics, WorkerMetrics, start_metrics_server, stop_metrics_server
@@ -47,6 +48,8 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
+# The definitions compose mounts by default (AGENTS_HOST_DIR unset).
+DEMO_AGENTS = REPO / "worker" / "dev" / "demo" / "agents"
 PROMETHEUS_DIR = DEPLOY / "prometheus"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "agent-worker.json"
 SYSTEMD_DIR = DEPLOY / "systemd"
@@ -83,7 +86,7 @@ TARGET_LABELS = frozenset({"job", "instance"})
 SAME_ON_EVERY_WORKER = ("agent_queue_jobs", "agent_outbox_items")
 FAILING_OUTCOMES = {"model_error", "autonomy_violation", "invalid_task", "error"}
 
-OUR_SERVICES = ("worker", "mcp-hub", "mcp-web", "scheduler")
+OUR_SERVICES = ("worker", "mcp-hub", "mcp-web", "mcp-memory", "scheduler")
 PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
 # Beyond our Settings, the worker container sets what rq's CLI reads.
 RQ_VARIABLES = frozenset({"RQ_WORKER_CLASS", "RQ_CONFIG"})
@@ -675,6 +678,7 @@ def test_compose_runs_the_whole_fleet() -> None:
         "worker",
         "mcp-hub",
         "mcp-web",
+        "mcp-memory",
         "scheduler",
         "prometheus",
         "grafana",
@@ -683,6 +687,7 @@ def test_compose_runs_the_whole_fleet() -> None:
     assert services["scheduler"]["command"] == ["agent-worker", "schedule"]
     assert services["mcp-hub"]["command"][:3] == ["python", "-m", "mcp_servers.hub"]
     assert services["mcp-web"]["command"][:3] == ["python", "-m", "mcp_servers.web"]
+    assert services["mcp-memory"]["command"][:3] == ["python", "-m", "mcp_servers.memory"]
     assert environment("worker")["RQ_WORKER_CLASS"] == "worker.AgentWorker"
     # rq's CLI falls back to REDIS_URL: a second variable could only make them differ.
     assert "REDIS_URL" in environment("worker")
@@ -731,7 +736,9 @@ def test_secrets_reach_only_the_services_that_need_them() -> None:
     assert holders("HUB_API_KEY") == {"worker", "mcp-hub", "scheduler"}
     for key in PROVIDER_KEYS:
         assert holders(key) == {"worker"}, key
-    assert holders("MCP_AUTH_TOKEN") == {"worker", "mcp-hub", "mcp-web"}
+    assert holders("MCP_AUTH_TOKEN") == {"worker", "mcp-hub", "mcp-web", "mcp-memory"}
+    # The embeddings key reaches only the processes that embed (the worker, mcp-memory).
+    assert holders("MEMORY_EMBEDDINGS_API_KEY") == {"worker", "mcp-memory"}
     # An env_file would hand the whole deploy/.env to a service.
     for name, definition in compose()["services"].items():
         assert "env_file" not in definition, name
@@ -794,7 +801,8 @@ def test_worker_stop_waits_for_the_running_task() -> None:
 def test_mcp_config_points_at_the_compose_mcp_services() -> None:
     config = load_mcp_config(DEPLOY / "mcp.yaml")
 
-    for server_name, service_name in (("hub", "mcp-hub"), ("web", "mcp-web")):
+    servers = (("hub", "mcp-hub"), ("web", "mcp-web"), ("memory", "mcp-memory"))
+    for server_name, service_name in servers:
         url = urlsplit(config.servers[server_name].url or "")
         assert (url.scheme, url.hostname, url.path) == ("http", service_name, "/mcp")
         command = service(service_name)["command"]
@@ -811,39 +819,51 @@ async def test_mcp_config_maps_every_tool_our_servers_expose_and_nothing_else() 
     assert set(config.servers["hub"].tools) == {tool.name for tool in hub_tools}
     assert set(config.servers["web"].tools) == {tool.name for tool in web_tools}
     assert config.servers["web"].tools == {"fetch": "web:read"}
+    memory_tools = await memory_server.build_server(Settings()).list_tools()
+    assert set(config.servers["memory"].tools) == {tool.name for tool in memory_tools}
+    assert config.servers["memory"].tools == memory_server.TOOL_GRANTS
 
 
 @pytest.mark.anyio
-async def test_deploy_mcp_config_and_grant_policy_drive_the_real_servers(tmp_path: Path) -> None:
+async def test_deploy_mcp_config_and_grant_policy_drive_the_real_servers(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
     token = "deploy-test-token-8d2e"
     policy = load_grant_policy(DEPLOY / "grant-policy.yaml")
     with (
         running_mcp_hub(hub_url=f"http://127.0.0.1:{free_port()}", auth_token=token) as hub,
         running_mcp_web(auth_token=token) as web,
+        running_mcp_memory(
+            redis_url=redis_server.url, agents_dir=str(DEMO_AGENTS), auth_token=token
+        ) as memory,
     ):
         # deploy/mcp.yaml as it is, with the compose hostnames pointed at these servers.
         document = load_yaml(DEPLOY / "mcp.yaml")
         document["servers"]["hub"]["url"] = hub.url
         document["servers"]["web"]["url"] = web.url
+        document["servers"]["memory"]["url"] = memory.url
         local_config = tmp_path / "mcp.yaml"
         local_config.write_text(yaml.safe_dump(document))
         config = load_mcp_config(local_config)
 
         async def offered(agent: str) -> set[str]:
-            grants = policy.effective_grants(agent, ["hub:*", "web:*"])
+            grants = policy.effective_grants(agent, ["hub:*", "web:*", "memory:*"])
             async with McpToolbox.open(config, grants=grants, auth_token=token) as toolbox:
                 assert not toolbox.unavailable_servers
                 return {spec.name for spec in toolbox.offered()}
 
         everything = {
             f"{server}__{tool}"
-            for server in ("hub", "web")
+            for server in ("hub", "web", "memory")
             for tool in document["servers"][server]["tools"]
         }
         assert await offered("any-agent") == everything
-        # The read-only example agent of the policy loses the Hub's write tools.
+        # The read-only example agent of the policy loses the Hub's write tools and memory.
         assert await offered("research-agent") == {
-            name for name in everything if name not in {"hub__create_post", "hub__create_comment"}
+            name
+            for name in everything
+            if name not in {"hub__create_post", "hub__create_comment"}
+            and not name.startswith("memory__")
         }
 
 
@@ -883,6 +903,7 @@ def test_mcp_and_scheduler_units_keep_their_secrets_apart() -> None:
     for unit_name, module, port in (
         ("agent-worker-mcp-hub.service", "mcp_servers.hub", "8101"),
         ("agent-worker-mcp-web.service", "mcp_servers.web", "8102"),
+        ("agent-worker-mcp-memory.service", "mcp_servers.memory", "8103"),
     ):
         unit = systemd_unit(unit_name)
         command = shlex.split(one(unit, "Service", "ExecStart"))
@@ -947,6 +968,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         "agent-worker@.service",
         "agent-worker-mcp-hub.service",
         "agent-worker-mcp-web.service",
+        "agent-worker-mcp-memory.service",
         "agent-worker-scheduler.service",
     }
 

@@ -44,12 +44,15 @@ SETTINGS_VARIABLES = {name.upper() for name in Settings.model_fields}
 MCP_SERVER_VARIABLES = {
     "mcp-hub": {"HUB_URL", "HUB_API_KEY", AUTH_TOKEN_ENV, CAPABILITY_KEY_ENV},
     "mcp-web": {AUTH_TOKEN_ENV, CAPABILITY_KEY_ENV, ALLOW_NETWORKS_ENV},
+    # The memory server reads the worker's settings (REDIS_URL, AGENTS_DIR, MEMORY_*).
+    "mcp-memory": SETTINGS_VARIABLES | {AUTH_TOKEN_ENV},
 }
 # Each process's secrets, as deploy/compose.yaml hands them out; provider keys: worker only.
 SECRETS_OF = {
     "worker": {"HUB_API_KEY", AUTH_TOKEN_ENV, CAPABILITY_KEY_ENV},
     "mcp-hub": {"HUB_API_KEY", AUTH_TOKEN_ENV, CAPABILITY_KEY_ENV},
     "mcp-web": {AUTH_TOKEN_ENV, CAPABILITY_KEY_ENV},
+    "mcp-memory": {AUTH_TOKEN_ENV, CAPABILITY_KEY_ENV},
     "scheduler": {"HUB_API_KEY"},
 }
 PROVIDER_KEYS = {"ANTHROPIC_API_KEY", "OPENAI_API_KEY"}
@@ -233,7 +236,7 @@ def test_ports_and_probes_match_the_defaults() -> None:
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert worker[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
     assert services["worker-metrics"]["spec"]["ports"][0]["port"] == metrics_port
-    for name in ("mcp-hub", "mcp-web"):
+    for name in ("mcp-hub", "mcp-web", "mcp-memory"):
         container = deployments[name]["spec"]["template"]["spec"]["containers"][0]
         default_port = int(procfile()[name][procfile()[name].index("--port") + 1])
         command = container["command"]
@@ -255,7 +258,7 @@ def test_selectors_of_services_and_disruption_budgets_match_their_pods() -> None
         selector = service["spec"]["selector"]
         assert any(selector.items() <= pod.items() for pod in labels.values()), service
     budgets = objects("PodDisruptionBudget")
-    assert set(budgets) == {"worker", "mcp-hub", "mcp-web"}
+    assert set(budgets) == {"worker", "mcp-hub", "mcp-web", "mcp-memory"}
     for name, budget in budgets.items():
         assert budget["spec"]["selector"]["matchLabels"].items() <= labels[name].items()
 
@@ -313,8 +316,22 @@ def test_mcp_config_and_grant_policy_parse_and_point_at_the_services(tmp_path: P
     urls = {name: server.url for name, server in config.servers.items()}
     assert urls == {
         name: f"http://mcp-{name}:{services[f'mcp-{name}']['spec']['ports'][0]['port']}/mcp"
-        for name in ("hub", "web")
+        for name in ("hub", "web", "memory")
     }
+
+
+def test_the_memory_server_reads_the_definitions_the_worker_reads(tmp_path: Path) -> None:
+    def definitions(deployment: str) -> dict[str, str]:
+        spec = objects("Deployment")[deployment]["spec"]["template"]["spec"]
+        agents_dir = env_value(spec["containers"][0], "AGENTS_DIR") or ""
+        root = pod_files(deployment, tmp_path / deployment)[agents_dir]
+        return {
+            str(path.relative_to(root)): path.read_text()
+            for path in root.rglob("*")
+            if path.is_file()
+        }
+
+    assert definitions("mcp-memory") == definitions("worker") != {}
 
 
 def test_the_worker_pod_lets_the_cli_sandbox_create_its_namespaces() -> None:

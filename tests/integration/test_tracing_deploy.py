@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 OVERLAY = DEPLOY / "kubernetes" / "tracing"
-TRACED_PROCESSES = {"worker", "mcp-hub", "mcp-web", "scheduler"}
+TRACED_PROCESSES = {"worker", "mcp-hub", "mcp-web", "mcp-memory", "scheduler"}
 
 
 def load(path: Path) -> Any:

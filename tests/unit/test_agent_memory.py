@@ -4,11 +4,13 @@ fakeredis, a scripted model)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import httpx2
@@ -21,14 +23,17 @@ from worker.jobs import TaskRuntime, execute_task
 from worker.memory import (
     BYTES_PER_MB,
     AgentMemory,
+    Embedded,
     EmbeddingsUnavailable,
     MemoryKind,
     MemoryRecord,
+    OpenAIEmbeddings,
     Recalled,
     RecallQuery,
     RedisMemoryStore,
     TaskExchange,
     decision_sentences,
+    estimated_tokens,
     extract_memories,
     memory_block,
     rank_by_keywords,
@@ -324,7 +329,7 @@ async def test_a_task_remembers_redacted_and_the_next_one_recalls(tmp_path: Path
 class DownEmbeddings:
     """An embeddings endpoint that never answers."""
 
-    async def embed(self, texts: Sequence[str], *, timeout_s: float) -> list[list[float]]:
+    async def embed(self, texts: Sequence[str], *, timeout_s: float) -> Embedded:
         raise EmbeddingsUnavailable("http://embeddings.invalid/v1/embeddings: ConnectError")
 
 
@@ -341,4 +346,88 @@ async def test_an_endpoint_that_fails_leaves_memories_unembedded_and_recall_on_k
 
     assert written.written == 1 and redis.hlen(redis_keys.memory_vectors(AGENT)) == 0
     assert found.strategy == "keyword" and "ConnectError" in found.fallback
+    assert [item.record.id for item in found.items] == ["m-1"]
+
+
+# -- embeddings are model spend: counted, and held within the task's max_tokens ---------------
+
+
+def embeddings_endpoint(usage: dict[str, int] | None) -> tuple[OpenAIEmbeddings, list[list[str]]]:
+    """The OpenAI embeddings API as a transport fake answering ``usage`` (or none), and the
+    inputs of every call it got."""
+    calls: list[list[str]] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        inputs = json.loads(request.content)["input"]
+        calls.append(inputs)
+        body: dict[str, Any] = {
+            "data": [{"index": i, "embedding": [1.0, 0.5]} for i in range(len(inputs))]
+        }
+        if usage is not None:
+            body["usage"] = usage
+        return httpx2.Response(200, json=body)
+
+    endpoint = OpenAIEmbeddings(
+        "http://embeddings.test/v1", model="e", transport=httpx2.MockTransport(answer)
+    )
+    return endpoint, calls
+
+
+@pytest.mark.anyio
+async def test_an_embeddings_call_reports_the_tokens_the_endpoint_counted() -> None:
+    endpoint, _ = embeddings_endpoint({"prompt_tokens": 17, "total_tokens": 17})
+
+    embedded = await endpoint.embed(["the redis cache is full"], timeout_s=5)
+
+    assert embedded.tokens == 17 and len(embedded.vectors) == 1
+
+
+@pytest.mark.anyio
+async def test_an_endpoint_reporting_no_usage_is_counted_by_estimate_not_as_free() -> None:
+    endpoint, _ = embeddings_endpoint(None)
+    text = "the redis cache is full " * 10
+
+    embedded = await endpoint.embed([text], timeout_s=5)
+
+    assert embedded.tokens == estimated_tokens([text]) > len(text) / 4
+
+
+@pytest.mark.anyio
+async def test_recall_and_remember_return_what_their_embeddings_calls_spent() -> None:
+    endpoint, calls = embeddings_endpoint({"prompt_tokens": 9, "total_tokens": 9})
+    config = Memory(
+        enabled=True, retrieval=MemoryRetrieval(strategy="embedding_search", relevance_threshold=0)
+    )
+    memory = AgentMemory(RedisMemoryStore(fakeredis.FakeRedis()), AGENT, config, endpoint)
+
+    written = await memory.remember(
+        [record("m-1", "ron said: the redis cache is full", at=1)], timeout_s=5
+    )
+    found = await memory.recall(RecallQuery(text="is the redis cache full?"), timeout_s=5)
+
+    assert written.embedding_tokens == 9 and found.embedding_tokens == 9 and len(calls) == 2
+    assert found.strategy == "embedding_search"
+
+
+@pytest.mark.anyio
+async def test_an_embeddings_call_the_tasks_tokens_cannot_hold_is_not_made() -> None:
+    endpoint, calls = embeddings_endpoint({"prompt_tokens": 9, "total_tokens": 9})
+    config = Memory(enabled=True, retrieval=MemoryRetrieval(strategy="embedding_search"))
+    redis = fakeredis.FakeRedis()
+    memory = AgentMemory(RedisMemoryStore(redis), AGENT, config, endpoint)
+
+    written = await memory.remember(
+        [record("m-1", "ron said: the redis cache is full", at=1, about=("ron",))],
+        timeout_s=5,
+        token_allowance=3,
+    )
+    found = await memory.recall(
+        RecallQuery(text="is the redis cache full?"), timeout_s=5, token_allowance=0
+    )
+
+    assert calls == []
+    assert written.written == 1 and written.embedding_tokens == 0
+    assert redis.hlen(redis_keys.memory_vectors(AGENT)) == 0
+    assert found.strategy == "keyword" and found.embedding_tokens == 0
+    assert "max_tokens leaves 0 token(s)" in found.fallback
     assert [item.record.id for item in found.items] == ["m-1"]

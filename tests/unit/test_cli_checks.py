@@ -214,3 +214,16 @@ def test_a_definition_warning_is_logged_once_at_start_not_again_by_the_first_tas
 
 def test_severity_values_are_the_line_prefixes() -> None:
     assert [s.value for s in Severity] == ["error", "warning"]
+
+
+def test_memory_tool_grants_without_a_memory_are_a_warning(tmp_path: Path) -> None:
+    grants = "capabilities: {grants: [memory:read, memory:write], mcp_servers: [memory]}\n"
+    memory = "memory: {enabled: true, retrieval: {strategy: recent}}\n"
+    write_agent(tmp_path, "forgetful", good_config("forgetful", grants))
+    write_agent(tmp_path, "note-taker", good_config("note-taker", grants + memory))
+
+    report = offline(agents_dir=str(tmp_path))
+
+    (warning,) = report.warnings
+    assert warning.agent == "forgetful"
+    assert "memory:read, memory:write without memory.enabled" in warning.message

@@ -383,3 +383,19 @@ def test_port_zero_disables_the_server() -> None:
 def test_real_redis_client_type_is_accepted() -> None:
     # The factory contract is "returns a redis.Redis"; fakeredis is one.
     assert isinstance(fakeredis.FakeRedis(), Redis)
+
+
+def test_embeddings_tokens_count_as_input_tokens_of_the_embeddings_model(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    in_job = JobMetrics()
+    in_job.embeddings_call(model="text-embedding-3-small", tokens=42)
+    in_job.embeddings_call(model="text-embedding-3-small", tokens=8)
+    in_job.flush(redis, "t-1")
+    parent = WorkerMetrics()
+    apply_job_metrics(redis, "t-1", metrics=parent)
+
+    tokens = value(
+        parent, "agent_llm_tokens_total", model="text-embedding-3-small", direction="input"
+    )
+    assert tokens == 50

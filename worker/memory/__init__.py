@@ -14,12 +14,14 @@ message, and remembers after the answer is delivered.
 
 from worker.memory._agent_memory import BYTES_PER_MB, AgentMemory, Recall
 from worker.memory._embeddings import (
+    Embedded,
     Embedder,
     EmbeddingsUnavailable,
     OpenAIEmbeddings,
     cosine,
     dot,
     embedder_from_settings,
+    estimated_tokens,
     unit,
 )
 from worker.memory._extract import TaskExchange, decision_sentences, extract_memories
@@ -40,6 +42,7 @@ __all__ = [
     "MEMORY_INTRO",
     "SEARCH_WINDOW",
     "AgentMemory",
+    "Embedded",
     "Embedder",
     "EmbeddingsUnavailable",
     "MemoryKind",
@@ -57,6 +60,7 @@ __all__ = [
     "decision_sentences",
     "dot",
     "embedder_from_settings",
+    "estimated_tokens",
     "extract_memories",
     "memory_block",
     "memory_id",

@@ -5,16 +5,27 @@ name the model gives, so a task reads and writes only its own agent's memories.
 
     recall:   candidates (newest SEARCH_WINDOW) → rank by the definition's strategy → Recall
     remember: records → vectors (embedding_search) → store (size cap, oldest first)
+
+Under embedding_search both steps call the embeddings endpoint: ``token_allowance`` is what
+the task's ``max_tokens`` still leaves, a call that may need more is not made (recall
+searches by keyword, the memories are stored without vectors), and what a call spent comes
+back as ``embedding_tokens`` for the task's usage.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from worker.agents import Memory
-from worker.memory._embeddings import Embedder, EmbeddingsUnavailable, unit
+from worker.memory._embeddings import (
+    Embedded,
+    Embedder,
+    EmbeddingsUnavailable,
+    estimated_tokens,
+    unit,
+)
 from worker.memory._recall import (
     Recalled,
     RecallQuery,
@@ -41,6 +52,8 @@ class Recall:
     fallback: str = ""
     candidates: int = 0
     scores: list[float] = field(default_factory=list)
+    # What the embeddings call spent (the task's usage counts it); 0 without one.
+    embedding_tokens: int = 0
 
 
 class AgentMemory:
@@ -64,12 +77,15 @@ class AgentMemory:
     def max_bytes(self) -> int:
         return self.config.max_size_mb * BYTES_PER_MB
 
-    async def recall(self, query: RecallQuery, *, timeout_s: float) -> Recall:
+    async def recall(
+        self, query: RecallQuery, *, timeout_s: float, token_allowance: int | None = None
+    ) -> Recall:
         started = time.perf_counter()
         retrieval = self.config.retrieval
         limit = retrieval.max_context_items
         strategy, fallback = self.strategy, ""
         items: list[Recalled] = []
+        spent = _Spent()
         if strategy == "recent":
             candidates = len(items := rank_recent(self._store.newest(self.agent, limit), limit))
         else:
@@ -77,7 +93,9 @@ class AgentMemory:
             candidates = len(ids)
             if strategy == "embedding_search" and ids:
                 try:
-                    items = await self._by_similarity(ids, query, timeout_s=timeout_s)
+                    items = await self._by_similarity(
+                        ids, query, timeout_s=timeout_s, allowance=token_allowance, spent=spent
+                    )
                 except EmbeddingsUnavailable as exc:
                     strategy, fallback = "keyword", str(exc)
             if strategy == "keyword" and ids:
@@ -91,32 +109,69 @@ class AgentMemory:
             fallback=fallback,
             candidates=candidates,
             scores=[item.score for item in items],
+            embedding_tokens=spent.tokens,
         )
 
-    async def remember(self, records: Sequence[MemoryRecord], *, timeout_s: float) -> Written:
+    async def remember(
+        self,
+        records: Sequence[MemoryRecord],
+        *,
+        timeout_s: float,
+        token_allowance: int | None = None,
+    ) -> Written:
         """Store ``records`` (with their embeddings under embedding_search), within the cap.
-        An embeddings endpoint that fails leaves them without vectors, not unwritten."""
+        An embeddings endpoint that fails, or a call the allowance cannot hold, leaves them
+        without vectors, not unwritten."""
         if not records:
             return Written(written=0, evicted=0, bytes=self._store.usage(self.agent).bytes)
         vectors: dict[str, list[float]] = {}
-        if self.strategy == "embedding_search" and self._embedder is not None:
+        spent = _Spent()
+        if self.strategy == "embedding_search":
             try:
-                embedded = await self._embedder.embed(
-                    [record.text for record in records], timeout_s=timeout_s
+                embedded = await self._embed(
+                    [record.text for record in records],
+                    timeout_s=timeout_s,
+                    allowance=token_allowance,
+                    spent=spent,
                 )
-                pairs = zip(records, embedded, strict=True)
+                pairs = zip(records, embedded.vectors, strict=True)
                 vectors = {record.id: unit(vector) for record, vector in pairs}
             except EmbeddingsUnavailable:
                 vectors = {}
-        return self._store.add(self.agent, records, max_bytes=self.max_bytes, vectors=vectors)
+        written = self._store.add(self.agent, records, max_bytes=self.max_bytes, vectors=vectors)
+        return replace(written, embedding_tokens=spent.tokens)
+
+    async def _embed(
+        self, texts: list[str], *, timeout_s: float, allowance: int | None, spent: _Spent
+    ) -> Embedded:
+        """One embeddings call, made only when the task's tokens can hold it; ``spent``
+        learns what it cost."""
+        assert self._embedder is not None
+        needed = estimated_tokens(texts)
+        if allowance is not None and needed > allowance:
+            raise EmbeddingsUnavailable(
+                f"the task's max_tokens leaves {max(allowance, 0)} token(s), "
+                f"the embeddings call may need {needed}"
+            )
+        embedded = await self._embedder.embed(texts, timeout_s=timeout_s)
+        spent.tokens += embedded.tokens
+        return embedded
 
     async def _by_similarity(
-        self, ids: list[str], query: RecallQuery, *, timeout_s: float
+        self,
+        ids: list[str],
+        query: RecallQuery,
+        *,
+        timeout_s: float,
+        allowance: int | None,
+        spent: _Spent,
     ) -> list[Recalled]:
         """Score the window's vectors, then read only the memories chosen."""
-        assert self._embedder is not None
         query_text = query.text[:QUERY_CHARS]
-        (query_vector,) = await self._embedder.embed([query_text], timeout_s=timeout_s)
+        embedded = await self._embed(
+            [query_text], timeout_s=timeout_s, allowance=allowance, spent=spent
+        )
+        (query_vector,) = embedded.vectors
         retrieval = self.config.retrieval
         chosen = rank_by_similarity(
             self._store.vectors(self.agent, ids),
@@ -130,3 +185,10 @@ class AgentMemory:
             for memory_id, score in chosen
             if memory_id in records
         ]
+
+
+@dataclass
+class _Spent:
+    """The embedding tokens one recall or one write spent so far."""
+
+    tokens: int = 0

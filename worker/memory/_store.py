@@ -95,11 +95,13 @@ class MemoryUsage:
 
 @dataclass(frozen=True, kw_only=True)
 class Written:
-    """What one write did: memories written, older ones evicted, bytes held after it."""
+    """What one write did: memories written, older ones evicted, bytes held after it, and
+    the tokens their embeddings spent (``AgentMemory`` fills it; a store embeds nothing)."""
 
     written: int
     evicted: int
     bytes: int
+    embedding_tokens: int = 0
 
 
 class MemoryStore(Protocol):

@@ -202,6 +202,12 @@ class JobMetrics:
             self._count("agent_llm_tokens_total", (model, "input"), tokens_input)
             self._count("agent_llm_tokens_total", (model, "output"), tokens_output)
 
+    def embeddings_call(self, *, model: str, tokens: int) -> None:
+        """The tokens of a memory embeddings call: model spend, counted with the model's
+        (as input tokens of the embeddings model); not a model call of the loop."""
+        with self._lock:
+            self._count("agent_llm_tokens_total", (model, "input"), tokens)
+
     def tool_call(self, *, server: str, tool: str, outcome: str, duration_s: float) -> None:
         with self._lock:
             self._count("agent_tool_calls_total", (server, tool, outcome))

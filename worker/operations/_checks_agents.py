@@ -2,7 +2,9 @@
 
 - its model: the provider key it needs is set (``brain.api_key_env``, else the worker's
   ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY``), and its endpoint answers and accepts the key;
-- its memory: ``embedding_search`` has an embeddings endpoint (else keyword, warned);
+- its memory: ``embedding_search`` has an embeddings endpoint (else keyword, warned); a
+  ``memory:read``/``memory:write`` grant comes with ``memory.enabled`` (the memory MCP
+  server answers every call of an agent without memory with an error);
 - its grants: each one matches at least one tool of an ``MCP_CONFIG`` server (``hub:raed``
   leaves the agent without the tools it was meant to have, silently);
 - the worker's secrets: none is so short or plain that masking it corrupts ordinary text
@@ -27,6 +29,8 @@ from worker.exceptions import ConfigurationError, WorkerError
 from worker.operations._check_report import CheckReport, Problem, Severity
 from worker.settings import Settings
 
+# The grants of the memory MCP server's tools (mcp_servers.memory.TOOL_GRANTS).
+MEMORY_TOOL_GRANTS = frozenset({"memory:read", "memory:write", "memory:*"})
 # Below this many letters and digits, a secret's value is likely to occur in ordinary text.
 MIN_SECRET_CHARACTERS = 16
 _SDK_KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
@@ -123,11 +127,20 @@ def check_memory(
     report: CheckReport, config: Settings, agents: Mapping[str, AgentDefinition]
 ) -> None:
     """An agent whose memory searches by embedding needs MEMORY_EMBEDDINGS_URL; without it
-    its tasks search by keyword, which the operator should know before they run."""
-    if config.memory_embeddings_url is not None:
-        return
+    its tasks search by keyword, which the operator should know before they run. An agent
+    granted the memory tools needs a memory for them to work on."""
     for name, definition in agents.items():
         memory = definition.config.memory
+        granted = sorted(set(definition.config.capabilities.grants) & MEMORY_TOOL_GRANTS)
+        if granted and not memory.enabled:
+            report.warning(
+                f"agents/{name}/config.yaml",
+                f"capabilities.grants: {', '.join(granted)} without memory.enabled: the "
+                "memory server answers this agent's calls with an error",
+                agent=name,
+            )
+        if config.memory_embeddings_url is not None:
+            continue
         if memory.enabled and memory.retrieval.strategy == "embedding_search":
             report.warning(
                 f"agents/{name}/config.yaml",

@@ -6,6 +6,8 @@ thread (notification) or feed (discovery) → system prompt and first message
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hub_client import BudgetHealth, HubClient, HubError, HubNotFound, Post
 from worker.agents import AgentDefinition
 from worker.coordination import RedisControl, RedisJournal
@@ -55,7 +57,14 @@ async def build_request(
     # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
     blocks = UntrustedBlocks()
     memory = await _memory.recall(
-        runtime, state, task=task, agent=agent, thread=thread, feed=feed, blocks=blocks
+        runtime,
+        state,
+        task=task,
+        agent=agent,
+        thread=thread,
+        feed=feed,
+        blocks=blocks,
+        max_tokens=run_limits(task, agent).max_tokens,
     )
     journal = RedisJournal(runtime.redis, task.task_id)
     redact = runtime.redactor
@@ -118,24 +127,32 @@ async def _discovery_feed(
         return []
 
 
+def run_limits(task: Task, agent: AgentDefinition) -> RunLimits:
+    """The agent's limits tightened by the task's constraints."""
+    limits = task.constraints
+    agent_limits = RunLimits(
+        max_iterations=agent.config.behavior.max_iterations,
+        max_tokens=agent.config.limits.max_tokens,
+        max_duration_s=agent.config.limits.max_duration_s,
+        max_cost_usd=agent.config.limits.max_cost_usd,
+    )
+    return agent_limits.tightened(
+        max_iterations=limits.max_iterations,
+        max_tokens=limits.max_tokens,
+        max_duration_s=limits.max_duration_s,
+        max_cost_usd=limits.max_cost_usd,
+    )
+
+
 def loop_settings(
     runtime: TaskRuntime, state: RunState, task: Task, agent: AgentDefinition
 ) -> LoopSettings:
-    """The agent's limits tightened by the task's, and the operator's loop settings."""
-    s, cfg, limits = runtime.settings, agent.config, task.constraints
-    agent_limits = RunLimits(
-        max_iterations=cfg.behavior.max_iterations,
-        max_tokens=cfg.limits.max_tokens,
-        max_duration_s=cfg.limits.max_duration_s,
-        max_cost_usd=cfg.limits.max_cost_usd,
-    )
+    """The agent's limits tightened by the task's, and the operator's loop settings.
+    What memory's embeddings spent before the run comes off its ``max_tokens``."""
+    s, cfg = runtime.settings, agent.config
+    limits = run_limits(task, agent)
     return LoopSettings(
-        limits=agent_limits.tightened(
-            max_iterations=limits.max_iterations,
-            max_tokens=limits.max_tokens,
-            max_duration_s=limits.max_duration_s,
-            max_cost_usd=limits.max_cost_usd,
-        ),
+        limits=replace(limits, max_tokens=max(0, limits.max_tokens - state.memory_tokens)),
         deadline_epoch=state.deadline.epoch_s if state.deadline else None,
         price=_call_price(runtime, agent),
         max_same_call_repeats=s.max_same_call_repeats,

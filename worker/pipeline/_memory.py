@@ -4,6 +4,10 @@
                               untrusted block after the thread or feed
     remember (after respond)  thread + delivered answer → records → redacted → stored
 
+Under embedding_search each step makes one embeddings call, within what the task's
+``max_tokens`` leaves; its tokens go to ``state.memory_tokens``, which the report counts
+as input and recall's share takes off the loop's ``max_tokens``.
+
 Only the task's own agent's memory is touched: ``AgentMemory`` is bound to the loaded
 definition. Neither step fails the task: a memory that cannot be read or written is
 logged (``memory_unavailable``) and the task goes on without it.
@@ -58,18 +62,25 @@ async def recall(
     thread: Post | None,
     feed: Sequence[Post],
     blocks: UntrustedBlocks,
+    max_tokens: int,
 ) -> str:
     """Up to ``max_context_items`` memories relevant to this task, best first, as the
-    untrusted block that follows the thread or feed (empty when none)."""
+    untrusted block that follows the thread or feed (empty when none). ``max_tokens`` is
+    the task's token limit: its embeddings call, if any, must fit in it."""
     memory = agent_memory(runtime, agent)
     if memory is None:
         return ""
     timeout_s = state.hub_timeout_s(runtime.settings.memory_embeddings_timeout_s)
     try:
-        found = await memory.recall(recall_query(task, agent, thread, feed), timeout_s=timeout_s)
+        found = await memory.recall(
+            recall_query(task, agent, thread, feed),
+            timeout_s=timeout_s,
+            token_allowance=max_tokens - state.memory_tokens,
+        )
     except Exception as exc:  # Redis refusing, a store of another kind failing
         log_event("memory_unavailable", "warning", task=task.task_id, step="recall", error=str(exc))
         return ""
+    _count_embeddings(runtime, state, found.embedding_tokens)
     block = memory_block(found.items, blocks)
     runtime.metrics.memory_recalled(
         agent=memory.agent,
@@ -86,6 +97,7 @@ async def recall(
         recalled=[item.record.id for item in found.items],
         scores=found.scores,
         duration_ms=found.duration_ms,
+        embedding_tokens=found.embedding_tokens,
         # What recall adds to the prompt, estimated as the loop estimates requests.
         prompt_chars=len(block),
         prompt_tokens=round(len(block) / CHARS_PER_TOKEN),
@@ -101,8 +113,10 @@ async def remember(
     task: Task,
     agent: AgentDefinition,
     result: RunResult,
+    token_allowance: int,
 ) -> None:
-    """Keep what the definition's ``memory.remember`` asks for from this finished task."""
+    """Keep what the definition's ``memory.remember`` asks for from this finished task.
+    ``token_allowance``: what the task's ``max_tokens`` leaves for the embeddings call."""
     memory = agent_memory(runtime, agent)
     if memory is None:
         return
@@ -116,10 +130,13 @@ async def remember(
         return
     timeout_s = state.hub_timeout_s(runtime.settings.memory_embeddings_timeout_s)
     try:
-        written = await memory.remember(records, timeout_s=timeout_s)
+        written = await memory.remember(
+            records, timeout_s=timeout_s, token_allowance=token_allowance
+        )
     except Exception as exc:
         log_event("memory_unavailable", "warning", task=task.task_id, step="write", error=str(exc))
         return
+    _count_embeddings(runtime, state, written.embedding_tokens)
     runtime.metrics.memory_written(
         agent=memory.agent, kinds=[record.kind.value for record in records], evicted=written.evicted
     )
@@ -130,7 +147,17 @@ async def remember(
         memories=[f"{record.kind.value}:{record.id}" for record in records],
         evicted=written.evicted,
         bytes=written.bytes,
+        embedding_tokens=written.embedding_tokens,
     )
+
+
+def _count_embeddings(runtime: TaskRuntime, state: RunState, tokens: int) -> None:
+    """An embeddings call's tokens: in the task's usage and in the fleet's token counter."""
+    if tokens:
+        state.memory_tokens += tokens
+        runtime.metrics.embeddings_call(
+            model=runtime.settings.memory_embeddings_model, tokens=tokens
+        )
 
 
 def task_exchange(

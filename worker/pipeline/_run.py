@@ -157,7 +157,15 @@ class TaskRun:
         self._state.error = result.error
         if result.outcome.answers:
             await respond(self._rt, self._hub, self._state, task=task, agent=agent, result=result)
-            await _memory.remember(self._rt, self._state, task=task, agent=agent, result=result)
+            spent = result.state.usage.total_tokens
+            await _memory.remember(
+                self._rt,
+                self._state,
+                task=task,
+                agent=agent,
+                result=result,
+                token_allowance=request.settings.limits.max_tokens - spent,
+            )
         return result.outcome
 
     def _skip(self, task: Task, reason: str) -> Outcome:

@@ -49,7 +49,8 @@ def build_report(
         iterations=run.iterations if run else 0,
         llm_calls=run.llm_calls if run else 0,
         tool_calls=run.tool_calls if run else 0,
-        tokens_input=usage.input_tokens if usage else 0,
+        # The memory's embeddings calls are model spend too: never a second, hidden one.
+        tokens_input=(usage.input_tokens if usage else 0) + state.memory_tokens,
         tokens_output=usage.output_tokens if usage else 0,
         cost_usd=usage.cost_usd if usage else 0.0,
         duration_s=round(time.monotonic() - started, 3),

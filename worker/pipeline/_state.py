@@ -65,6 +65,8 @@ class RunState:
     confidence: float | None = None
     # The notification's thread as the task read it (what memory keeps of the exchange).
     thread: Post | None = None
+    # Tokens the memory's embeddings calls spent: input tokens of the task like the model's.
+    memory_tokens: int = 0
 
     def hub_timeout_s(self, cap_s: float) -> float:
         """A Hub call's timeout: the task's remaining time, capped by the call's default."""
