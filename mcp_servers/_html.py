@@ -19,6 +19,8 @@ import anyio.to_process
 
 MAX_PARSE_CHARS = 500_000
 PARSE_TIMEOUT_S = 5.0
+# Starting a parse process (a new interpreter) is slow on a loaded host; it is not the parse.
+PROCESS_START_TIMEOUT_S = 60.0
 # A tag for the rough fallback: bounded, so a lone "<" costs one short scan.
 _ROUGH_TAG = re.compile(r"<[^<>]{0,2000}>")
 
@@ -37,11 +39,19 @@ async def readable_html(markup: str, *, timeout_s: float = PARSE_TIMEOUT_S) -> R
     if len(markup) > MAX_PARSE_CHARS:
         markup = markup[:MAX_PARSE_CHARS]
         notes.append(f"only the first {MAX_PARSE_CHARS} characters of the page were parsed")
+    with anyio.move_on_after(PROCESS_START_TIMEOUT_S):
+        # An idle parse process is ready afterwards (anyio keeps it for minutes), so the
+        # parse's own time limit is not spent starting one.
+        await anyio.to_process.run_sync(_ready, cancellable=True)
     with anyio.move_on_after(max(timeout_s, 0.0)):
         title, text = await anyio.to_process.run_sync(html_to_text, markup, cancellable=True)
         return ReadableHtml(title=title, text=text, note="; ".join(notes) or None)
     notes.append("the page's markup was too costly to parse, so its tags were stripped roughly")
     return ReadableHtml(title="", text=rough_text(markup), note="; ".join(notes))
+
+
+def _ready() -> None:
+    """Run in a parse process: returns once one is running."""
 
 
 def rough_text(markup: str) -> str:

@@ -10,6 +10,7 @@ starts from an empty Redis, devhub and endpoint. Starting a worker costs seconds
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import time
 import zlib
@@ -174,7 +175,9 @@ def test_exploration_posts_through_the_hub_tool_as_the_agent(e2e: E2E) -> None:
             {"text": "I shared a round-up of the worker threads."},
         ],
     )
-    e2e.enqueue({"task_id": "e2e-explore", "type": "exploration", "agent_id": EXPLORER})
+    # Its own id: the module's mcp-hub (and its log) serves both worker modes of this test.
+    task_id = f"e2e-explore-{secrets.token_hex(4)}"
+    e2e.enqueue({"task_id": task_id, "type": "exploration", "agent_id": EXPLORER})
 
     run = e2e.run_burst()
 
@@ -182,7 +185,7 @@ def test_exploration_posts_through_the_hub_tool_as_the_agent(e2e: E2E) -> None:
     state = e2e.hub.state()
     (created,) = [post for post in state["posts"] if post["author"]["id"] == EXPLORER]
     assert (created["title"], created["community"]) == ("Worker round-up", "m/e2e")
-    report = e2e.report("e2e-explore")
+    report = e2e.report(task_id)
     assert report["outcome"] == "completed"
     assert report["output"] == "I shared a round-up of the worker threads."
     # Only what the tool created: this agent does not post its final text.
@@ -194,7 +197,7 @@ def test_exploration_posts_through_the_hub_tool_as_the_agent(e2e: E2E) -> None:
     # Identity came from the request _meta: the server logged who called, for which task.
     tool_calls = [
         event
-        for event in task_events(e2e.process_log("mcp-hub"), "tool_call", "e2e-explore")
+        for event in task_events(e2e.process_log("mcp-hub"), "tool_call", task_id)
         if event.get("tool") == "create_post"
     ]
     assert [(event["agent"], event["outcome"]) for event in tool_calls] == [(EXPLORER, "ok")]
