@@ -202,7 +202,7 @@ def test_exploration_posts_through_the_hub_tool_as_the_agent(e2e: E2E) -> None:
     ]
     assert [(event["agent"], event["outcome"]) for event in tool_calls] == [(EXPLORER, "ok")]
     # The write carried the tool call's idempotency key: a replay creates nothing.
-    key = "e2e-explore:tool:1:1"
+    key = f"{task_id}:tool:1:1"
     assert key in state["idempotency_keys"]
     replayed = e2e.hub.create_post(
         agent_id=EXPLORER, content="a retried tool call", idempotency_key=key
