@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from worker.exceptions import LimitReached, ModelUnavailable, WorkerError
+from worker.exceptions import ContextTooLong, LimitReached, ModelUnavailable, WorkerError
 from worker.loop._budget import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     MIN_CLOSING_OUTPUT_TOKENS,
@@ -142,6 +142,11 @@ class ModelCaller:
         except ModelUnavailable as exc:
             status = exc.code
             self._raise_if_deadline(timeout_s, cap_s)
+            raise
+        except ContextTooLong as exc:
+            status = exc.code
+            if exc.prompt_tokens:  # the provider's count: the estimate learns it
+                self._estimator.observe(plan.input_chars, exc.prompt_tokens)
             raise
         except WorkerError as exc:
             status = exc.code

@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
-from worker.exceptions import LimitReached, ModelError
+from worker.exceptions import ContextTooLong, LimitReached, ModelError
 from worker.logs import log_event
+from worker.loop._budget import CallPlan
 from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
 from worker.loop._contract import Closing, ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import (
@@ -237,7 +238,7 @@ class AgentLoop:
             self._fit_window(state, tools)
             plan = self._model.plan(state, tools, closing=False)
             self.events.emit(StepStarted(step=step))
-            response = await self._model.ask(state, tools, step=step, plan=plan)
+            response = await self._ask_within_window(state, tools, step, plan)
         except LimitReached as limit:
             return WindDown(limit.limit, limit.message)
         self._commit(state, ResponseEntry(step=step, response=response))
@@ -245,6 +246,22 @@ class AgentLoop:
         if overspent is not None:
             return overspent
         return decide(response, require_done_tool=self._settings.require_done_tool)
+
+    async def _ask_within_window(
+        self, state: LoopState, tools: Sequence[ToolSpec], step: int, plan: CallPlan
+    ) -> ModelResponse:
+        """Ask; a prompt the provider still found too long for the window (the estimate was
+        short: digits, timestamps and tags take more tokens than prose) is cut again with
+        the provider's own count, and asked once more."""
+        try:
+            return await self._model.ask(state, tools, step=step, plan=plan)
+        except ContextTooLong as too_long:
+            if self._settings.context_window_tokens is None or not too_long.prompt_tokens:
+                raise
+            log_event("context_too_long", task=self._task_id, prompt_tokens=too_long.prompt_tokens)
+        self._fit_window(state, tools)
+        plan = self._model.plan(state, tools, closing=False)
+        return await self._model.ask(state, tools, step=step, plan=plan)
 
     async def _take_control(self, state: LoopState) -> Stop | None:
         """Apply steering messages; a Stop when an operator cancelled the task."""
