@@ -140,3 +140,49 @@ async def test_a_closing_turn_answered_with_a_call_is_retold_in_plain_text() -> 
     assert result.outcome is Outcome.MAX_ITERATIONS
     assert "6379" in result.output
     assert len(result.state.steps) == 8 and result.state.steps[-1].final
+
+
+# ``qwen2.5-coder-1.5b-long-thread.jsonl``: ``make eval``'s thread of 200 comments, the
+# server at a 4096-token context. The worker cut the thread to fit by its estimate (3.5
+# characters a token), but its ids, timestamps and tags took 2.1: llama-server refused the
+# 4617-token request (the first exchange, kept with the system prompt and the tools that
+# were offered). The second is that server's answer to the request cut again, which this
+# test sends.
+LONG_THREAD = exchanges("qwen2.5-coder-1.5b-long-thread.jsonl")
+
+
+async def test_a_prompt_the_server_finds_too_long_is_cut_again_by_its_count() -> None:
+    refused = LONG_THREAD[0]["request"]
+    endpoint = RecordedEndpoint(LONG_THREAD)
+    tools = [
+        LocalTool(
+            name=tool["function"]["name"],
+            function=lambda **_: "",
+            description=tool["function"]["description"],
+            input_schema=tool["function"]["parameters"],
+        )
+        for tool in refused["tools"]
+    ]
+    loop = AgentLoop(
+        model=endpoint.model(),
+        toolbox=LocalToolbox(tools),
+        system=refused["system"],
+        settings=LoopSettings(
+            limits=RunLimits(max_iterations=1),
+            context_window_tokens=4096,
+            max_output_tokens=512,
+            temperature=0.0,
+        ),
+        task_id="t-1",
+        agent_id="eval-agent",
+    )
+    thread = refused["last_message"]["content"]
+    result = await loop.run([Message(role="user", content=thread)])
+    first, second = (request["messages"][-1]["content"] for request in endpoint.requests[:2])
+    assert first == thread
+    assert "characters of older content left out" in second and len(second) < len(thread)
+    assert second.endswith(thread[-600:])  # the newest comments, with the question, stay
+    answer = LONG_THREAD[1]["response"]
+    assert answer["usage"]["prompt_tokens"] <= 4096 - 512
+    # One iteration: the search it asked for ran, and the closing turn answered.
+    assert result.outcome is Outcome.MAX_ITERATIONS and "thursday" in result.output.lower()
