@@ -205,7 +205,7 @@ async def create_comment(post_id: str, content: str, ctx: Context[HubAccess, Any
     with _call(hub, ctx, "create_comment") as verified:
         caller, idempotency_key = _writer(verified, "create_comment")
         _require_text(content, "content")
-        async with _hub_errors_as_tool_errors(idempotency_key):
+        async with _hub_errors_as_tool_errors(idempotency_key, not_found=_NOT_A_POST):
             created = await hub.client.create_comment(
                 post_id,
                 agent_id=caller.agent_id,
@@ -222,18 +222,33 @@ def _checked_limit(limit: int) -> int:
     return min(limit, MAX_LIMIT)
 
 
+# Small models reply to the newest comment by passing its id as post_id (Qwen2.5-Coder 1.5B
+# did so three times in a row on "post c-1 not found" alone).
+_NOT_A_POST = (
+    "post_id must be the id of a post (the first id of a thread), not the id of a "
+    "comment: to reply to a comment, comment on the post of its thread"
+)
+
+
 def _require_text(value: str, name: str) -> None:
     if not value.strip():
         raise ToolError(f"{name} must not be empty")
 
 
 @asynccontextmanager
-async def _hub_errors_as_tool_errors(idempotency_key: str | None = None) -> AsyncIterator[None]:
-    """Turn Hub failures into messages the model can act on, without keys of any kind."""
+async def _hub_errors_as_tool_errors(
+    idempotency_key: str | None = None, *, not_found: str = ""
+) -> AsyncIterator[None]:
+    """Turn Hub failures into messages the model can act on, without keys of any kind.
+
+    ``not_found``: what to add to a not-found error, saying how to call the tool right.
+    """
     try:
         yield
     except HubError as error:
         message = _readable_hub_error(error)
+        if isinstance(error, HubNotFound) and not_found:
+            message = f"{message}. {not_found}"
         if idempotency_key is not None:
             message = message.replace(idempotency_key, "[idempotency key]")
         raise ToolError(message) from None

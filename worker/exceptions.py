@@ -8,6 +8,7 @@
     │   ├── ModelError               the model cannot be used for this task
     │   │   ├── ModelAuthError       401/403 from the provider
     │   │   ├── ModelRequestError    the provider refused the request as invalid
+    │   │   │   └── ContextTooLong   ... because the prompt is longer than the window
     │   │   └── ModelUnavailable     429/5xx/connection errors outlived the retries (requeue)
     │   ├── StructuredOutputError    the model's answer did not match the requested type
     │   ├── AutonomyViolation        a call without its grant under strict grants
@@ -85,6 +86,19 @@ class ModelAuthError(ModelError):
 
 class ModelRequestError(ModelError):
     code = "model_request_error"
+
+
+class ContextTooLong(ModelRequestError):
+    """The provider refused a prompt longer than the model's context window.
+
+    ``prompt_tokens``: the prompt's size as the provider counted it, when it said so.
+    """
+
+    def __init__(
+        self, message: str, *, provider: str = "", model: str = "", prompt_tokens: int | None
+    ) -> None:
+        super().__init__(message, provider=provider, model=model)
+        self.prompt_tokens = prompt_tokens
 
 
 class ModelUnavailable(ModelError):

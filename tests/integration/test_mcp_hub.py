@@ -165,6 +165,7 @@ async def test_a_hub_error_comes_back_as_an_error_result_without_keys(
     assert "not found on the Hub" in text_of(missing)
     assert on_missing.is_error
     assert "not found on the Hub" in text_of(on_missing)
+    assert "post_id must be the id of a post" in text_of(on_missing)
     for result in (missing, on_missing):
         assert HUB_KEY not in text_of(result)
         assert "t-hub:tool:1:0" not in text_of(result)

@@ -8,7 +8,12 @@ from email.utils import format_datetime
 
 import pytest
 
-from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
+from worker.exceptions import (
+    ContextTooLong,
+    ModelAuthError,
+    ModelRequestError,
+    ModelUnavailable,
+)
 from worker.models._retry import (
     AttemptFailed,
     RetryPolicy,
@@ -173,6 +178,34 @@ async def test_permanent_failures_are_not_retried(status: int, error: type[Excep
         await run(attempts, policy(time))
     assert len(attempts.timeouts) == 1
     assert time.sleeps == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("detail", "prompt_tokens"),
+    [
+        (
+            "request (4617 tokens) exceeds the available context size (4096 tokens), "
+            "try increasing it",
+            4617,
+        ),
+        (
+            "This model's maximum context length is 128000 tokens. However, your messages "
+            "resulted in 130021 tokens. Please reduce the length of the messages.",
+            130021,
+        ),
+        ("prompt is too long: 210000 tokens > 200000 maximum", 210000),
+        ("maximum context length exceeded", None),
+    ],
+)
+async def test_a_prompt_longer_than_the_window_is_told_apart_with_its_size(
+    detail: str, prompt_tokens: int | None
+) -> None:
+    attempts = ScriptedAttempts(AttemptFailed(detail, status=400))
+    with pytest.raises(ContextTooLong) as refused:
+        await run(attempts, policy(FakeTime()))
+    assert refused.value.prompt_tokens == prompt_tokens
+    assert len(attempts.timeouts) == 1
 
 
 def test_retry_after_header_forms() -> None:

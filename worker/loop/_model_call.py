@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from worker.exceptions import LimitReached, ModelUnavailable, WorkerError
+from worker.exceptions import ContextTooLong, LimitReached, ModelUnavailable, WorkerError
 from worker.loop._budget import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     MIN_CLOSING_OUTPUT_TOKENS,
@@ -21,7 +21,15 @@ from worker.loop._contract import LoopSettings
 from worker.loop._events import EventBus, LlmCalled
 from worker.loop._limits import Limit
 from worker.loop._state import LoopState
-from worker.models import Model, ModelRequest, ModelResponse, ToolSpec, Usage, with_text_calls
+from worker.models import (
+    Message,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ToolSpec,
+    Usage,
+    with_text_calls,
+)
 
 # How far past its timeout a call may run before the loop's own backstop cuts it.
 _CALL_BACKSTOP_S = 0.5
@@ -97,14 +105,19 @@ class ModelCaller:
         step: int,
         plan: CallPlan,
         final: bool = False,
+        messages: Sequence[Message] | None = None,
     ) -> ModelResponse:
-        """One model call within its budget; LimitReached when the deadline cut it."""
+        """One model call within its budget; LimitReached when the deadline cut it.
+
+        ``messages`` replaces the run's conversation for this one call (the plain retelling
+        of a closing retry); the run's state is not changed by it.
+        """
         cap_s = self._settings.llm_timeout_cap_s
         clock = self._run_clock
         timeout_s = clock.closing_timeout(cap_s) if final else clock.step_timeout(cap_s)
         request = ModelRequest(
             system=self._system,
-            messages=state.messages,
+            messages=list(messages) if messages is not None else state.messages,
             tools=tools,
             max_output_tokens=plan.max_output_tokens,
             temperature=self._settings.temperature,
@@ -129,6 +142,11 @@ class ModelCaller:
         except ModelUnavailable as exc:
             status = exc.code
             self._raise_if_deadline(timeout_s, cap_s)
+            raise
+        except ContextTooLong as exc:
+            status = exc.code
+            if exc.prompt_tokens:  # the provider's count: the estimate learns it
+                self._estimator.observe(plan.input_chars, exc.prompt_tokens)
             raise
         except WorkerError as exc:
             status = exc.code

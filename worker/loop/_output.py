@@ -117,3 +117,34 @@ class Compactor:
             message.content = f"[tool output of {length} characters removed to save context]"
             stubbed += 1
         return stubbed
+
+
+def plain_history(messages: Sequence[Message]) -> list[Message]:
+    """The conversation retold without tool calls: each call and result as plain text.
+
+    For a closing retry: a small model that sees its own calls in the history answers a
+    tool-less turn with one more imitation of a call (Qwen2.5-Coder 1.5B does); told what
+    it called and what came back, in words, it answers. Results keep their untrusted-content
+    tags. Empty assistant turns (the closing answer that had none) are left out, and turns
+    of one role in a row are joined, as some chat templates require alternating roles.
+    """
+    names = {call.id: call.name for message in messages for call in message.tool_calls}
+    told: list[Message] = []
+    for message in messages:
+        if message.role == "tool":
+            name = names.get(message.tool_call_id or "", "the tool")
+            told.append(Message(role="user", content=f"Result of {name}:\n{message.content}"))
+            continue
+        parts = [message.content.strip()] if message.content.strip() else []
+        parts += [f"(I called {call.name} with {call.arguments})" for call in message.tool_calls]
+        if parts:
+            told.append(Message(role=message.role, content="\n".join(parts)))
+    joined: list[Message] = []
+    for message in told:
+        if joined and joined[-1].role == message.role:
+            joined[-1] = Message(
+                role=message.role, content=f"{joined[-1].content}\n\n{message.content}"
+            )
+        else:
+            joined.append(message)
+    return joined

@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
-from worker.exceptions import LimitReached, ModelError
+from worker.exceptions import ContextTooLong, LimitReached, ModelError
 from worker.logs import log_event
+from worker.loop._budget import CallPlan
 from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
 from worker.loop._contract import Closing, ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import (
@@ -37,7 +38,7 @@ from worker.loop._dispatch import (
 from worker.loop._events import EventBus, LoopObserver, StepFinished, StepStarted, log_observer
 from worker.loop._limits import Limit
 from worker.loop._model_call import ModelCaller
-from worker.loop._output import Compactor, is_answer, recover_output
+from worker.loop._output import Compactor, is_answer, plain_history, recover_output
 from worker.loop._state import (
     Journal,
     JournalEntry,
@@ -237,7 +238,7 @@ class AgentLoop:
             self._fit_window(state, tools)
             plan = self._model.plan(state, tools, closing=False)
             self.events.emit(StepStarted(step=step))
-            response = await self._model.ask(state, tools, step=step, plan=plan)
+            response = await self._ask_within_window(state, tools, step, plan)
         except LimitReached as limit:
             return WindDown(limit.limit, limit.message)
         self._commit(state, ResponseEntry(step=step, response=response))
@@ -245,6 +246,22 @@ class AgentLoop:
         if overspent is not None:
             return overspent
         return decide(response, require_done_tool=self._settings.require_done_tool)
+
+    async def _ask_within_window(
+        self, state: LoopState, tools: Sequence[ToolSpec], step: int, plan: CallPlan
+    ) -> ModelResponse:
+        """Ask; a prompt the provider still found too long for the window (the estimate was
+        short: digits, timestamps and tags take more tokens than prose) is cut again with
+        the provider's own count, and asked once more."""
+        try:
+            return await self._model.ask(state, tools, step=step, plan=plan)
+        except ContextTooLong as too_long:
+            if self._settings.context_window_tokens is None or not too_long.prompt_tokens:
+                raise
+            log_event("context_too_long", task=self._task_id, prompt_tokens=too_long.prompt_tokens)
+        self._fit_window(state, tools)
+        plan = self._model.plan(state, tools, closing=False)
+        return await self._model.ask(state, tools, step=step, plan=plan)
 
     async def _take_control(self, state: LoopState) -> Stop | None:
         """Apply steering messages; a Stop when an operator cancelled the task."""
@@ -350,7 +367,9 @@ class AgentLoop:
     async def _wind_down(self, state: LoopState, wind_down: WindDown) -> Stop:
         """Stop calling tools; ask once, without tools, for an answer within what is left."""
         limit, detail = wind_down.limit, wind_down.detail
-        answer = await self._closing_answer(state, WIND_DOWN_PROMPT.format(detail=detail))
+        answer = await self._closing_answer(
+            state, WIND_DOWN_PROMPT.format(detail=detail), retell=True
+        )
         if answer is None:
             return Stop.at_limit(limit, detail, recover_output(state.steps, ""))
         overspent = self._overspent(state, answer)
@@ -363,7 +382,8 @@ class AgentLoop:
         """Ask once, without tools, for the answer; the run completes when there is one."""
         closing = close.closing
         prompt = CLOSING_PROMPT.format(reason=closing.reason)
-        answer = await self._closing_answer(state, prompt)
+        # A delivered reply needs no more answer: no retelling for it.
+        answer = await self._closing_answer(state, prompt, retell=closing.delivered is None)
         if answer is not None:
             overspent = self._overspent(state, answer)
             if overspent is not None and closing.delivered is None:
@@ -376,23 +396,45 @@ class AgentLoop:
             return Stop(Outcome.COMPLETED, closing.reason, "")
         return Stop(close.silent_outcome, closing.reason, recover_output(state.steps, ""))
 
-    async def _closing_answer(self, state: LoopState, prompt: str) -> ModelResponse | None:
-        """The one tool-less closing call; None when there was no room for it or it failed.
+    async def _closing_answer(
+        self, state: LoopState, prompt: str, *, retell: bool = False
+    ) -> ModelResponse | None:
+        """The tool-less closing call; None when there was no room for it or it failed.
 
         Any tool calls in its answer are dropped: no tools run after a run starts closing.
+        With ``retell``, a closing call that brought no answer (only an imitation of a call,
+        or nothing) after tool calls is made once more with the conversation retold in plain
+        text (``plain_history``): the same model, no longer primed by its own calls.
         """
+        answer = await self._closing_call(state, prompt)
+        if answer is None or is_answer(answer.text) or not retell:
+            return answer
+        if not any(message.tool_calls for message in state.messages):
+            return answer
+        retold = await self._closing_call(state, prompt, retold=True)
+        return retold if retold is not None else answer
+
+    async def _closing_call(
+        self, state: LoopState, prompt: str, *, retold: bool = False
+    ) -> ModelResponse | None:
         try:
             if self._run_clock.remaining() < MIN_CLOSING_CALL_S:
                 raise LimitReached("no time left for a closing answer", limit=Limit.DEADLINE)
-            self._fit_window(state, (), prompt)
-            plan = self._model.plan(state, (), closing=True, extra=prompt)
+            extra = "" if retold else prompt  # a retelling's prompt is in the state already
+            self._fit_window(state, (), extra)
+            plan = self._model.plan(state, (), closing=True, extra=extra)
         except LimitReached as no_room:
             log_event("final_answer_skipped", task=self._task_id, reason=no_room.message)
             return None
-        self._commit(state, SteerEntry(text=prompt))
+        if not retold:
+            self._commit(state, SteerEntry(text=prompt))
         step = len(state.steps) + 1
+        # Retold: the conversation without the closing answer that had none.
+        messages = plain_history(state.messages[:-1]) if retold else None
         try:
-            response = await self._model.ask(state, (), step=step, plan=plan, final=True)
+            response = await self._model.ask(
+                state, (), step=step, plan=plan, final=True, messages=messages
+            )
         except (ModelError, TimeoutError, LimitReached) as exc:
             log_event("final_answer_failed", "warning", task=self._task_id, error=str(exc))
             return None

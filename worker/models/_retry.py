@@ -22,7 +22,7 @@ from typing import ClassVar, Protocol, TypeVar
 
 import anyio
 
-from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
+from worker.exceptions import ContextTooLong, ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models._prices import PriceTable
 from worker.models._types import ModelRequest, ModelResponse, Usage
 from worker.tracing import note_retry, traced_chat
@@ -140,11 +140,33 @@ def _raise_if_permanent(failure: AttemptFailed, *, provider: str, model: str) ->
             provider=provider,
             model=model,
         ) from failure
-    raise ModelRequestError(
-        f"{provider} model {model!r} refused the request: {failure.describe()}",
-        provider=provider,
-        model=model,
-    ) from failure
+    message = f"{provider} model {model!r} refused the request: {failure.describe()}"
+    if _CONTEXT_TOO_LONG.search(failure.detail):
+        raise ContextTooLong(
+            message, provider=provider, model=model, prompt_tokens=_prompt_tokens(failure.detail)
+        ) from failure
+    raise ModelRequestError(message, provider=provider, model=model) from failure
+
+
+# How providers refuse a prompt longer than the window: llama-server "request (4617 tokens)
+# exceeds the available context size (4096 tokens)", OpenAI "maximum context length is
+# 128000 tokens. However, your messages resulted in 130021 tokens", Anthropic "prompt is
+# too long: 210000 tokens > 200000 maximum".
+_CONTEXT_TOO_LONG = re.compile(
+    r"exceeds the available context size|maximum context length|context_length_exceeded"
+    r"|prompt is too long",
+    re.IGNORECASE,
+)
+_PROMPT_TOKENS = re.compile(
+    r"request \((\d+) tokens\)|resulted in (\d+) tokens|too long: (\d+) tokens", re.IGNORECASE
+)
+
+
+def _prompt_tokens(detail: str) -> int | None:
+    found = _PROMPT_TOKENS.search(detail)
+    if found is None:
+        return None
+    return int(next(group for group in found.groups() if group is not None))
 
 
 def _next_delay(failure: AttemptFailed, *, policy: RetryPolicy, retry_number: int) -> float:

@@ -91,6 +91,14 @@ def agents_dir(workdir: Path) -> tuple[Path, str]:
     config = yaml.safe_load(config_path.read_text())
     if os.environ.get("OPENAI_API_KEY"):
         label = f"openai {config['brain']['model']} (OPENAI_API_KEY is set)"
+        # A small model on a CPU (llama-server at OPENAI_BASE_URL) needs a window the
+        # prompt is cut to, and more time than the demo's 120 s: the operator says so.
+        window = os.environ.get("DEMO_MAX_CONTEXT_TOKENS")
+        if window:
+            config["brain"] = {**config["brain"], "max_context_tokens": int(window)}
+        duration = os.environ.get("DEMO_MAX_DURATION_S")
+        if duration:
+            config["limits"] = {**config["limits"], "max_duration_s": int(duration)}
     elif os.environ.get("ANTHROPIC_API_KEY"):
         config["brain"] = {**config["brain"], "provider": "anthropic", "model": "claude-haiku-4-5"}
         label = "anthropic claude-haiku-4-5 (ANTHROPIC_API_KEY is set)"
@@ -115,6 +123,12 @@ async def seed_post(stack: DevStack) -> str:
             idempotency_key="demo-seed-" + secrets.token_hex(4),
         )
         return post.id
+
+
+def worker_timeout_s() -> int:
+    """Room for both tasks to take their whole max_duration_s, and the worker's start."""
+    duration = int(os.environ.get("DEMO_MAX_DURATION_S") or 0)
+    return max(WORKER_TIMEOUT_S, 2 * duration + 60)
 
 
 def run_worker(
@@ -147,7 +161,7 @@ def run_worker(
     completed = subprocess.run(
         [str(rq), "worker", queue_name, "--burst"],
         env=env,
-        timeout=WORKER_TIMEOUT_S,
+        timeout=worker_timeout_s(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

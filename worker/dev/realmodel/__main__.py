@@ -2,12 +2,16 @@
 
 setup [--model 1.5b] [--model 0.5b]   build llama-server, assemble the models (cached)
 eval [--model 1.5b] [--only NAME]     run the scenarios through the real worker
+serve [--model 1.5b]                  run llama-server until interrupted (for `make demo`)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from pathlib import Path
 
 from worker.dev.realmodel._setup import MODELS, SetupError, cache_dir, ensure_all
 
@@ -20,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     evaluate = commands.add_parser("eval", help="run the scenarios against a real model")
     evaluate.add_argument("--model", choices=sorted(MODELS), default="1.5b")
     evaluate.add_argument("--only", action="append", default=[], help="a scenario's name")
+    serve = commands.add_parser("serve", help="run llama-server for the model until interrupted")
+    serve.add_argument("--model", choices=sorted(MODELS), default="1.5b")
     args = parser.parse_args(argv)
     cache = cache_dir()
     keys = args.models or sorted(MODELS) if args.command == "setup" else [args.model]
@@ -35,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     from worker.dev.realmodel._eval import run_eval, table
     from worker.dev.realmodel._server import llama_server
 
+    if args.command == "serve":
+        return _serve(cache, args.model)
     with llama_server(cache, MODELS[args.model]) as model:
         print(f"realmodel: {model.alias} on {model.base_url} (pid {model.pid})", file=sys.stderr)
         rows = run_eval(model, only=args.only)
@@ -42,6 +50,23 @@ def main(argv: list[str] | None = None) -> int:
         reply = " ".join(row.reply.split())[:300] or "(no reply)"
         print(f"realmodel: {row.scenario}: {reply}", file=sys.stderr)
     print(table(rows, model.alias))
+    return 0
+
+
+def _serve(cache: Path, key: str) -> int:
+    """The same llama-server the evaluation starts, until SIGINT or SIGTERM stops it."""
+    from worker.dev.realmodel._server import llama_server
+
+    # SIGTERM unwinds like Ctrl-C, so llama-server is stopped by the block below either way.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with llama_server(cache, MODELS[key]) as model:
+        print(f"OPENAI_BASE_URL={model.base_url}", flush=True)
+        print(
+            f"realmodel: {model.alias} (pid {model.pid}, log {model.log_path}); Ctrl-C stops it",
+            file=sys.stderr,
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
     return 0
 
 

@@ -1,7 +1,11 @@
 """llama-server on a free loopback port, for as long as the evaluation runs.
 
-Two threads only (the machine is shared), one slot, the fenced chat template, and a
+Few threads (the machine is shared), one slot, the fenced chat template, and a
 4096-token context. Stopped by its own PID when the block ends.
+
+``REALMODEL_THREADS`` (default 2) sets llama-server's threads. On cores other work keeps
+busy, 1 is faster: llama.cpp's threads meet at a spinning barrier many times per token,
+and a preempted thread keeps the other spinning until it runs again.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from worker.dev.devstack import free_port
 from worker.dev.realmodel._setup import ModelSpec, ensure_template, model_path, server_binary
 
 CONTEXT_TOKENS = 4096
+THREADS_ENV = "REALMODEL_THREADS"
 _READY_TIMEOUT_S = 180.0
 
 
@@ -36,9 +41,15 @@ class RunningModel:
 
 @contextmanager
 def llama_server(
-    cache: Path, spec: ModelSpec, *, context_tokens: int = CONTEXT_TOKENS, threads: int = 2
+    cache: Path,
+    spec: ModelSpec,
+    *,
+    context_tokens: int = CONTEXT_TOKENS,
+    threads: int | None = None,
 ) -> Iterator[RunningModel]:
     """Start llama-server for ``spec`` and stop it (by PID) when the block ends."""
+    if threads is None:
+        threads = int(os.environ.get(THREADS_ENV) or 2)
     port = free_port()
     log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
     argv = [
