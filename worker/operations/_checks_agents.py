@@ -29,8 +29,8 @@ from worker.exceptions import ConfigurationError, WorkerError
 from worker.operations._check_report import CheckReport, Problem, Severity
 from worker.settings import Settings
 
-# The grants of the memory MCP server's tools (mcp_servers.memory.TOOL_GRANTS).
-MEMORY_TOOL_GRANTS = frozenset({"memory:read", "memory:write", "memory:*"})
+# What the memory MCP server's tools require (mcp_servers.memory.TOOL_GRANTS).
+MEMORY_TOOL_GRANTS = ("memory:read", "memory:write")
 # Below this many letters and digits, a secret's value is likely to occur in ordinary text.
 MIN_SECRET_CHARACTERS = 16
 _SDK_KEY_VARIABLES = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
@@ -129,9 +129,15 @@ def check_memory(
     """An agent whose memory searches by embedding needs MEMORY_EMBEDDINGS_URL; without it
     its tasks search by keyword, which the operator should know before they run. An agent
     granted the memory tools needs a memory for them to work on."""
+    from worker.tools import grant_covers  # as check_grants_match_tools: only when checking
+
     for name, definition in agents.items():
         memory = definition.config.memory
-        granted = sorted(set(definition.config.capabilities.grants) & MEMORY_TOOL_GRANTS)
+        granted = sorted(
+            grant
+            for grant in definition.config.capabilities.grants
+            if any(grant_covers(grant, required) for required in MEMORY_TOOL_GRANTS)
+        )
         if granted and not memory.enabled:
             report.warning(
                 f"agents/{name}/config.yaml",
