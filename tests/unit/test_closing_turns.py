@@ -21,7 +21,7 @@ from worker.loop import (
     ToolCallRecord,
     ToolOutcome,
 )
-from worker.loop._output import is_announcement
+from worker.loop._output import is_announcement, is_retold_call
 from worker.models import Message, ScriptedModel, Turn
 from worker.task import Outcome
 from worker.tools import LocalTool, LocalToolbox, ToolResult
@@ -227,3 +227,30 @@ async def test_an_imitated_call_in_a_wind_down_is_not_the_answer() -> None:
 )
 def test_an_announcement_is_work_to_come_never_a_refusal(text: str, announces: bool) -> None:
     assert is_announcement(text) is announces
+
+
+@pytest.mark.parametrize(
+    ("text", "retold"),
+    [
+        ('(I called hub__search_posts with {"query": "redis"})', True),
+        ("I called get_feed with {}\n(I called get_thread with {})", True),
+        ("You called hub__get_thread with {}.", True),
+        ("I called the maintainers and they confirmed the port is 6379.", False),
+        ("I called get_feed with {} and the feed holds one question: the port is 6379.", False),
+        ("The default port is 6379.", False),
+    ],
+)
+def test_a_retelling_of_the_calls_is_no_answer(text: str, retold: bool) -> None:
+    assert is_retold_call(text) is retold
+
+
+async def test_a_closing_turn_that_only_retells_a_call_is_asked_again_retold() -> None:
+    calls = [Turn(tool_calls=[("lookup", {"topic": str(n)})]) for n in range(2)]
+    restated = Turn(text='(I called lookup with {"topic": "1"})')
+    result, model, _ = await run(
+        [*calls, restated, Turn(text=REPLY)], limits=RunLimits(max_iterations=2)
+    )
+    assert result.outcome is Outcome.MAX_ITERATIONS and result.output == REPLY
+    retold = model.requests[-1].messages
+    assert all(message.role != "tool" and not message.tool_calls for message in retold)
+    assert 'You called lookup with {"topic": "1"}. Result:' in retold[-1].content

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from collections.abc import Sequence
@@ -33,6 +34,11 @@ _PROMISING = re.compile(
     re.IGNORECASE,
 )
 _SHORT_TEXT = 200
+# The opening of a retold tool call, as the retold closing turn words them, with or without
+# brackets: small models copy the retelling into their answer (Qwen2.5-Coder 0.5B did, most
+# of the time). Its arguments follow as JSON.
+_RETOLD_CALL = re.compile(r"\W*(?:i|you) (?:have )?called\s+[\w.-]+(?:\s+with\b\s*)?", re.I)
+_JSON = json.JSONDecoder()
 
 
 def truncate(text: str, max_chars: int) -> str:
@@ -69,9 +75,28 @@ def is_announcement(text: str) -> bool:
     return stripped.endswith((":", "...", "…")) or _PROMISING.match(stripped) is not None
 
 
+def is_retold_call(text: str) -> bool:
+    """Text that only says which tools were called ("(I called get_feed with {})")."""
+    rest = text.strip()
+    while rest:
+        opening = _RETOLD_CALL.match(rest)
+        if opening is None:
+            return False
+        rest = rest[opening.end() :]
+        if rest[:1] in ("{", "["):
+            try:
+                _, end = _JSON.raw_decode(rest)
+            except ValueError:
+                return False
+            rest = rest[end:]
+        rest = rest.lstrip(").;, \n\t")
+    return bool(text.strip())
+
+
 def is_answer(text: str) -> bool:
-    """Text that can stand as the task's answer: not blank, not only an announcement."""
-    return bool(text.strip()) and not is_announcement(text)
+    """Text that can stand as the task's answer: not blank, not only an announcement,
+    not only a retelling of the calls made."""
+    return bool(text.strip()) and not is_announcement(text) and not is_retold_call(text)
 
 
 def recover_output(steps: Sequence[StepRecord], closing_text: str) -> str:
@@ -120,25 +145,27 @@ class Compactor:
 
 
 def plain_history(messages: Sequence[Message]) -> list[Message]:
-    """The conversation retold without tool calls: each call and result as plain text.
+    """The conversation retold without tool calls: each call and its result as plain text.
 
     For a closing retry: a small model that sees its own calls in the history answers a
-    tool-less turn with one more imitation of a call (Qwen2.5-Coder 1.5B does); told what
-    it called and what came back, in words, it answers. Results keep their untrusted-content
-    tags. Empty assistant turns (the closing answer that had none) are left out, and turns
-    of one role in a row are joined, as some chat templates require alternating roles.
+    tool-less turn with one more imitation of a call (Qwen2.5-Coder 1.5B does). Told in
+    words what it called and what came back, it answers. The calls are told on the user's
+    side ("You called …"), so the model's own turns hold only what it wrote: a retelling
+    in its own turns is what a smaller model copies as its answer (Qwen2.5-Coder 0.5B did).
+    Results keep their untrusted-content tags. Empty assistant turns are left out, and
+    turns of one role in a row are joined, as some chat templates require alternating roles.
     """
-    names = {call.id: call.name for message in messages for call in message.tool_calls}
     told: list[Message] = []
+    calls: dict[str, str] = {}
     for message in messages:
         if message.role == "tool":
-            name = names.get(message.tool_call_id or "", "the tool")
-            told.append(Message(role="user", content=f"Result of {name}:\n{message.content}"))
+            call = calls.get(message.tool_call_id or "", "You called a tool.")
+            told.append(Message(role="user", content=f"{call} Result:\n{message.content}"))
             continue
-        parts = [message.content.strip()] if message.content.strip() else []
-        parts += [f"(I called {call.name} with {call.arguments})" for call in message.tool_calls]
-        if parts:
-            told.append(Message(role=message.role, content="\n".join(parts)))
+        for call in message.tool_calls:
+            calls[call.id] = f"You called {call.name} with {call.arguments}."
+        if message.content.strip():
+            told.append(Message(role=message.role, content=message.content.strip()))
     joined: list[Message] = []
     for message in told:
         if joined and joined[-1].role == message.role:
