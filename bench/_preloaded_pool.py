@@ -16,13 +16,14 @@ import sys
 from rq.cli.cli import main as rq_main
 
 from worker import AgentWorker
+from worker.models import PROVIDERS
 from worker.pipeline import preload
 
 
 def main() -> None:
     for function in sorted(AgentWorker.allowed_functions):
         importlib.import_module(function.rpartition(".")[0])
-    preload()
+    preload(PROVIDERS)
     gc.freeze()
     sys.argv = ["rq", "worker-pool", *sys.argv[1:]]
     rq_main()

@@ -134,12 +134,13 @@ def _auth_token() -> str | None:
 
 def _probe(variant: Variant, post_id: str) -> list[SessionTimes]:
     """In a fresh process: preload as the worker parent does, then 1 + WARM_SESSIONS sessions."""
-    from worker.pipeline._runtime import _mcp_config, preload
+    from worker.models import PROVIDERS
+    from worker.pipeline._runtime import mcp_config, preload
     from worker.settings import settings
     from worker.tools import McpConfig, McpServerConfig, close_stdio_pool
 
-    preload()
-    configured = _mcp_config(settings().mcp_config)  # type: ignore[arg-type]
+    preload(PROVIDERS)
+    configured = mcp_config(settings().mcp_config)  # type: ignore[arg-type]
     hub = configured.servers["hub"]
     if variant.transport == "stdio":
         stack_env = settings()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -227,3 +228,22 @@ def test_memory_tool_grants_without_a_memory_are_a_warning(tmp_path: Path) -> No
     (warning,) = report.warnings
     assert warning.agent == "forgetful"
     assert "memory:read, memory:write without memory.enabled" in warning.message
+
+
+def test_check_at_start_names_the_providers_whose_sdks_the_worker_loads(tmp_path: Path) -> None:
+    write_agent(tmp_path, "local-agent", good_config("local-agent"))
+    write_agent(tmp_path, "typo-agent", "name: typo-agent\nbrain: {provider: nope, model: m}\n")
+    config = Settings(agents_dir=str(tmp_path), hub_url="http://127.0.0.1:9")
+    assert check_at_start(config, timeout_s=0.5) == {"openai"}
+
+
+def test_a_worker_loads_only_the_sdks_of_the_providers_its_agents_use() -> None:
+    # In a fresh process, as the worker parent preloads before it forks job processes.
+    probe = (
+        "import sys; from worker.pipeline import preload; preload({'openai'}); "
+        "print(sorted(name for name in ('openai', 'anthropic') if name in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert loaded.stdout.split() == ["['openai']"]

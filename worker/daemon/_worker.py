@@ -138,8 +138,8 @@ class AgentWorker(ConcurrentWorker):
         self._import_job_modules()
         # The checks of `agent-worker check`; an error stops here. The definitions they read
         # are cached in Redis for the first tasks, so each is read (and warns) once.
-        check_at_start(settings, agent_cache=self.connection)
-        self._preload_configuration()
+        providers = check_at_start(settings, agent_cache=self.connection)
+        self._preload_configuration(providers)
         super().bootstrap(logging_level, date_format, log_format)
         self._metrics_port = start_metrics_server(
             settings.metrics_port,
@@ -173,12 +173,12 @@ class AgentWorker(ConcurrentWorker):
                 # The job will fail visibly in rq; the worker still serves the rest.
                 log_event("job_module_import_failed", level="error", module=module, error=str(exc))
 
-    def _preload_configuration(self) -> None:
+    def _preload_configuration(self, providers: frozenset[str]) -> None:
         """Parse MCP_CONFIG, GRANT_POLICY and PRICES_FILE once; a bad file stops start-up."""
         from worker.pipeline import preload
 
         try:
-            preload()
+            preload(providers)
         except WorkerError as exc:
             print(f"agent-worker: {exc.message}", file=sys.stderr)
             raise SystemExit(2) from None

@@ -159,8 +159,8 @@ def plain_history(messages: Sequence[Message]) -> list[Message]:
     calls: dict[str, str] = {}
     for message in messages:
         if message.role == "tool":
-            call = calls.get(message.tool_call_id or "", "You called a tool.")
-            told.append(Message(role="user", content=f"{call} Result:\n{message.content}"))
+            said = calls.get(message.tool_call_id or "", "You called a tool.")
+            told.append(Message(role="user", content=f"{said} Result:\n{message.content}"))
             continue
         for call in message.tool_calls:
             calls[call.id] = f"You called {call.name} with {call.arguments}."

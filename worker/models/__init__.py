@@ -31,6 +31,7 @@ from worker.models._untrusted import UNTRUSTED_TAG, UntrustedBlocks
 if TYPE_CHECKING:
     from worker.models._anthropic import AnthropicModel
     from worker.models._factory import (
+        PROVIDERS,
         aclose_shared_http_clients,
         create_model,
         load_price_table,
@@ -56,6 +57,7 @@ _LAZY = {
     "RateLimitedModel": "worker.models._limiter",
     "RateLimits": "worker.models._limiter",
     "ModelPrice": "worker.models._prices",
+    "PROVIDERS": "worker.models._factory",
     "OpenAIModel": "worker.models._openai",
     "PriceTable": "worker.models._prices",
     "AttemptGate": "worker.models._retry",
@@ -77,6 +79,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
+    "PROVIDERS",
     "UNTRUSTED_TAG",
     "AnthropicModel",
     "AttemptGate",

@@ -3,35 +3,46 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import anthropic
 import httpx2
-import openai
 from pydantic import SecretStr
 
 from worker._network import client_ssl_context, operator_endpoint, same_endpoint
 from worker.exceptions import AgentConfigError, ConfigurationError
-from worker.models._anthropic import AnthropicModel
 from worker.models._fallback import FallbackModel
-from worker.models._openai import OpenAIModel
 from worker.models._prices import PriceTable
 from worker.models._retry import RetryingModel, RetryPolicy
 from worker.models._types import Model
 from worker.settings import Settings
 
 if TYPE_CHECKING:
+    from worker.models._anthropic import AnthropicModel
     from worker.models._limiter import FleetLimiter
+    from worker.models._openai import OpenAIModel
 
 
 @dataclass(frozen=True, slots=True)
 class _Provider:
-    model_class: type[AnthropicModel] | type[OpenAIModel]
+    """A provider, its SDK imported only when a model of it is built: importing the
+    anthropic SDK alone costs a process start about a second of CPU."""
+
+    module: str
+    class_name: str
+    sdk: str
     key_variable: str
     base_url_variable: str
+
+    @property
+    def model_class(self) -> type[AnthropicModel] | type[OpenAIModel]:
+        model_class: type[AnthropicModel] | type[OpenAIModel] = getattr(
+            importlib.import_module(self.module), self.class_name
+        )
+        return model_class
 
     def api_key(self, settings: Settings) -> SecretStr | None:
         key: SecretStr | None = getattr(settings, self.key_variable.lower())
@@ -43,9 +54,24 @@ class _Provider:
 
 
 _PROVIDERS = {
-    "anthropic": _Provider(AnthropicModel, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-    "openai": _Provider(OpenAIModel, "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "anthropic": _Provider(
+        "worker.models._anthropic",
+        "AnthropicModel",
+        "anthropic",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+    ),
+    "openai": _Provider(
+        "worker.models._openai", "OpenAIModel", "openai", "OPENAI_API_KEY", "OPENAI_BASE_URL"
+    ),
 }
+PROVIDERS = frozenset(_PROVIDERS)
+
+
+def provider_model_class(provider: str) -> type[AnthropicModel] | type[OpenAIModel]:
+    """The model class of a provider in ``PROVIDERS``, its SDK imported now."""
+    return _PROVIDERS[provider].model_class
+
 
 # One connection pool per provider and base URL, per event loop: pooled connections
 # belong to the loop that opened them. Dead loops drop out with their clients.
@@ -116,11 +142,7 @@ def shared_http_client(provider: str, base_url: str | None) -> httpx2.AsyncClien
     key = (provider, base_url or "")
     client = clients.get(key)
     if client is None or client.is_closed:
-        sdk_default = (
-            anthropic.DefaultAsyncHttpxClient
-            if provider == "anthropic"
-            else openai.DefaultAsyncHttpxClient
-        )
+        sdk_default = importlib.import_module(_PROVIDERS[provider].sdk).DefaultAsyncHttpxClient
         # The process's shared TLS context: building one per client costs tens of ms.
         client = sdk_default(verify=client_ssl_context())
         clients[key] = client

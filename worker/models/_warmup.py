@@ -2,20 +2,20 @@
 
 The provider SDKs build their pydantic schemas and request transforms on first
 use: the first call of a process costs 15-20 ms more than the next ones. Job
-processes are forks of the worker parent, so one call per provider there, against
-a canned answer (no network), spares every job that cost.
+processes are forks of the worker parent, so one call per provider its agents use, there,
+against a canned answer (no network), spares every job that cost and the SDK's import.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Collection
 from typing import Any
 
 import anyio
 import httpx2
 
 from worker.logs import log_event
-from worker.models._anthropic import AnthropicModel
-from worker.models._openai import OpenAIModel
 from worker.models._types import Message, ModelRequest, ToolCall, ToolSpec
 
 _TOOL_CALL_ARGUMENTS = '{"post_id": "p-1"}'
@@ -85,8 +85,22 @@ def _canned_answer(request: httpx2.Request) -> httpx2.Response:
     return httpx2.Response(200, json=_ANTHROPIC_ANSWER)
 
 
-async def _call_each_provider() -> None:
-    for model_class in (OpenAIModel, AnthropicModel):
+# Modules an SDK imports only on first use, beyond what the canned call reaches.
+_FIRST_USE_MODULES = {
+    "openai": (
+        "openai.resources.chat.chat",  # AsyncOpenAI.chat is a lazy attribute
+        "openai.resources.chat.completions.completions",
+    ),
+}
+
+
+async def _call_each_provider(providers: Collection[str]) -> None:
+    from worker.models._factory import provider_model_class
+
+    for provider in sorted(providers):
+        for module in _FIRST_USE_MODULES.get(provider, ()):
+            importlib.import_module(module)
+        model_class = provider_model_class(provider)
         async with httpx2.AsyncClient(transport=httpx2.MockTransport(_canned_answer)) as http:
             model = model_class(
                 "warm-up", api_key="warm-up", base_url="http://warm-up.invalid", http_client=http
@@ -94,9 +108,10 @@ async def _call_each_provider() -> None:
             await model.complete(_REQUEST)
 
 
-def warm_up_providers() -> None:
-    """Make one canned call per provider SDK in this process; never raises."""
+def warm_up_providers(providers: Collection[str]) -> None:
+    """Import the SDK of each of ``providers`` and make one canned call with it in this
+    process; never raises."""
     try:
-        anyio.run(_call_each_provider)
+        anyio.run(_call_each_provider, providers)
     except Exception as exc:  # a cold start is slower, not broken
         log_event("provider_warm_up_failed", "warning", error=f"{type(exc).__name__}: {exc}")

@@ -32,6 +32,9 @@ class CheckReport:
     checked: list[str] = field(default_factory=list)
     # Each loaded agent's effective values, schema defaults applied (``--json`` only).
     effective_agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The model providers the loaded agents name (fallbacks included): a worker loads
+    # their SDKs before it forks job processes, and only theirs.
+    providers: set[str] = field(default_factory=set)
 
     @property
     def errors(self) -> list[Problem]:

@@ -180,9 +180,10 @@ def _print(report: CheckReport, *, as_json: bool) -> None:
 
 def check_at_start(
     config: Settings, *, timeout_s: float = 2.0, agent_cache: Redis | None = None
-) -> None:
+) -> frozenset[str]:
     """What ``AgentWorker`` runs before taking work: log warnings and agent errors, and stop
     with one ``agent-worker: error: ...`` line per fleet-wide error (exit status 2).
+    Returns the model providers the agents name.
 
     With ``agent_cache`` (the worker's Redis) the definitions it reads are cached for the
     first tasks: each is read, and its warnings logged, once at start.
@@ -207,3 +208,4 @@ def check_at_start(
         for problem in fatal:
             print(f"agent-worker: {problem.line()}", file=sys.stderr)
         raise SystemExit(2)
+    return frozenset(report.providers)

@@ -46,10 +46,14 @@ def check_models(
 ) -> None:
     """Each agent's key is set; with ``network``, each endpoint (probed once) answers."""
     from worker.executors._provider import provider_access
+    from worker.models import PROVIDERS
 
     probed: dict[tuple[str, str | None, str, str], Problem | None] = {}
     for name, definition in agents.items():
         where = f"agents/{name}/config.yaml"
+        brain = definition.config.brain
+        named = {brain.provider, *(fallback.provider for fallback in brain.fallbacks)}
+        report.providers.update(named & PROVIDERS)  # an unknown one is reported below
         try:
             access = provider_access(definition, config)
         except WorkerError as exc:

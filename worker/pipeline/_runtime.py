@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -118,14 +118,13 @@ _FIRST_USE_MODULES = (
     "h11",
     "encodings.idna",  # host names are IDNA-encoded at the first request
     "encodings.utf_8_sig",  # looked up when the first JSON answer is decoded
-    "openai.resources.chat.chat",  # AsyncOpenAI.chat is a lazy attribute
-    "openai.resources.chat.completions.completions",
 )
 
 
-def preload() -> None:
+def preload(providers: Collection[str]) -> None:
     """Parse configuration and load what every task uses, once in the worker parent,
-    so every forked job inherits it instead of redoing it."""
+    so every forked job inherits it instead of redoing it: the SDKs of ``providers``
+    (those of the agents found at start; a provider's SDK is imported on first use)."""
     config = settings()
     _redactor()
     configure_tracing("agent-worker")  # forked job processes inherit the tracer provider
@@ -137,7 +136,7 @@ def preload() -> None:
     client_ssl_context(trust_env=False)
     for module in _FIRST_USE_MODULES:
         importlib.import_module(module)
-    warm_up_providers()
+    warm_up_providers(providers)
 
 
 def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
