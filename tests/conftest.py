@@ -11,6 +11,7 @@ import redis
 from tests.support.redis_server import RedisServer, running_redis
 from tests.support.workers import TEST_CONCURRENCY_VARIABLE
 from worker import logs
+from worker.dev.devstack import PORTS_VARIABLE
 
 # The tests that run in both worker modes: once with a forked job process per task
 # (``forked``), once with every worker running its tasks in threads (``concurrent``,
@@ -38,6 +39,14 @@ def runs_in_both_worker_modes(path: Path) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Each pytest-xdist process ("gw0", "gw1", ...) starts its servers on ports of its own
+    # block, below the kernel's ephemeral range (worker.dev.devstack.free_port).
+    process = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if process[2:].isdigit():
+        low = 20_000 + 500 * int(process[2:])
+        os.environ[PORTS_VARIABLE] = f"{low}-{low + 499}"
+    else:
+        os.environ.setdefault(PORTS_VARIABLE, "10000-19999")
     config.addinivalue_line(
         "markers", "both_worker_modes: in BOTH_WORKER_MODES (`make test-concurrent` runs these)"
     )

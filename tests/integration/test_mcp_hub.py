@@ -237,6 +237,10 @@ async def test_an_mcp_client_without_the_token_cannot_open_a_session(
 async def test_the_hub_key_never_reaches_results_or_logs(
     hub: DevHub, mcp_hub: RunningMcpServer
 ) -> None:
+    # A call of this test's own on the well-configured server, whatever else ran in this process.
+    async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
+        found = await session.call_tool("search_posts", {"query": "anything"})
+    assert not found.is_error
     with running_mcp_hub(
         hub_url=hub.url, hub_api_key="wrong-hub-key-98765", auth_token=MCP_TOKEN
     ) as misconfigured:

@@ -7,7 +7,9 @@ and is stopped (group and all) when the stack closes.
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -30,10 +32,44 @@ REDIS_MISSING = (
 SCRIPTED_ENDPOINT_KEY = "sk-scripted-7d41c9e0b2a85f36"
 
 
+# ``DEVSTACK_PORTS=LOW-HIGH``: the ports free_port hands out, in turn from a random start.
+PORTS_VARIABLE = "DEVSTACK_PORTS"
+_next_port: Iterator[int] | None = None
+
+
 def free_port() -> int:
+    """A port nothing listens on now: from ``DEVSTACK_PORTS`` when set, else the kernel's pick.
+
+    The kernel picks from its ephemeral range, which outgoing connections draw from too, so
+    between this check and the server's bind the port may be taken: rarely, but often enough
+    among parallel test processes that each start dozens of servers. The test suite gives
+    each of its processes a block of its own, below that range.
+    """
+    global _next_port
+    span = os.environ.get(PORTS_VARIABLE)
+    if span:
+        if _next_port is None:
+            low, high = (int(bound) for bound in span.split("-"))
+            start = random.randrange(low, high + 1)
+            _next_port = itertools.chain(
+                range(start, high + 1), itertools.cycle(range(low, high + 1))
+            )
+        for _ in range(200):
+            port = next(_next_port)
+            if _bindable(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
