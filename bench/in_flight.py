@@ -45,7 +45,7 @@ from rq.registry import StartedJobRegistry
 
 from bench._fleet import QUEUE, Mechanism, forget_runs, mechanisms, start_fleet, stop_fleet
 from bench._procs import Memory, available_memory_mb, memory, process_tree, tree_cpu_seconds
-from bench._report import Table
+from bench._report import Table, calibration_ns
 from bench._stack import (
     BENCH_AGENT,
     STEPS_PER_TASK,
@@ -77,17 +77,30 @@ class RowResult:
     peak_memory: Memory | None = None
     window: tuple[float, float] | None = None
     cpu_s: float = 0.0
+    # The window's CPU seconds by process: "workers" (with job processes) and each server.
+    cpu_s_by_process: dict[str, float] = field(default_factory=dict)
     tasks_per_s: float = 0.0
     cpu_ms_per_task: float = 0.0
     task_s: float = 0.0
     start_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # The machine as the window ended: other load inflates CPU per task and lowers the share
+    # of ideal, so a row is read against it (the header's figures are from the start).
+    machine: str = ""
     failed: int = 0
     stopped: str = ""
 
     def record_memory(self, sample: Memory) -> None:
         if self.peak_memory is None or sample.pss_mb > self.peak_memory.pss_mb:
             self.peak_memory = sample
+
+    def cpu_ms_per_task_by_process(self) -> dict[str, float]:
+        """Where a task's CPU went, costliest first: which side grew when the total did."""
+        if not self.cpu_s:
+            return {}
+        ms_per_cpu_s = self.cpu_ms_per_task / self.cpu_s
+        shares = sorted(self.cpu_s_by_process.items(), key=lambda item: -item[1])
+        return {name: cpu_s * ms_per_cpu_s for name, cpu_s in shares}
 
     def ideal_per_s(self) -> tuple[float, float]:
         """(latency bound, CPU bound) in tasks per second."""
@@ -144,7 +157,6 @@ def _wait_ready(
 def _sample_window(bench: BenchStack, roots: list[int], row: RowResult, window_s: float) -> None:
     """Ramp up, then sample in-flight counts and memory, and CPU over the window."""
     started_key = StartedJobRegistry.key_template.format(QUEUE)
-    servers = list(stack_pids(bench).values())
     next_memory = 0.0
 
     def watch_memory(now: float) -> None:
@@ -160,15 +172,28 @@ def _sample_window(bench: BenchStack, roots: list[int], row: RowResult, window_s
     while (now := time.monotonic()) < ramp_end:
         watch_memory(now)
         time.sleep(SAMPLE_EVERY_S)
-    cpu_start = tree_cpu_seconds([*process_tree(roots), *servers])
+    cpu_start = _cpu_by_process(bench, roots)
     window_from = time.time()
     window_end = time.monotonic() + window_s
     while (now := time.monotonic()) < window_end:
         row.in_flight.append(int(bench.redis.zcard(started_key)))
         watch_memory(now)
         time.sleep(SAMPLE_EVERY_S)
-    row.cpu_s = tree_cpu_seconds([*process_tree(roots), *servers]) - cpu_start
+    cpu_end = _cpu_by_process(bench, roots)
+    row.cpu_s_by_process = {name: cpu_end[name] - cpu_start.get(name, 0.0) for name in cpu_end}
+    row.cpu_s = sum(row.cpu_s_by_process.values())
     row.window = (window_from, time.time())
+    row.machine = (
+        f"load average {os.getloadavg()[0]:.1f} at the window's end, speed "
+        f"{calibration_ns():.0f} ns per loop iteration"
+    )
+
+
+def _cpu_by_process(bench: BenchStack, roots: list[int]) -> dict[str, float]:
+    """CPU seconds so far of the workers' trees and of each server of the stack."""
+    processes = {"workers": process_tree(roots)}
+    processes.update({name: [pid] for name, pid in stack_pids(bench).items()})
+    return {name: tree_cpu_seconds(pids) for name, pids in processes.items()}
 
 
 def _count_window(bench: BenchStack, row: RowResult, window: tuple[float, float]) -> None:
@@ -321,6 +346,15 @@ def _table(results: Sequence[tuple[Mechanism, RowResult]], window_s: float) -> T
         if row.stopped:
             table.notes.append(f"{mechanism.label} at {row.target}: stopped early, {row.stopped}")
         table.notes += [f"{mechanism.label} at {row.target}: {note}" for note in row.notes]
+        if row.machine:
+            table.notes.append(f"{mechanism.label} at {row.target}: {row.machine}")
+        if row.cpu_ms_per_task:
+            split = ", ".join(
+                f"{name} {ms:.0f}" for name, ms in row.cpu_ms_per_task_by_process().items()
+            )
+            table.notes.append(
+                f"{mechanism.label} at {row.target}: CPU ms/task by process: {split}"
+            )
         if row.failed:
             table.notes.append(f"{mechanism.label} at {row.target}: {row.failed} task(s) failed")
     table.notes += _explanations(window_s)

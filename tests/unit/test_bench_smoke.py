@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from bench._procs import memory, process_tree, tree_cpu_seconds
+from bench.in_flight import RowResult
 from bench.loop_overhead import LoopRun, run
 
 
@@ -44,3 +45,18 @@ def test_process_tree_finds_a_child_and_reads_its_memory_and_cpu() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_an_in_flight_row_splits_its_cpu_per_task_by_process_costliest_first() -> None:
+    row = RowResult(target=50, cpu_s_by_process={"devhub": 1.0, "workers": 9.0, "redis": 0.0})
+    row.cpu_s = 10.0
+    row.cpu_ms_per_task = 100.0  # 100 tasks in the window
+
+    split = row.cpu_ms_per_task_by_process()
+
+    assert list(split) == ["workers", "devhub", "redis"]
+    assert split == pytest.approx({"workers": 90.0, "devhub": 10.0, "redis": 0.0})
+
+
+def test_an_in_flight_row_without_cpu_has_no_split() -> None:
+    assert RowResult(target=50).cpu_ms_per_task_by_process() == {}
