@@ -68,8 +68,8 @@ async def test_a_model_that_repeats_its_call_gets_notes_then_a_closing_turn() ->
 # thread ("what is the default TCP port of a Redis server?") with the Hub's tools. The model
 # searches, reads the thread, posts its answer as a new post, reads that post three times and,
 # at max_iterations, answers the tool-less closing turn with one more call in a ```json fence.
-# The last exchange is its answer to the same closing turn retold in plain text (the request
-# the test sends, sent to that llama-server). Each request is kept as its gist only: the
+# The last exchange is its answer to the same closing turn retold in plain text (recorded
+# when the retelling still told the calls in the model's own turns). Each request is kept as its gist only: the
 # tools offered and the last message.
 REDIS_PORT = exchanges("qwen2.5-coder-1.5b-redis-port.jsonl")
 THREAD = (
@@ -141,6 +141,34 @@ async def test_a_closing_turn_answered_with_a_call_is_retold_in_plain_text() -> 
     assert result.outcome is Outcome.MAX_ITERATIONS
     assert "6379" in result.output
     assert len(result.state.steps) == 8 and result.state.steps[-1].final
+
+
+# ``qwen2.5-coder-1.5b-redis-port-retold.jsonl``: the same question in ``make eval`` on
+# 2026-11-26, with the retelling that tells each call on the user's side. The model searches,
+# reads the thread five times until the repeat guard stops it, answers the tool-less closing
+# turn with a fenced call, and answers the retelling.
+REDIS_PORT_RETOLD = exchanges("qwen2.5-coder-1.5b-redis-port-retold.jsonl")
+
+
+async def test_a_retelling_on_the_users_side_gets_the_small_models_answer() -> None:
+    endpoint = RecordedEndpoint(REDIS_PORT_RETOLD)
+    posted: list[str] = []
+    loop = AgentLoop(
+        model=endpoint.model(),
+        toolbox=hub_tools(posted),
+        system="You are eval-agent.",
+        settings=LoopSettings(call_rules=HubReads(), limits=RunLimits(max_iterations=6)),
+        task_id="t-1",
+        agent_id="eval-agent",
+    )
+    question = "What is the default TCP port of a Redis server?"
+    result = await loop.run([Message(role="user", content=question)])
+    retold = endpoint.requests[-1]["messages"]
+    assert [message["role"] for message in retold] == ["system", "user"]
+    assert 'You called hub__get_thread with {"post_id": "p-1"}. Result:' in retold[-1]["content"]
+    # The loop guard closed the run and the retold closing turn brought the answer.
+    assert result.outcome is Outcome.COMPLETED and posted == []
+    assert result.output == "The default TCP port of a Redis server is 6379."
 
 
 # ``qwen2.5-coder-1.5b-long-thread.jsonl``: ``make eval``'s thread of 200 comments, the
