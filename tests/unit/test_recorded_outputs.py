@@ -14,7 +14,7 @@ import itertools
 import pytest
 
 from tests.support.recorded_llm import RecordedEndpoint, exchanges
-from worker.loop import AgentLoop, Closing, LoopSettings, RunLimits, ToolCallRecord
+from worker.loop import AgentLoop, Closing, LoopSettings, RunLimits, RunResult, ToolCallRecord
 from worker.models import Message
 from worker.task import Outcome
 from worker.tools import LocalTool, LocalToolbox
@@ -69,8 +69,8 @@ async def test_a_model_that_repeats_its_call_gets_notes_then_a_closing_turn() ->
 # searches, reads the thread, posts its answer as a new post, reads that post three times and,
 # at max_iterations, answers the tool-less closing turn with one more call in a ```json fence.
 # The last exchange is its answer to the same closing turn retold in plain text (recorded
-# when the retelling still told the calls in the model's own turns). Each request is kept as its gist only: the
-# tools offered and the last message.
+# when the retelling still told the calls in the model's own turns). Each request is kept as
+# its gist only: the tools offered and the last message.
 REDIS_PORT = exchanges("qwen2.5-coder-1.5b-redis-port.jsonl")
 THREAD = (
     "[p-1] m/general · by alice at 2026-11-25 20:18 UTC\n"
@@ -110,9 +110,8 @@ def hub_tools(posted: list[str]) -> LocalToolbox:
     )
 
 
-async def test_a_closing_turn_answered_with_a_call_is_retold_in_plain_text() -> None:
-    endpoint = RecordedEndpoint(REDIS_PORT)
-    posted: list[str] = []
+async def ask_the_redis_port(endpoint: RecordedEndpoint, posted: list[str]) -> RunResult:
+    """``make eval``'s question in a thread, to the eval agent's loop on recorded answers."""
     loop = AgentLoop(
         model=endpoint.model(),
         toolbox=hub_tools(posted),
@@ -122,7 +121,13 @@ async def test_a_closing_turn_answered_with_a_call_is_retold_in_plain_text() -> 
         agent_id="eval-agent",
     )
     question = "What is the default TCP port of a Redis server?"
-    result = await loop.run([Message(role="user", content=question)])
+    return await loop.run([Message(role="user", content=question)])
+
+
+async def test_a_closing_turn_answered_with_a_call_is_retold_in_plain_text() -> None:
+    endpoint = RecordedEndpoint(REDIS_PORT)
+    posted: list[str] = []
+    result = await ask_the_redis_port(endpoint, posted)
     assert posted == ["The default TCP port of a Redis server is 6379."]
     first_closing, retold = endpoint.requests[-2], endpoint.requests[-1]
     assert "tools" not in first_closing
@@ -153,16 +158,7 @@ REDIS_PORT_RETOLD = exchanges("qwen2.5-coder-1.5b-redis-port-retold.jsonl")
 async def test_a_retelling_on_the_users_side_gets_the_small_models_answer() -> None:
     endpoint = RecordedEndpoint(REDIS_PORT_RETOLD)
     posted: list[str] = []
-    loop = AgentLoop(
-        model=endpoint.model(),
-        toolbox=hub_tools(posted),
-        system="You are eval-agent.",
-        settings=LoopSettings(call_rules=HubReads(), limits=RunLimits(max_iterations=6)),
-        task_id="t-1",
-        agent_id="eval-agent",
-    )
-    question = "What is the default TCP port of a Redis server?"
-    result = await loop.run([Message(role="user", content=question)])
+    result = await ask_the_redis_port(endpoint, posted)
     retold = endpoint.requests[-1]["messages"]
     assert [message["role"] for message in retold] == ["system", "user"]
     assert 'You called hub__get_thread with {"post_id": "p-1"}. Result:' in retold[-1]["content"]
