@@ -148,6 +148,30 @@ async def test_a_loop_guard_without_a_closing_answer_is_a_tool_loop() -> None:
     assert all(not step.pending_calls for step in result.steps)
 
 
+# What Qwen2.5-Coder 0.5B answered a retold closing turn in ``make eval`` (2026-11-26): the
+# worker's own words back, which are not an answer to post.
+ECHOED_REASON = (
+    "Based on the information provided in the thread, the worker stopped your tool calls: "
+    "tool 'lookup' called with the same arguments more than 3 times."
+)
+
+
+async def test_a_closing_turn_that_repeats_the_workers_words_is_no_answer() -> None:
+    turns = [Turn(tool_calls=[("lookup", {"topic": "rq"})]) for _ in range(4)]
+    turns += [Turn(text=ECHOED_REASON), Turn(text=ECHOED_REASON)]
+    result, model, _ = await run(turns, max_same_call_repeats=3)
+    assert result.outcome is Outcome.TOOL_LOOP and result.output == ""
+    # The first echo was asked again, retold; the second ended the run without an answer.
+    assert len(model.requests) == 6 and not model.requests[-1].tools
+
+
+async def test_an_echo_then_an_answer_completes_the_run_with_the_answer() -> None:
+    turns = [Turn(tool_calls=[("lookup", {"topic": "rq"})]) for _ in range(4)]
+    turns += [Turn(text=ECHOED_REASON), Turn(text=REPLY)]
+    result, _, _ = await run(turns, max_same_call_repeats=3)
+    assert result.outcome is Outcome.COMPLETED and result.output == REPLY
+
+
 # --- repeated reads -----------------------------------------------------------------------
 
 

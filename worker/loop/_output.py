@@ -93,10 +93,22 @@ def is_retold_call(text: str) -> bool:
     return bool(text.strip())
 
 
-def is_answer(text: str) -> bool:
+def is_answer(text: str, *, worker_words: str = "") -> bool:
     """Text that can stand as the task's answer: not blank, not only an announcement,
-    not only a retelling of the calls made."""
-    return bool(text.strip()) and not is_announcement(text) and not is_retold_call(text)
+    not only a retelling of the calls made, and not repeating ``worker_words``, what the
+    worker told the model in the closing turn (Qwen2.5-Coder 0.5B answers "the worker
+    stopped your tool calls: …": words for the model, never for the Hub)."""
+    return (
+        bool(text.strip())
+        and not is_announcement(text)
+        and not is_retold_call(text)
+        and not _repeats(text, worker_words)
+    )
+
+
+def _repeats(text: str, words: str) -> bool:
+    said = " ".join(words.lower().split()).rstrip(".")
+    return bool(said) and said in " ".join(text.lower().split())
 
 
 def recover_output(steps: Sequence[StepRecord], closing_text: str) -> str:

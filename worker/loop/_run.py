@@ -368,14 +368,14 @@ class AgentLoop:
         """Stop calling tools; ask once, without tools, for an answer within what is left."""
         limit, detail = wind_down.limit, wind_down.detail
         answer = await self._closing_answer(
-            state, WIND_DOWN_PROMPT.format(detail=detail), retell=True
+            state, WIND_DOWN_PROMPT.format(detail=detail), retell=True, worker_words=detail
         )
         if answer is None:
             return Stop.at_limit(limit, detail, recover_output(state.steps, ""))
         overspent = self._overspent(state, answer)
         if overspent is not None:
             return overspent
-        text = answer.text if is_answer(answer.text) else ""
+        text = answer.text if is_answer(answer.text, worker_words=detail) else ""
         return Stop.at_limit(limit, detail, recover_output(state.steps, text))
 
     async def _close(self, state: LoopState, close: Close) -> Stop:
@@ -383,12 +383,15 @@ class AgentLoop:
         closing = close.closing
         prompt = CLOSING_PROMPT.format(reason=closing.reason)
         # A delivered reply needs no more answer: no retelling for it.
-        answer = await self._closing_answer(state, prompt, retell=closing.delivered is None)
+        answer = await self._closing_answer(
+            state, prompt, retell=closing.delivered is None, worker_words=closing.reason
+        )
         if answer is not None:
             overspent = self._overspent(state, answer)
             if overspent is not None and closing.delivered is None:
                 return overspent
-        text = answer.text if answer is not None and is_answer(answer.text) else ""
+        answered = answer is not None and is_answer(answer.text, worker_words=closing.reason)
+        text = answer.text if answer is not None and answered else ""
         output = recover_output(state.steps, text) if text else ""
         if output or closing.delivered is not None:
             return Stop(Outcome.COMPLETED, closing.reason, output or closing.delivered or "")
@@ -397,7 +400,7 @@ class AgentLoop:
         return Stop(close.silent_outcome, closing.reason, recover_output(state.steps, ""))
 
     async def _closing_answer(
-        self, state: LoopState, prompt: str, *, retell: bool = False
+        self, state: LoopState, prompt: str, *, retell: bool = False, worker_words: str = ""
     ) -> ModelResponse | None:
         """The tool-less closing call; None when there was no room for it or it failed.
 
@@ -407,7 +410,7 @@ class AgentLoop:
         text (``plain_history``): the same model, no longer primed by its own calls.
         """
         answer = await self._closing_call(state, prompt)
-        if answer is None or is_answer(answer.text) or not retell:
+        if answer is None or is_answer(answer.text, worker_words=worker_words) or not retell:
             return answer
         if not any(message.tool_calls for message in state.messages):
             return answer
