@@ -390,8 +390,8 @@ class AgentLoop:
             overspent = self._overspent(state, answer)
             if overspent is not None and closing.delivered is None:
                 return overspent
-        answered = answer is not None and is_answer(answer.text, worker_words=closing.reason)
-        text = answer.text if answer is not None and answered else ""
+        text = answer.text if answer is not None else ""
+        text = text if is_answer(text, worker_words=closing.reason) else ""
         output = recover_output(state.steps, text) if text else ""
         if output or closing.delivered is not None:
             return Stop(Outcome.COMPLETED, closing.reason, output or closing.delivered or "")
