@@ -469,3 +469,44 @@ def test_unhealthy_budget_ends_the_task_before_any_model_call(e2e: E2E) -> None:
     state = e2e.hub.state()
     assert state["comments"] == []
     assert [record["outcome"] for record in state["consumption"]] == ["budget_unhealthy"]
+
+
+# --- provider SDKs: preloaded for the agents found at start, imported by a task otherwise -----
+
+
+def write_native_agent(agents_dir: Path, name: str, provider: str) -> None:
+    folder = agents_dir / "agents" / name
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(
+        f"name: {name}\ntype: native\nbrain: {{provider: {provider}, model: {name}}}\n"
+    )
+    (folder / "system-prompt.md").write_text(f"You are {name}.")
+
+
+def test_an_agent_of_a_provider_the_worker_did_not_preload_still_runs(
+    e2e: E2E, tmp_path: Path
+) -> None:
+    # At start the worker finds only an openai agent, so it preloads only the openai SDK;
+    # an anthropic agent added afterwards imports its SDK in its own task.
+    write_native_agent(tmp_path, "e2e-openai-only", "openai")
+    answer = "Answered through the Messages API."
+    e2e.llm.set_scenario("e2e-late-anthropic", [{"text": answer}])
+
+    with e2e.worker(AGENTS_DIR=str(tmp_path)) as worker:
+        wait_until(lambda: worker.events("worker_started"), 90, "the worker to start")
+        write_native_agent(tmp_path, "e2e-late-anthropic", "anthropic")
+        post = e2e.hub.create_post(agent_id="alice", content="Hey @e2e-late-anthropic, hello")
+        task = {
+            "task_id": "e2e-late-anthropic",
+            "type": "notification",
+            "agent_id": "e2e-late-anthropic",
+            "post_id": post["id"],
+        }
+        assert e2e.enqueue(task) == "enqueued"
+        wait_until(lambda: e2e.hub.state()["comments"], 90, "the anthropic agent's reply")
+
+    assert e2e.report("e2e-late-anthropic")["outcome"] == "completed"
+    (comment,) = e2e.hub.state()["comments"]
+    assert comment["content"] == answer
+    (request,) = e2e.llm.requests("e2e-late-anthropic")
+    assert request["path"] == "/v1/messages"
