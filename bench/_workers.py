@@ -154,5 +154,5 @@ class NoPreloadWorker(AgentWorker):
     def _import_job_modules(self) -> None:
         return None
 
-    def _preload_configuration(self) -> None:
+    def _preload_configuration(self, providers: frozenset[str]) -> None:
         return None

@@ -91,7 +91,7 @@ def _measure(bench: BenchStack, args: list[str]) -> tuple[float, float]:
             first.wait(timeout=120)
             crashed_at = time.monotonic()
             replacement = _start(env, args, Path(logdir) / "replacement.log")
-            crashed_runs = set(bench.redis.zrange(started.key, 0, -1))
+            crashed_runs = _started_runs(bench, started.key)
             _wait(lambda: _all_rerun(bench, ids, crashed_runs), "re-runs", timeout_s=600)
             running_again = time.monotonic() - crashed_at
             wait_for_jobs(bench.redis, ids, timeout_s=300)
@@ -116,12 +116,17 @@ def _start(env: dict[str, str], args: list[str], log: Path) -> subprocess.Popen[
         )
 
 
+def _started_runs(bench: BenchStack, key: str) -> set[bytes]:
+    """A started registry's members, ``<job id>:<execution id>`` (the client answers bytes)."""
+    return {member for member in bench.redis.zrange(key, 0, -1) if isinstance(member, bytes)}
+
+
 def _all_rerun(bench: BenchStack, job_ids: list[str], crashed_runs: set[bytes]) -> bool:
     """Every neighbour runs again (an execution the crash did not end), or has ended."""
     started = StartedJobRegistry("agents", connection=bench.redis)
     running = {
         member.decode().partition(":")[0]
-        for member in set(bench.redis.zrange(started.key, 0, -1)) - crashed_runs
+        for member in _started_runs(bench, started.key) - crashed_runs
     }
     for job_id in job_ids:
         status = bench.redis.hget(f"rq:job:{job_id}", "status")
