@@ -34,6 +34,7 @@ from opentelemetry import trace
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_servers._identity import CAPABILITY_KEY_ENV, Caller, Identity, identity_from_env
+from mcp_servers._tracing import skip_untraced_set_up
 from worker.exceptions import ConfigurationError
 from worker.tracing import configure_tracing, flush_spans
 
@@ -72,6 +73,7 @@ def serve(
     auth_token = os.environ.get(AUTH_TOKEN_ENV) or None
     configure_json_logging(secrets=[os.environ.get(name, "") for name in SECRET_ENV_VARS])
     configure_tracing_or_exit(f"mcp-{server.name}")
+    skip_untraced_set_up(server)
     if not os.environ.get(CAPABILITY_KEY_ENV):
         log_event(
             "identity_unverified",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from enum import Flag, StrEnum, auto
 from typing import Annotated, Any, Literal
 
@@ -17,6 +19,9 @@ from pydantic import (
 from worker.exceptions import AutonomyViolation, InvalidTask, ModelError
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+# The longest raw task field read before the task parsed (``raw_field``): a log line's or a
+# span's worth, never what a hostile producer put there.
+RAW_FIELD_MAX_CHARS = 128
 TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_PATTERN)]
 # W3C Trace Context: version 00's traceparent, and a tracestate within the spec's 32 members.
 TRACEPARENT_PATTERN = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
@@ -164,6 +169,22 @@ def parse_task(raw: Any) -> Task:
         return Task.model_validate(raw)
     except ValidationError as exc:
         raise InvalidTask(f"invalid task: {describe_validation_error(exc)}") from None
+
+
+def raw_field(raw: Any, name: str) -> str | None:
+    """A short string field of the raw task (as rq handed it, maybe invalid), or None: the
+    one way logs, reports and spans read a task that may never parse."""
+    value = raw.get(name) if isinstance(raw, Mapping) else None
+    return value if isinstance(value, str) and len(value) <= RAW_FIELD_MAX_CHARS else None
+
+
+def raw_task_id(raw: Any, *, fallback: str | None) -> str:
+    """The task's id if it is a valid one, else the rq job's: reports, logs and the error
+    post's idempotency key (``<id>:error``) must never be shared by two broken tasks."""
+    value = raw.get("task_id") if isinstance(raw, Mapping) else None
+    if isinstance(value, str) and re.fullmatch(TASK_ID_PATTERN, value):
+        return value
+    return fallback or "unknown"
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from tests.support.tracing import (
 )
 from tests.support.workers import wait_until
 from worker.dev.devstack import DevStack, running_stack
+from worker.redis_io import keys as redis_keys
 
 pytestmark = pytest.mark.integration
 
@@ -100,6 +102,25 @@ def mcp_config(stack: DevStack, receiver: OtlpReceiver, directory: Path) -> Path
     return path
 
 
+def enqueue_under_producer_trace(e2e: E2E, post_id: str) -> tuple[str, str, str]:
+    """``agent-worker enqueue`` a mention of the agent under a producer's TRACEPARENT;
+    returns the task id, the producer's trace id and its span id."""
+    task_id = "traced-" + secrets.token_hex(4)
+    trace_id, producer_span = secrets.token_hex(16), secrets.token_hex(8)
+    task = {"task_id": task_id, "type": "notification", "agent_id": AGENT, "post_id": post_id}
+    env = e2e.worker_env(TRACEPARENT=f"00-{trace_id}-{producer_span}-01")
+    enqueued = subprocess.run(
+        [AGENT_WORKER, "enqueue", "-"],
+        input=json.dumps(task),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert enqueued.returncode == 0, enqueued.stderr
+    return task_id, trace_id, producer_span
+
+
 def run_traced_task(
     e2e: E2E, receiver: OtlpReceiver, tmp_path: Path, **worker_env: str
 ) -> tuple[str, str, str, list[ReceivedSpan]]:
@@ -126,19 +147,7 @@ def run_traced_task(
             },
         ],
     )
-    task_id = "traced-" + secrets.token_hex(4)
-    trace_id, producer_span = secrets.token_hex(16), secrets.token_hex(8)
-    task = {"task_id": task_id, "type": "notification", "agent_id": AGENT, "post_id": post_id}
-    env = e2e.worker_env(TRACEPARENT=f"00-{trace_id}-{producer_span}-01")
-    enqueued = subprocess.run(
-        [AGENT_WORKER, "enqueue", "-"],
-        input=json.dumps(task),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert enqueued.returncode == 0, enqueued.stderr
+    task_id, trace_id, producer_span = enqueue_under_producer_trace(e2e, post_id)
     config = mcp_config(e2e.stack, receiver, tmp_path)
     run = e2e.run_burst(MCP_CONFIG=str(config), **worker_env)
     assert run.returncode == 0, run.stderr
@@ -266,6 +275,109 @@ def test_one_trace_from_the_producer_through_the_worker_and_mcp_to_the_hub(
     # The operator finds the trace from the task.
     shown = e2e.agent_worker_cli("report", task_id)
     assert f"trace: {trace_id}" in shown.stdout
+
+    # One task, one trace: the worker's start (its providers' warm-up call, its MCP
+    # initialize probing mcp-hub) left no trace of its own in any process.
+    strays = [span for span in receiver.spans() if span.trace_id != trace_id]
+    assert not strays, tree(strays)
+
+
+def test_an_error_span_names_the_errors_class_never_the_providers_message(
+    e2e: E2E, receiver: OtlpReceiver
+) -> None:
+    post = e2e.hub.create_post(agent_id="alice", content=f"Hey @{AGENT}, are you there?")
+    refusal = f"invalid api key {CANARY} ({MARKER}) at /srv/secret/path.py"
+    e2e.llm.set_scenario(AGENT, [{"status": 401, "error": {"message": refusal}}])
+    task_id, trace_id, _ = enqueue_under_producer_trace(e2e, str(post["id"]))
+
+    run = e2e.run_burst()
+
+    assert run.returncode == 0, run.stderr
+    assert e2e.report(task_id)["outcome"] == "model_error"
+
+    def arrived() -> list[ReceivedSpan] | None:
+        spans = receiver.spans(trace_id)
+        names = {span.name for span in spans}
+        return spans if {"process agents", f"chat {AGENT}"} <= names else None
+
+    spans = wait_until(arrived, SPANS_TIMEOUT_S, "the failed task's spans")
+    chat = one(spans, f"chat {AGENT}")
+    assert chat.status_code == "STATUS_CODE_ERROR"
+    assert chat.status_message == "ModelAuthError"
+    assert chat.attributes["error.type"] == "model_auth_error"  # its code
+    failed = [span for span in spans if span.status_code == "STATUS_CODE_ERROR"]
+    assert {span.name for span in failed} >= {f"chat {AGENT}", f"invoke_agent {AGENT}"}
+    for span in spans:
+        # A class, a code or an outcome: one word, never the provider's text or a stack.
+        assert span.status_message.isidentifier() or not span.status_message, span
+        assert "exception" not in span.events, span.name
+        shown = json.dumps([span.attributes, span.status_message])
+        assert MARKER not in shown and "invalid api key" not in shown, span.name
+
+
+def test_a_killed_job_process_still_leaves_a_whole_trace(
+    e2e: E2E, receiver: OtlpReceiver, worker_mode: str
+) -> None:
+    if worker_mode == "concurrent":
+        pytest.skip("a task in a job thread has no process of its own to kill")
+    post = e2e.hub.create_post(agent_id="alice", content=f"Hey @{AGENT}, read this thread")
+    post_id = str(post["id"])
+    e2e.llm.set_scenario(
+        AGENT,
+        [
+            {"tool_calls": [{"name": "hub__get_thread", "arguments": {"post_id": post_id}}]},
+            {"text": "never sent", "delay_s": 300},  # killed while waiting for this one
+        ],
+    )
+    task_id, trace_id, producer_span = enqueue_under_producer_trace(e2e, post_id)
+
+    with e2e.worker() as worker:
+        wait_until(lambda: len(e2e.llm.requests(AGENT)) >= 2 or None, 90, "the second model call")
+        holder = e2e.redis.get(redis_keys.task_lease(task_id))
+        assert isinstance(holder, bytes), worker.stderr
+        job_process = int(holder.decode().rpartition(":")[2])
+        os.kill(job_process, signal.SIGKILL)
+
+        def arrived() -> list[ReceivedSpan] | None:
+            spans = receiver.spans(trace_id)
+            names = {span.name for span in spans}
+            return spans if {"process agents", f"invoke_agent {AGENT}"} <= names else None
+
+        spans = wait_until(arrived, SPANS_TIMEOUT_S, "the killed run's spans")
+
+    # What ended before the kill arrived as it ended; what the kill left open was ended
+    # by the worker, marked as lost; no span lost its parent.
+    execute = one(spans, "execute_tool hub__get_thread")
+    assert execute.attributes["agent_worker.tool.outcome"] == "ok"
+    for name in ("process agents", f"invoke_agent {AGENT}"):
+        lost = one(spans, name)
+        assert lost.status_code == "STATUS_CODE_ERROR", name
+        assert lost.attributes["error.type"] == "job_process_lost", name
+    known = {span.span_id for span in spans} | {producer_span}
+    assert all(span.parent_span_id in known for span in spans), tree(spans)
+
+
+def test_spans_wait_in_the_worker_for_a_batch_and_leave_when_it_stops(
+    e2e: E2E, receiver: OtlpReceiver
+) -> None:
+    post = e2e.hub.create_post(agent_id="alice", content=f"Hey @{AGENT}, one question")
+    e2e.llm.set_scenario(AGENT, [{"text": "One answer."}])
+    task_id, trace_id, _ = enqueue_under_producer_trace(e2e, str(post["id"]))
+
+    # A batch leaves every ten minutes here: only a stopping worker sends it earlier.
+    with e2e.worker(OTEL_BSP_SCHEDULE_DELAY="600000") as worker:
+        wait_until(lambda: _outcome(e2e, task_id), 90, "the task's report")
+        worker_spans = [s for s in receiver.spans(trace_id) if s.service == "agent-worker"]
+        assert worker_spans == []  # the task did not export on its own
+    assert worker.process.returncode == 0, worker.final_stderr
+
+    names = {span.name for span in receiver.spans(trace_id) if span.service == "agent-worker"}
+    assert {"process agents", f"invoke_agent {AGENT}", f"chat {AGENT}"} <= names
+
+
+def _outcome(e2e: E2E, task_id: str) -> str | None:
+    report = e2e.job(task_id).get_meta(refresh=True).get("report")
+    return report.get("outcome") if isinstance(report, dict) else None
 
 
 def test_captured_content_arrives_with_the_secret_redacted(

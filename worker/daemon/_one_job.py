@@ -6,6 +6,7 @@
     give an agent task its crash re-runs       (rq retries a killed or abandoned job)
     run it                                     (rq's fork and monitor, or a job thread)
     apply the job's metrics                    (the run never touches them)
+    export the spans its job process handed over
     kill process groups the job left behind
     re-enqueue the task if the job asked for it
 
@@ -53,6 +54,7 @@ from worker.metrics import apply_job_metrics, worker_metrics
 from worker.redis_io import is_redis_outage
 from worker.settings import settings_or_exit
 from worker.task import Outcome, parse_task
+from worker.tracing import deliver_job_spans
 
 
 class VettingWorker(UnloadableJobsWorker):
@@ -118,6 +120,7 @@ class VettingWorker(UnloadableJobsWorker):
                 # rq's cold shutdown (a second SIGTERM/SIGINT) killed the job process.
                 execution = next((e for e in self.executions.values() if e.job_id == job.id), None)
                 self._hand_back_after_cold_shutdown(job, queue, execution, lease_pid=self.horse_pid)
+                deliver_job_spans(self.connection, job.id)  # exported as the worker stops
                 raise
         self._after_job(job, check, self._forked_execution_id)
 
@@ -268,6 +271,7 @@ class VettingWorker(UnloadableJobsWorker):
         self._until_redis_answers(
             "apply_job_metrics", lambda: apply_job_metrics(self.connection, job.id)
         )
+        deliver_job_spans(self.connection, job.id)
         self._until_redis_answers(
             "kill_child_processes",
             lambda: kill_recorded_process_groups(self.connection, job.id, execution_id),

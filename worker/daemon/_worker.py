@@ -13,6 +13,7 @@ through ``CappedJob``, so a job hash cannot expand beyond JOB_DATA_MAX_BYTES.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -56,10 +57,13 @@ from worker.redis_io import (
     require_matching_worker_connection,
 )
 from worker.settings import settings_or_exit
+from worker.tracing import flush_spans, sweep_job_spans
 
 __all__ = ["AgentWorker"]
 
 HEALTH_CHECK_TIMEOUT_S = 2.0
+# How long a stopping worker waits for its last spans to reach the collector.
+SPAN_FLUSH_TIMEOUT_S = 5.0
 # What rq's Worker.get_heartbeat_ttl adds to the job monitoring interval.
 RQ_HEARTBEAT_GRACE_S = 60
 
@@ -147,6 +151,9 @@ class AgentWorker(ConcurrentWorker):
             queue_names=self.queue_names(),
             host=settings.metrics_host,
         )
+        # What start-up loaded stays for good: the collector leaves it, and the pages it
+        # sits on, alone, so a forked job process does not copy them by collecting.
+        gc.freeze()
         log_event(
             "worker_started",
             worker=self.name,
@@ -205,6 +212,8 @@ class AgentWorker(ConcurrentWorker):
                 from worker.tools import close_stdio_pool
 
                 close_stdio_pool()
+                # Not left to atexit either: the spans batched across the last tasks.
+                flush_spans(SPAN_FLUSH_TIMEOUT_S)
                 self._write_metrics_textfile()
                 stop_metrics_server()
                 log_event("worker_stopped", worker=self.name, pid=os.getpid())
@@ -247,6 +256,7 @@ class AgentWorker(ConcurrentWorker):
 
     def maintain_own_data(self) -> None:
         sweep_job_metrics(self.connection, older_than_s=self.metrics_sweep_after_s)
+        sweep_job_spans(self.connection, older_than_s=self.metrics_sweep_after_s)
         drain_outbox_now(self.connection)
 
 

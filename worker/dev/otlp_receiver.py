@@ -37,6 +37,7 @@ class ReceivedSpan:
     links: list[tuple[str, str]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     status_code: str = "STATUS_CODE_UNSET"
+    status_message: str = ""
 
 
 def _value(value: AnyValue) -> Any:
@@ -69,6 +70,7 @@ def decode_spans(body: bytes) -> list[ReceivedSpan]:
                         links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
                         events=[event.name for event in span.events],
                         status_code=span.status.StatusCode.Name(span.status.code),
+                        status_message=span.status.message,
                     )
                 )
     return decoded

@@ -43,8 +43,8 @@ from worker.pipeline._early_tools import ToolboxFactory, tools_opened_early
 from worker.pipeline._respond import respond
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._settle import build_report, drain_outbox, finish, settle
-from worker.pipeline._state import Requeue, RunState, TaskVerdict, raw_field, raw_task_id
-from worker.task import AgentReport, Outcome, Task, parse_task
+from worker.pipeline._state import Requeue, RunState, TaskVerdict
+from worker.task import AgentReport, Outcome, Task, parse_task, raw_field, raw_task_id
 from worker.tracing import TracingTransport, traced_agent_run
 
 # How long past its deadline a run may take before it is cut (the loop's own wind-down

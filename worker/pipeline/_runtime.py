@@ -127,6 +127,9 @@ def preload(providers: Collection[str]) -> None:
     (those of the agents found at start; a provider's SDK is imported on first use)."""
     config = settings()
     _redactor()
+    # Before tracing is on: the canned call would be a root ``chat warm-up`` span of its
+    # own, a trace of a call that never reached a provider.
+    warm_up_providers(providers)
     configure_tracing("agent-worker")  # forked job processes inherit the tracer provider
     _prices()
     _grant_policy(config.grant_policy)
@@ -136,7 +139,6 @@ def preload(providers: Collection[str]) -> None:
     client_ssl_context(trust_env=False)
     for module in _FIRST_USE_MODULES:
         importlib.import_module(module)
-    warm_up_providers(providers)
 
 
 def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:

@@ -19,9 +19,9 @@ from worker.hub_writes import HubWriter, OutboxItem, drain
 from worker.logs import log_event
 from worker.loop import RunResult
 from worker.pipeline._runtime import TaskRuntime
-from worker.pipeline._state import RunState, raw_field
+from worker.pipeline._state import RunState
 from worker.pipeline._writes import hub_writer
-from worker.task import AgentReport, ErrorInfo, Outcome, Task
+from worker.task import AgentReport, ErrorInfo, Outcome, Task, raw_field
 
 ERRORS_COMMUNITY = "m/agent-errors"
 # The agent and type label of a task that never became valid: one series, not one per id.

@@ -6,15 +6,13 @@ report and the verdict are read from it at the end.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from hub_client import Post
 from worker.agents import AgentDefinition
 from worker.coordination import TaskDeadline
 from worker.loop import RunResult
-from worker.task import TASK_ID_PATTERN, AgentReport, Outcome, Task
+from worker.task import AgentReport, Outcome, Task
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,18 +69,3 @@ class RunState:
     def hub_timeout_s(self, cap_s: float) -> float:
         """A Hub call's timeout: the task's remaining time, capped by the call's default."""
         return cap_s if self.deadline is None else self.deadline.timeout_s(cap_s)
-
-
-def raw_field(raw: Any, name: str) -> Any:
-    """A short string field of the raw task, for logs and reports of tasks that never parsed."""
-    value = raw.get(name) if isinstance(raw, dict) else None
-    return value if isinstance(value, str) and len(value) <= 128 else None
-
-
-def raw_task_id(raw: Any, *, fallback: str | None) -> str:
-    """The task's id if it is a valid one, else the rq job's: reports, logs and the error
-    post's idempotency key (``<id>:error``) must never be shared by two broken tasks."""
-    value = raw.get("task_id") if isinstance(raw, dict) else None
-    if isinstance(value, str) and re.fullmatch(TASK_ID_PATTERN, value):
-        return value
-    return fallback or "unknown"

@@ -23,6 +23,9 @@ SCHEDULER_LEADER = PREFIX + "scheduler:leader"
 JOB_METRICS_PENDING = PREFIX + "metrics:pending"
 """Sorted set: job ids with unapplied metrics, scored by their first flush time."""
 
+JOB_SPANS_PENDING = PREFIX + "spans:pending"
+"""Sorted set: job ids with spans their worker has not exported yet, scored by the first write."""
+
 
 def agent_config(agent_id: str) -> str:
     """Cached agent definition (config and system prompt)."""
@@ -95,6 +98,11 @@ def last_write(agent_id: str) -> str:
 def scheduler_agent(agent_id: str) -> str:
     """Exploration scheduling state of one agent: last task, its slot, failures, backoff end."""
     return f"{PREFIX}scheduler:agent:{agent_id}"
+
+
+def job_spans(job_id: str) -> str:
+    """Spans a forked job process wrote (JSON records), waiting for its worker to export them."""
+    return f"{PREFIX}spans:job:{job_id}"
 
 
 def trace_delivery(trace_id: str, span_id: str) -> str:

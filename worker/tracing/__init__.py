@@ -3,6 +3,8 @@
 The README's "Tracing" section draws the trace tree. What each part of the worker does:
 
     configure_tracing, flush_spans    turn the SDK on from OTEL_* variables; flush before exit
+    deliver_job_spans, sweep_job_spans
+                                      a forked job process's spans, exported by its worker
     publishing, traced_job            across the queue: the producer's context rides in the
                                       task; each run of its job is a CONSUMER span
     traced_agent_run, traced_chat,    the GenAI spans: invoke_agent, chat (retries as events),
@@ -26,6 +28,7 @@ from worker.tracing._context import attached, environment_context
 from worker.tracing._genai import note_retry, traced_agent_run, traced_chat, traced_tool_call
 from worker.tracing._http import TracingTransport
 from worker.tracing._queue import creation_context, processing, publishing, traced_job
+from worker.tracing._relay import deliver_job_spans, sweep_job_spans
 from worker.tracing._setup import (
     TRACER_NAME,
     configure_tracing,
@@ -42,6 +45,7 @@ __all__ = [
     "capture_content",
     "configure_tracing",
     "creation_context",
+    "deliver_job_spans",
     "environment_context",
     "flush_spans",
     "gateway_trace_environment",
@@ -49,6 +53,7 @@ __all__ = [
     "processing",
     "publishing",
     "sampled_trace_id",
+    "sweep_job_spans",
     "trace_environment",
     "traced_agent_run",
     "traced_chat",

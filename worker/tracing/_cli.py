@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar, cast
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from worker.tracing._setup import tracer
+from worker.tracing._setup import span
 
 # Passed on to the gateway, so its spans reach the same backend; never the headers
 # (OTEL_EXPORTER_OTLP_HEADERS may hold a collector's token, and the CLI can read the block).
@@ -51,7 +51,7 @@ def traced_cli_run(run: F) -> F:
 
     @functools.wraps(run)
     async def traced(executor: Any, request: Any) -> Any:
-        with tracer().start_as_current_span(
+        with span(
             f"invoke_agent {executor.name}",
             kind=SpanKind.CLIENT,
             attributes={
@@ -60,10 +60,9 @@ def traced_cli_run(run: F) -> F:
                 "gen_ai.conversation.id": request.task.task_id,
                 "agent_worker.agent": request.agent.config.name,
             },
-            record_exception=False,
-        ) as span:
+        ) as current:
             result: _CliResult = await run(executor, request)
-            _record_result(span, result)
+            _record_result(current, result)
             return result
 
     return cast(F, traced)

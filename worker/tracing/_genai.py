@@ -13,7 +13,7 @@ Message content goes on spans only when ``_content.capture_content()`` says so.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar, cast
@@ -21,8 +21,9 @@ from typing import Any, Protocol, TypeVar, cast
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from worker.task import raw_field
 from worker.tracing._content import as_json, capture_content, safe_text
-from worker.tracing._setup import tracer
+from worker.tracing._setup import span
 
 # The task id of the agent run in progress: every GenAI span of it names the conversation.
 _conversation_id: ContextVar[str | None] = ContextVar("gen_ai_conversation_id", default=None)
@@ -113,25 +114,24 @@ def traced_agent_run(run: F) -> F:
 
     @functools.wraps(run)
     async def traced(raw: Any, runtime: Any) -> Any:
-        wire: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        agent = wire.get("agent_id") if isinstance(wire.get("agent_id"), str) else None
-        task_id = wire.get("task_id") if isinstance(wire.get("task_id"), str) else None
+        agent = raw_field(raw, "agent_id")
+        task_id = raw_field(raw, "task_id")
         attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent"}
         if agent:
             attributes |= {"gen_ai.agent.name": agent, "gen_ai.agent.id": agent}
         if task_id:
             attributes["gen_ai.conversation.id"] = task_id
-        if isinstance(task_type := wire.get("type"), str):
+        if task_type := raw_field(raw, "type"):
             attributes["agent_worker.task.type"] = task_type
         token = _conversation_id.set(task_id)
         try:
-            with tracer().start_as_current_span(
+            with span(
                 f"invoke_agent {agent}" if agent else "invoke_agent",
                 kind=SpanKind.INTERNAL,
                 attributes=attributes,
-            ) as span:
+            ) as current:
                 verdict: _Verdict = await run(raw, runtime)
-                _record_report(span, verdict.report)
+                _record_report(current, verdict.report)
                 return verdict
         finally:
             _conversation_id.reset(token)
@@ -184,20 +184,11 @@ def _model_span(model: _Model, request: _Request) -> Iterator[trace.Span]:
         attributes["gen_ai.request.temperature"] = request.temperature
     if (conversation := _conversation_id.get()) is not None:
         attributes["gen_ai.conversation.id"] = conversation
-    with tracer().start_as_current_span(
-        f"chat {model.name}",
-        kind=SpanKind.CLIENT,
-        attributes=attributes,
-        record_exception=False,  # an exception's text may quote the provider's answer
-    ) as span:
-        if span.is_recording() and capture_content():
-            span.set_attribute("gen_ai.system_instructions", _system_json(request.system))
-            span.set_attribute("gen_ai.input.messages", _messages_json(request.messages))
-        try:
-            yield span
-        except BaseException as exc:
-            _record_error(span, exc)
-            raise
+    with span(f"chat {model.name}", kind=SpanKind.CLIENT, attributes=attributes) as current:
+        if current.is_recording() and capture_content():
+            current.set_attribute("gen_ai.system_instructions", _system_json(request.system))
+            current.set_attribute("gen_ai.input.messages", _messages_json(request.messages))
+        yield current
 
 
 def note_retry(*, status: int | None, delay_s: float, attempt: int) -> None:
@@ -291,21 +282,14 @@ def traced_tool_call(run: F) -> F:
         }
         if (conversation := _conversation_id.get()) is not None:
             attributes["gen_ai.conversation.id"] = conversation
-        with tracer().start_as_current_span(
-            f"execute_tool {call.name}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-        ) as span:
-            if span.is_recording() and capture_content():
-                span.set_attribute("gen_ai.tool.call.arguments", safe_text(call.arguments))
-            try:
-                record: _ToolRecord = await run(dispatcher, step, index, call, timeout_s)
-            except BaseException as exc:
-                _record_error(span, exc)
-                raise
-            if span.is_recording():
-                _record_tool(span, record)
+        with span(
+            f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes
+        ) as current:
+            if current.is_recording() and capture_content():
+                current.set_attribute("gen_ai.tool.call.arguments", safe_text(call.arguments))
+            record: _ToolRecord = await run(dispatcher, step, index, call, timeout_s)
+            if current.is_recording():
+                _record_tool(current, record)
             return record
 
     return cast(F, traced)
@@ -321,10 +305,3 @@ def _record_tool(span: trace.Span, record: _ToolRecord) -> None:
         span.set_status(Status(StatusCode.ERROR, outcome))
     elif capture_content():
         span.set_attribute("gen_ai.tool.call.result", safe_text(record.content))
-
-
-def _record_error(span: trace.Span, exc: BaseException) -> None:
-    """The error's class or code, never its message (it may quote content)."""
-    if span.is_recording():
-        span.set_attribute("error.type", str(getattr(exc, "code", type(exc).__qualname__)))
-        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))

@@ -15,7 +15,7 @@ import httpx2
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from worker.tracing._setup import tracer
+from worker.tracing._setup import span
 
 
 class TracingTransport(httpx2.AsyncBaseTransport):
@@ -37,22 +37,14 @@ class TracingTransport(httpx2.AsyncBaseTransport):
         if self._record_path:
             port = f":{url.port}" if url.port is not None else ""
             attributes["url.full"] = f"{url.scheme}://{url.host}{port}{url.path}"
-        with tracer().start_as_current_span(
-            request.method, kind=SpanKind.CLIENT, attributes=attributes, record_exception=False
-        ) as span:
+        with span(request.method, kind=SpanKind.CLIENT, attributes=attributes) as current:
             propagate.inject(request.headers)
-            try:
-                response = await self._inner.handle_async_request(request)
-            except Exception as exc:
-                if span.is_recording():
-                    span.set_attribute("error.type", type(exc).__qualname__)
-                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-                raise
-            if span.is_recording():
-                span.set_attribute("http.response.status_code", response.status_code)
+            response = await self._inner.handle_async_request(request)
+            if current.is_recording():
+                current.set_attribute("http.response.status_code", response.status_code)
                 if response.status_code >= 400:
-                    span.set_attribute("error.type", str(response.status_code))
-                    span.set_status(Status(StatusCode.ERROR))
+                    current.set_attribute("error.type", str(response.status_code))
+                    current.set_status(Status(StatusCode.ERROR))
             return response
 
     async def aclose(self) -> None:

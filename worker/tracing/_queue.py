@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Protocol, TypeVar, cast
 
 from opentelemetry import propagate, trace
@@ -24,13 +24,13 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind
 
 from worker.redis_io import keys as redis_keys
-from worker.tracing._setup import flush_spans, tracer, tracing_enabled
+from worker.task import raw_field
+from worker.tracing._relay import relaying_job_spans
+from worker.tracing._setup import span, tracing_enabled
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 MESSAGING_SYSTEM = "rq"
-# How long a job process may wait for its spans to leave before it ends (os._exit).
-JOB_FLUSH_TIMEOUT_S = 3.0
 # A re-run can come days later (rq keeps a job for its result TTL): the key outlives it.
 _DELIVERY_KEY_TTL_S = 8 * 86_400
 
@@ -66,7 +66,7 @@ def publishing(task_wire: dict[str, Any], queue_name: str) -> Iterator[None]:
     if TRACEPARENT in task_wire:
         yield
         return
-    with tracer().start_as_current_span(
+    with span(
         f"publish {queue_name}",
         kind=SpanKind.PRODUCER,
         attributes=_messaging("publish", queue_name, task_wire.get("task_id")),
@@ -95,7 +95,8 @@ def traced_job(run: JobFunction) -> JobFunction:
 
 @contextmanager
 def processing(job: _Job | None, task: Any, redis: _Redis | None) -> Iterator[None]:
-    """The CONSUMER span of one run of a task's job; its spans are flushed when it ends.
+    """The CONSUMER span of one run of a task's job. In a forked job process its spans
+    go to the worker through Redis (``_relay``): the job process sends no export request.
 
     Records the trace id in ``job.meta["trace_id"]`` (saved with the report) while the
     span is sampled, so ``agent-worker report`` can name the trace.
@@ -113,21 +114,23 @@ def processing(job: _Job | None, task: Any, redis: _Redis | None) -> Iterator[No
         else:
             links.append(Link(trace.get_current_span(created).get_span_context()))
             delivery = "redelivery"
-    attributes = _messaging("process", queue, job.id if job is not None else wire.get("task_id"))
+    message_id = job.id if job is not None else raw_field(task, "task_id")
+    attributes = _messaging("process", queue, message_id)
     attributes |= {"agent_worker.task.attempt": attempt, "agent_worker.delivery": delivery}
-    try:
-        with tracer().start_as_current_span(
+    relay = relaying_job_spans(redis, job.id) if job is not None else nullcontext()
+    with (
+        relay,
+        span(
             f"process {queue}",
             context=parent,
             kind=SpanKind.CONSUMER,
             links=links,
             attributes=attributes,
-        ) as span:
-            if job is not None:
-                _note_trace_id(job, span)
-            yield
-    finally:
-        flush_spans(JOB_FLUSH_TIMEOUT_S)
+        ) as current,
+    ):
+        if job is not None:
+            _note_trace_id(job, current)
+        yield
 
 
 def _first_delivery(created: Context, redis: _Redis | None) -> bool:

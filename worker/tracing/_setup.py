@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import entry_points
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
 from worker.exceptions import ConfigurationError
 from worker.logs import log_event
+from worker.tracing._relay import install_relay
 
 TRACER_NAME = "hub-agent-worker"
 _EXPORTER_GROUP = "opentelemetry_traces_exporter"
@@ -58,6 +62,29 @@ def tracer() -> trace.Tracer:
     return _tracer[1]
 
 
+@contextmanager
+def span(name: str, **options: Any) -> Iterator[trace.Span]:
+    """The project's way to start a current span (``options``: the API's ``kind``,
+    ``attributes``, ``context``, ``links``). An exception leaving it is recorded by its
+    class or code only: its message may quote a provider's answer or a secret, so neither
+    the status description nor an ``exception`` event (message, stack, paths) carries it."""
+    with tracer().start_as_current_span(
+        name, record_exception=False, set_status_on_exception=False, **options
+    ) as current:
+        try:
+            yield current
+        except BaseException as exc:
+            record_error(current, exc)
+            raise
+
+
+def record_error(current: trace.Span, exc: BaseException) -> None:
+    """The error's class or code on ``current``, never its message."""
+    if current.is_recording():
+        current.set_attribute("error.type", str(getattr(exc, "code", type(exc).__qualname__)))
+        current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+
+
 def sampled_trace_id() -> str | None:
     """The trace id of the current span when it is recorded (an exporter will have it)."""
     span = trace.get_current_span()
@@ -72,8 +99,8 @@ def tracing_enabled() -> bool:
 
 
 def flush_spans(timeout_s: float) -> None:
-    """Export the spans still buffered, waiting at most ``timeout_s``: before ``os._exit``,
-    and at the end of every task. A failing exporter is logged, never raised."""
+    """Export the spans still buffered, waiting at most ``timeout_s``: before a process
+    ends (``os._exit`` skips the SDK's own flush). A failing exporter is logged, never raised."""
     if not _configured:
         return
     provider: Any = trace.get_tracer_provider()
@@ -92,7 +119,7 @@ def _install(default_service_name: str) -> bool:
         return False
     try:
         from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
-        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace import SynchronousMultiSpanProcessor, TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
         log_event(
@@ -106,8 +133,13 @@ def _install(default_service_name: str) -> bool:
     named_by_environment = SERVICE_NAME in OTELResourceDetector().detect().attributes
     resource = Resource.create({} if named_by_environment else {SERVICE_NAME: default_service_name})
     provider = TracerProvider(resource=resource)
+    batches = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
     for exporter in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        batches.add_span_processor(BatchSpanProcessor(exporter))
+    # Forked job processes hand their spans to this process, which batches across tasks;
+    # the relay has the SpanProcessor interface without needing the SDK to import.
+    relay: Any = install_relay(batches)
+    provider.add_span_processor(relay)
     trace.set_tracer_provider(provider)
     log_event(
         "tracing_enabled",
