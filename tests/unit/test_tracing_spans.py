@@ -51,6 +51,7 @@ from worker.tracing import (
     environment_context,
     processing,
     trace_environment,
+    traced_agent_run,
 )
 
 PRODUCER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -249,6 +250,36 @@ def test_a_task_that_crashes_still_ends_and_exports_its_span(spans: InMemorySpan
         raise RuntimeError("the job broke")
     (span,) = spans.get_finished_spans()
     assert span.status.status_code is trace.StatusCode.ERROR
+
+
+def test_a_crash_is_recorded_by_its_class_without_its_message_or_stack(
+    spans: InMemorySpanExporter,
+) -> None:
+    with pytest.raises(RuntimeError), processing(FakeJob("t-1"), task(), None):
+        raise RuntimeError(f"provider said: invalid api key {CANARY}")
+
+    (span,) = spans.get_finished_spans()
+    assert span.status.description == "RuntimeError"
+    assert span.attributes is not None and span.attributes["error.type"] == "RuntimeError"
+    assert span.events == ()  # no ``exception`` event: its message and stack quote too much
+
+
+@pytest.mark.anyio
+async def test_an_oversized_agent_id_never_becomes_a_span_name(
+    spans: InMemorySpanExporter,
+) -> None:
+    @traced_agent_run
+    async def run(raw: Any, runtime: Any) -> Any:
+        raise RuntimeError("stop here")
+
+    hostile = {"task_id": "t-1", "agent_id": "a" * 129, "type": "notification"}
+    with pytest.raises(RuntimeError):
+        await run(hostile, None)
+
+    (span,) = spans.get_finished_spans()
+    assert span.name == "invoke_agent"
+    assert span.attributes is not None and "gen_ai.agent.name" not in span.attributes
+    assert span.attributes["gen_ai.conversation.id"] == "t-1"
 
 
 # --- the agent run --------------------------------------------------------------------------
