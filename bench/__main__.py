@@ -1,7 +1,9 @@
-"""``python -m bench [--quick] [NAME ...]``: run the benchmarks, one table per benchmark.
+"""``python -m bench [--quick | --smoke] [NAME ...]``: run the benchmarks, one table each.
 
 Without names every benchmark runs, in the order below. ``--quick`` runs fewer
-repetitions (for a smoke run; its numbers are not the ones to quote).
+repetitions (its numbers are not the ones to quote); ``--smoke`` runs each benchmark
+once at its smallest size, seconds rather than minutes: the test suite runs it to
+prove every benchmark still starts (its figures mean nothing).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from bench._report import Table, machine_info
+from bench._size import Size
 
 BENCHMARKS = (
     "loop_overhead",
@@ -35,8 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "names", nargs="*", metavar="NAME", help=f"default: all of {', '.join(BENCHMARKS)}"
     )
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--quick", action="store_true", help="fewer repetitions")
+    sizes.add_argument("--smoke", action="store_true", help="each once, at its smallest size")
     args = parser.parse_args(argv)
+    size = Size.SMOKE if args.smoke else Size.QUICK if args.quick else Size.FULL
     if unknown := sorted(set(args.names) - set(BENCHMARKS)):
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
     names = args.names or list(BENCHMARKS)
@@ -49,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(f"bench.{name}")
         benchmark: Callable[..., list[Table]] = module.benchmark
         began = time.monotonic()
-        for table in benchmark(quick=args.quick):
+        for table in benchmark(size=size):
             print(table.render())
         print(f"   ({name}: {time.monotonic() - began:.0f} s)\n", flush=True)
     print(f"all benchmarks: {time.monotonic() - started:.0f} s")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from bench._report import Summary, Table
+from bench._size import Size
 from worker.loop import RunLimits
 from worker.loop._budget import (
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -80,8 +81,8 @@ def per_call_us(steps: int, repeats: int) -> Summary:
     return Summary.of(batches)
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    repeats = QUICK_REPEATS if quick else REPEATS
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    repeats = size.pick(full=REPEATS, quick=QUICK_REPEATS, smoke=1)
     table = Table(
         "pre-call budgeting (tokens + cost) per model call",
         ["steps so far", "messages", "median us", "min-max us"],

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench._report import Summary, Table
+from bench._size import Size
 from worker.exceptions import ExecutorError
 from worker.executors._cli_gateway import gateway_command, gateway_python_path
 from worker.executors._gateway_link import GatewaySpec
@@ -32,8 +33,8 @@ from worker.settings import Settings
 RELAY_PORT = 18080
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    runs = 5 if quick else 30
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    runs = size.pick(full=30, quick=5, smoke=1)
     table = Table(
         f"CLI sandbox start-up per task (ms, {runs} runs)",
         ["step", "median", "min-max"],
@@ -187,5 +188,5 @@ def _until(ready: Callable[[], bool], process: subprocess.Popen[bytes], started:
 
 
 if __name__ == "__main__":
-    for result in benchmark(quick="--quick" in sys.argv):
+    for result in benchmark(size=Size.QUICK if "--quick" in sys.argv else Size.FULL):
         print(result.render())

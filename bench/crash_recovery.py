@@ -25,6 +25,7 @@ from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from bench._report import Table
+from bench._size import Size
 from bench._stack import BENCH_AGENT, REPO_ROOT, RQ, BenchStack, bench_stack, wait_for_jobs
 from worker import AgentWorker
 
@@ -50,8 +51,8 @@ class CrashRecoveryWorker(AgentWorker):
     }
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    settings = SETTINGS[1:] if quick else SETTINGS
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    settings = size.pick(full=SETTINGS, quick=SETTINGS[1:], smoke=SETTINGS[1:])
     table = Table(
         "crash recovery: a native crash in one task of a concurrent worker, s after the crash",
         ["setting", "neighbours", "running again", "all finished"],

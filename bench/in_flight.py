@@ -46,6 +46,7 @@ from rq.registry import StartedJobRegistry
 from bench._fleet import QUEUE, Mechanism, forget_runs, mechanisms, start_fleet, stop_fleet
 from bench._procs import Memory, available_memory_mb, memory, process_tree, tree_cpu_seconds
 from bench._report import Table, calibration_ns
+from bench._size import Size
 from bench._stack import (
     BENCH_AGENT,
     STEPS_PER_TASK,
@@ -57,10 +58,12 @@ from bench._stack import (
 
 TARGETS = tuple(int(n) for n in os.environ.get("BENCH_IN_FLIGHT_TARGETS", "50,200,500").split(","))
 QUICK_TARGETS = (20,)
+SMOKE_TARGETS = (2,)
 LLM_LATENCY_S = 5.0
 RAMP_S = 20.0
 WINDOW_S = 60.0
 QUICK_WINDOW_S = 20.0
+SMOKE_WINDOW_S = 2.0
 SAMPLE_EVERY_S = 1.0
 MEMORY_EVERY_S = 4.0
 READY_TIMEOUT_S = 240.0
@@ -270,9 +273,9 @@ def _would_exceed(previous: RowResult | None, target: int) -> str:
     return ""
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    targets = QUICK_TARGETS if quick else TARGETS
-    window_s = QUICK_WINDOW_S if quick else WINDOW_S
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    targets = size.pick(full=TARGETS, quick=QUICK_TARGETS, smoke=SMOKE_TARGETS)
+    window_s = size.pick(full=WINDOW_S, quick=QUICK_WINDOW_S, smoke=SMOKE_WINDOW_S)
     results: list[tuple[Mechanism, RowResult]] = []
     with bench_stack(llm_latency_s=LLM_LATENCY_S) as bench:
         forget_runs(bench)

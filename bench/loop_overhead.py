@@ -29,6 +29,7 @@ from enum import StrEnum
 import anyio
 
 from bench._report import Summary, Table
+from bench._size import Size
 from worker import logs
 from worker.jobs import metrics_observer
 from worker.loop import AgentLoop, LoopSettings, RunLimits
@@ -281,11 +282,11 @@ def _late_step_us(run_: LoopRun) -> float:
     return statistics.fmean(late) * 1e6
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    return anyio.run(_benchmark, quick)
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    return anyio.run(_benchmark, size)
 
 
-async def _benchmark(quick: bool) -> list[Table]:
+async def _benchmark(size: Size) -> list[Table]:
     table = Table(
         "loop overhead: CPU µs of the loop per step and per tool call (model and tool excluded)",
         [
@@ -300,7 +301,10 @@ async def _benchmark(quick: bool) -> list[Table]:
             "outside steps",
         ],
     )
-    runs = {steps: max(3, count // 4) if quick else count for steps, count in RUNS.items()}
+    runs = {
+        steps: size.pick(full=count, quick=max(3, count // 4), smoke=1)
+        for steps, count in RUNS.items()
+    }
     measured = await _measure_interleaved(runs)
     for mode in LogMode:
         for steps in STEP_COUNTS:

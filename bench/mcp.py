@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 
 from bench._report import Summary, Table
+from bench._size import Size
 from bench._stack import REPO_ROOT, BenchStack, bench_stack
 
 SAMPLES = 5
@@ -132,8 +133,8 @@ def _auth_token() -> str | None:
     return token.get_secret_value() if token is not None else None
 
 
-def _probe(variant: Variant, post_id: str) -> list[SessionTimes]:
-    """In a fresh process: preload as the worker parent does, then 1 + WARM_SESSIONS sessions."""
+def _probe(variant: Variant, post_id: str, warm_sessions: int) -> list[SessionTimes]:
+    """In a fresh process: preload as the worker parent does, then 1 + ``warm_sessions``."""
     from worker.models import PROVIDERS
     from worker.pipeline._runtime import mcp_config, preload
     from worker.settings import settings
@@ -164,15 +165,17 @@ def _probe(variant: Variant, post_id: str) -> list[SessionTimes]:
     config = McpConfig(servers={"hub": server})
     try:
         return [
-            anyio.run(_session, config, post_id, variant.cache) for _ in range(1 + WARM_SESSIONS)
+            anyio.run(_session, config, post_id, variant.cache) for _ in range(1 + warm_sessions)
         ]
     finally:
         close_stdio_pool()
 
 
-def _run_probe(bench: BenchStack, variant: Variant, post_id: str) -> list[SessionTimes]:
+def _run_probe(
+    bench: BenchStack, variant: Variant, post_id: str, warm_sessions: int
+) -> list[SessionTimes]:
     completed = subprocess.run(
-        [sys.executable, "-m", "bench.mcp", "--probe", variant.name, post_id],
+        [sys.executable, "-m", "bench.mcp", "--probe", variant.name, post_id, str(warm_sessions)],
         cwd=REPO_ROOT,
         env=bench.worker_env(),
         capture_output=True,
@@ -186,14 +189,15 @@ def _run_probe(bench: BenchStack, variant: Variant, post_id: str) -> list[Sessio
     return [SessionTimes(**row) for row in rows]
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    samples = 2 if quick else SAMPLES
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    samples = size.pick(full=SAMPLES, quick=2, smoke=1)
+    warm_sessions = size.pick(full=WARM_SESSIONS, quick=WARM_SESSIONS, smoke=1)
     results: dict[Variant, list[list[SessionTimes]]] = {v: [] for v in VARIANTS.values()}
     with bench_stack() as bench:
         post_id = bench.seed(1)[0]["post_id"]
         for _ in range(samples):
             for variant in results:
-                results[variant].append(_run_probe(bench, variant, post_id))
+                results[variant].append(_run_probe(bench, variant, post_id, warm_sessions))
     table = Table(
         "MCP: one toolbox session (hub server), ms",
         [
@@ -233,7 +237,7 @@ def benchmark(*, quick: bool = False) -> list[Table]:
         "  for a process's first task). calls: hub__get_thread, which reads the devhub. close:",
         "  until the toolbox is closed (a per-task stdio server is stopped; a pooled one stays).",
         "  cold: a process's first session after the worker parent's preload, as a forked job",
-        f"  process meets it; warm: the next {WARM_SESSIONS} sessions of that process, as tasks of",
+        f"  process meets it; warm: the next {warm_sessions} sessions of that process, as tasks of",
         "  one process meet them with WORKER_CONCURRENCY > 1 (the goal for a pooled stdio",
         "  server: open+close <= 20 ms).",
     ]
@@ -241,10 +245,10 @@ def benchmark(*, quick: bool = False) -> list[Table]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--probe" and sys.argv[2] in VARIANTS:
-        sessions = _probe(VARIANTS[sys.argv[2]], sys.argv[3])
+    if len(sys.argv) == 5 and sys.argv[1] == "--probe" and sys.argv[2] in VARIANTS:
+        sessions = _probe(VARIANTS[sys.argv[2]], sys.argv[3], int(sys.argv[4]))
         print(json.dumps([session.__dict__ for session in sessions]))
     else:
         names = "|".join(VARIANTS)
-        print(f"usage: python -m bench.mcp --probe {names} POST_ID", file=sys.stderr)
+        print(f"usage: python -m bench.mcp --probe {names} POST_ID WARM_SESSIONS", file=sys.stderr)
         raise SystemExit(2)

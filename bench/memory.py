@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from bench._report import Summary, Table
+from bench._size import Size
 from bench._stack import BenchStack, bench_stack, job_times, require_completed, running_workers
 
 LLM_LATENCY_S = 0.5
@@ -115,8 +116,8 @@ def _all_done(bench: BenchStack, ids: list[str]) -> bool:
         return all(status in (b"finished", b"failed") for status in pipe.execute())
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    tasks = 2 if quick else TASKS
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    tasks = size.pick(full=TASKS, quick=2, smoke=1)
     results = {}
     with bench_stack(llm_latency_s=LLM_LATENCY_S) as bench:
         for _label, worker_class in VARIANTS:

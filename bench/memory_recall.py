@@ -19,6 +19,7 @@ import anyio
 import redis
 
 from bench._report import Summary, Table
+from bench._size import Size
 from worker.agents import Memory, MemoryRemember, MemoryRetrieval
 from worker.dev.devstack import start_redis
 from worker.dev.scripted_endpoint import ScriptedEndpoint
@@ -110,9 +111,9 @@ def write_ms(memory: AgentMemory, runs: int) -> Summary:
     return Summary.of(samples)
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    sizes = [0, 100, 1000] if quick else [0, 100, 1000, 10_000]
-    runs = 5 if quick else 30
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    held = size.pick(full=[0, 100, 1000, 10_000], quick=[0, 100, 1000], smoke=[0, 100])
+    runs = size.pick(full=30, quick=5, smoke=1)
     recall = Table(
         "memory recall per task, by strategy and memories held (ms; tokens added to the prompt)",
         ["memories", "strategy", "recall median", "min-max", "items", "tokens added"],
@@ -126,14 +127,14 @@ def benchmark(*, quick: bool = False) -> list[Table]:
         stack.callback(connection.close)
         store = RedisMemoryStore(connection)
         embedder = OpenAIEmbeddings(endpoint.openai_base_url, model="bench")
-        for size in sizes:
+        for count in held:
             for strategy in ("recent", "keyword", "embedding_search"):
-                fill(store, size)
+                fill(store, count)
                 memory = AgentMemory(store, AGENT, config(strategy), embedder=embedder)
                 summary, chars, items = recall_ms(memory, runs)
                 tokens = round(chars / CHARS_PER_TOKEN)
-                recall.add(size, strategy, *summary.cells(2), items, tokens)
-                write.add(size, strategy, *write_ms(memory, runs).cells(2))
+                recall.add(count, strategy, *summary.cells(2), items, tokens)
+                write.add(count, strategy, *write_ms(memory, runs).cells(2))
         store.forget(AGENT)
     recall.notes.append(
         "keyword and embedding_search rank the newest 1000 memories (SEARCH_WINDOW): the "

@@ -32,6 +32,7 @@ from prometheus_client import generate_latest
 from rq.registry import FinishedJobRegistry
 
 from bench._report import Summary, Table
+from bench._size import Size
 from worker.dev.devstack import free_port, start_redis
 from worker.metrics import (
     JobMetrics,
@@ -206,9 +207,9 @@ def _run_series(
     return rows, apply_ms
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    checkpoints = CHECKPOINTS[:3] if quick else CHECKPOINTS
-    scrapes = 10 if quick else SCRAPES
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    checkpoints = size.pick(full=CHECKPOINTS, quick=CHECKPOINTS[:3], smoke=CHECKPOINTS[:1])
+    scrapes = size.pick(full=SCRAPES, quick=10, smoke=1)
     table = Table(
         "metrics scrape: /metrics after N jobs applied in the worker parent",
         [

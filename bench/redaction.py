@@ -16,6 +16,7 @@ from collections.abc import Callable
 import anyio
 
 from bench._report import Summary, Table
+from bench._size import Size
 from worker.models import Message, ModelBoundary, ModelRequest, ModelResponse
 from worker.redaction import MASK, Redactor
 
@@ -86,8 +87,10 @@ def secrets_and_prose(seed: int = 7) -> tuple[list[str], str]:
         f"key-{n}-" + "".join(rng.choice(alphabet) for _ in range(32)) for n in range(SECRETS)
     ]
     words: list[str] = []
-    while sum(len(w) + 1 for w in words) < PROMPT_CHARS:
+    length = 0  # a running total: summing the words on every turn took seconds
+    while length < PROMPT_CHARS:
         words.append(rng.choice(_WORDS))
+        length += len(words[-1]) + 1
     return secrets, " ".join(words)[:PROMPT_CHARS]
 
 
@@ -202,6 +205,6 @@ def conversation_table(runs: int) -> Table:
     return table
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    runs = 5 if quick else 30
-    return [prompt_table(runs), conversation_table(2 if quick else 5)]
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    runs = size.pick(full=30, quick=5, smoke=1)
+    return [prompt_table(runs), conversation_table(size.pick(full=5, quick=2, smoke=1))]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from bench._procs import cpu_seconds
 from bench._report import Summary, Table
+from bench._size import Size
 from bench._stack import (
     STEPS_PER_TASK,
     BenchStack,
@@ -67,16 +68,17 @@ def _one_run(bench: BenchStack, workers: int, tasks_per_worker: int) -> ScalingR
     )
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    runs_per_count = 1 if quick else RUNS
-    per_worker = 4 if quick else TASKS_PER_WORKER
-    results: dict[int, list[ScalingRun]] = {count: [] for count in WORKER_COUNTS}
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    runs_per_count = size.pick(full=RUNS, quick=1, smoke=1)
+    per_worker = size.pick(full=TASKS_PER_WORKER, quick=4, smoke=1)
+    counts = size.pick(full=WORKER_COUNTS, quick=WORKER_COUNTS, smoke=WORKER_COUNTS[:2])
+    results: dict[int, list[ScalingRun]] = {count: [] for count in counts}
     started = time.monotonic()
     with bench_stack(llm_latency_s=LLM_LATENCY_S) as bench:
         # Every worker's first tasks in a fresh stack pay one-off costs: warm the stack up.
         _one_run(bench, 1, 2)
         for _ in range(runs_per_count):
-            for count in WORKER_COUNTS:
+            for count in counts:
                 results[count].append(_one_run(bench, count, per_worker))
     one_worker = statistics.median(r.tasks_per_s for r in results[1])
     table = Table(
