@@ -247,7 +247,8 @@ def benchmark(*, size: Size = Size.FULL) -> list[Table]:
     ]
     timed = {variant.worker_class: runs for variant, runs in results.items()}
     with bench_stack() as bench:
-        tracing = _tracing_cpu_table(bench, runs_per_variant, measured)
+        warm_up = size.pick(full=WARMUP_TASKS, quick=WARMUP_TASKS, smoke=0)
+        tracing = _tracing_cpu_table(bench, runs_per_variant, measured, warm_up)
     return [
         throughput,
         _breakdown_table(timed[PHASE_TIMED], "phase-timed AgentWorker, fork per job"),
@@ -293,8 +294,9 @@ TRACING_OFF = "off (no OTEL_* set)"
 TRACING_ON = "on (always_on, OTLP/HTTP export)"
 
 
-def _tracing_cpu_table(bench: BenchStack, runs: int, measured: int) -> Table:
-    """CPU per task with tracing off and on, in each worker mode, off and on in turns."""
+def _tracing_cpu_table(bench: BenchStack, runs: int, measured: int, warm_up: int) -> Table:
+    """CPU per task with tracing off and on, in each worker mode, off and on in turns.
+    Without warm-up tasks (a smoke run) the workers' start-up is not taken out."""
     per_task_ms: dict[tuple[str, str], list[float]] = defaultdict(list)
     spans_per_task: list[float] = []
     with running_otlp_receiver() as receiver:
@@ -303,10 +305,10 @@ def _tracing_cpu_table(bench: BenchStack, runs: int, measured: int) -> Table:
                 for label, exporting_to in ((TRACING_OFF, None), (TRACING_ON, receiver)):
                     env = _tracing_env(bench, exporting_to, **mode_env)
                     receiver.clear()
-                    warm_up = _burst_cpu_s(bench, env, WARMUP_TASKS)
+                    start_up = _burst_cpu_s(bench, env, warm_up) if warm_up else 0.0
                     exported = len(receiver.spans())
-                    whole = _burst_cpu_s(bench, env, WARMUP_TASKS + measured)
-                    per_task_ms[(mode, label)].append((whole - warm_up) / measured * 1000)
+                    whole = _burst_cpu_s(bench, env, warm_up + measured)
+                    per_task_ms[(mode, label)].append((whole - start_up) / measured * 1000)
                     if exporting_to is not None:
                         spans_per_task.append((len(receiver.spans()) - 2 * exported) / measured)
     table = Table(
