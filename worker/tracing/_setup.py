@@ -74,11 +74,11 @@ def span(name: str, **options: Any) -> Iterator[trace.Span]:
         try:
             yield current
         except BaseException as exc:
-            record_error(current, exc)
+            _record_error(current, exc)
             raise
 
 
-def record_error(current: trace.Span, exc: BaseException) -> None:
+def _record_error(current: trace.Span, exc: BaseException) -> None:
     """The error's class or code on ``current``, never its message."""
     if current.is_recording():
         current.set_attribute("error.type", str(getattr(exc, "code", type(exc).__qualname__)))
