@@ -27,6 +27,7 @@ from worker.exceptions import ExecutorError
 from worker.executors._cli_gateway import gateway_command, gateway_python_path
 from worker.executors._gateway_link import GatewaySpec
 from worker.executors._sandbox import HELPER, Sandbox, SandboxLimits, find_sandbox
+from worker.executors._seccomp import seccomp_descriptor
 from worker.settings import Settings
 
 RELAY_PORT = 18080
@@ -44,22 +45,29 @@ def benchmark(*, quick: bool = False) -> list[Table]:
     except ExecutorError as exc:  # the table says why there is nothing to measure
         table.notes.append(f"not measured: {exc}")
         return [table]
-    with run_directory(sandbox) as (workspace, private):
+    with run_directory(sandbox) as (workspace, private), seccomp_descriptor() as seccomp_fd:
         limits = SandboxLimits.of(settings, 60)
+        fds = (seccomp_fd,)
         bare = [sandbox.python, "-c", "pass"]
         table.add("python3 -c pass, unconfined (the floor)", *timed(runs, bare).cells())
         plain = sandbox.command(
-            ["/bin/true"], workspace=workspace, private=private, relays={}, limits=limits
+            ["/bin/true"],
+            workspace=workspace,
+            private=private,
+            relays={},
+            limits=limits,
+            seccomp_fd=seccomp_fd,
         )
-        table.add("bwrap + helper, then true", *timed(runs, plain, sandbox.uid).cells())
+        table.add("bwrap + helper, then true", *timed(runs, plain, sandbox.uid, fds).cells())
         relayed = sandbox.command(
             ["/bin/true"],
             workspace=workspace,
             private=private,
             relays={RELAY_PORT: private / "model.sock"},
             limits=limits,
+            seccomp_fd=seccomp_fd,
         )
-        relay_row = timed(runs, relayed, sandbox.uid)
+        relay_row = timed(runs, relayed, sandbox.uid, fds)
         table.add("bwrap + helper + model relay, then true", *relay_row.cells())
         with echo_socket(private / "gateway.sock"):
             helper, gateway_socket = str(private / HELPER.name), str(private / "gateway.sock")
@@ -81,10 +89,17 @@ def benchmark(*, quick: bool = False) -> list[Table]:
 
 
 def timed(
-    runs: int, command: list[str], user: int | None = None, *, stdin: bytes | None = None
+    runs: int,
+    command: list[str],
+    user: int | None = None,
+    pass_fds: tuple[int, ...] = (),
+    *,
+    stdin: bytes | None = None,
 ) -> Summary:
     samples = []
     for _ in range(runs):
+        for descriptor in pass_fds:  # bwrap reads the seccomp program from where it is
+            os.lseek(descriptor, 0, os.SEEK_SET)
         started = time.perf_counter()
         subprocess.run(
             command,
@@ -96,6 +111,7 @@ def timed(
             group=user,
             extra_groups=[] if user is not None else None,
             cwd="/",
+            pass_fds=pass_fds,
         )
         samples.append((time.perf_counter() - started) * 1000)
     return Summary.of(samples)

@@ -47,8 +47,21 @@ pytestmark = [
 
 MCP_TOKEN = "mcp-token-sandbox-" + secrets.token_hex(8)
 HUB_KEY = "hub-key-sandbox-" + secrets.token_hex(8)
-ANTHROPIC_KEY = "sk-ant-sandbox-" + secrets.token_hex(8)
+ANTHROPIC_KEY_PREFIX = "sk-ant-sandbox-"
+ANTHROPIC_KEY = ANTHROPIC_KEY_PREFIX + secrets.token_hex(8)
 ENV_CANARY = "canary-env-" + secrets.token_hex(8)
+BESIDE_CLI_CANARY = "ssh-key-canary-" + secrets.token_hex(8)
+ARGV_CANARY = "argv-canary-" + secrets.token_hex(8)
+# What a tool server started by npm leaves under its HOME: a debug log with its argv.
+_HOME_WRITER = """
+import os, pathlib, runpy, sys
+home = pathlib.Path(os.environ["HOME"])
+(home / ".npm" / "_logs").mkdir(parents=True, exist_ok=True)
+(home / ".npm" / "_logs" / "debug-0.log").write_text("argv: " + sys.argv[1])
+pathlib.Path(sys.argv[2]).write_text(str(home))
+sys.argv = [sys.argv[0], "--stdio"]
+runpy.run_module("tests.support.mcp_test_servers.toolkit", run_name="__main__")
+"""
 
 # The stand-in: what Claude Code does with --mcp-config and a shell, in plain Python.
 _CLI = r"""
@@ -58,7 +71,7 @@ def option(name):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
 
 sys.stdin.read()
-scenario = json.load(open(os.path.join(os.path.dirname(sys.argv[0]), "scenario.json")))
+scenario = json.loads(__SCENARIO__)
 if scenario.get("sleep_s"):
     subprocess.Popen(["/usr/bin/python3", "-c", "import time; time.sleep(600)", scenario["marker"]])
     time.sleep(scenario["sleep_s"])
@@ -105,16 +118,26 @@ print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "re
 
 @pytest.fixture
 def stand_in() -> Iterator[Path]:
-    """``claude`` on the system Python, in a directory bwrap (as the sandbox's user) can read."""
+    """``claude`` on the system Python, in a directory bwrap (as the sandbox's user) can
+    read, next to a file of the kind a work directory holds (an SSH key)."""
     directory = Path(tempfile.mkdtemp(prefix="stand-in-cli-"))
     directory.chmod(0o755)
+    (directory / "id_ed25519").write_text(BESIDE_CLI_CANARY)
+    (directory / "id_ed25519").chmod(0o644)
     cli = directory / "claude"
-    cli.write_text(
-        "#!/usr/bin/python3\n" + _CLI.replace("__PROBE_SOURCE__", textwrap.dedent(_PROBE))
-    )
-    cli.chmod(0o755)
+    write_stand_in(cli, {"targets": {}})
     yield cli
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def write_stand_in(cli: Path, scenario: dict[str, Any]) -> None:
+    """The stand-in with its scenario inside: the sandbox mounts the CLI's file, not its
+    directory."""
+    source = _CLI.replace("__PROBE_SOURCE__", textwrap.dedent(_PROBE))
+    cli.write_text(
+        "#!/usr/bin/python3\n" + source.replace("__SCENARIO__", repr(json.dumps(scenario)))
+    )
+    cli.chmod(0o755)
 
 
 @pytest.fixture
@@ -131,8 +154,8 @@ def make_request(
     *,
     max_duration_s: float = 90,
 ) -> ExecutionRequest:
-    """The task, and the stand-in's scenario next to it (read-only in the sandbox)."""
-    (stand_in.parent / "scenario.json").write_text(json.dumps(scenario))
+    """The task, and the stand-in playing ``scenario``."""
+    write_stand_in(stand_in, scenario)
     agent = AgentDefinition(
         config=AgentConfig.model_validate(
             {
@@ -152,6 +175,8 @@ def make_request(
         mcp_config=mcp_config,
         cli_sandbox_max_processes=64,
         cli_sandbox_max_file_mb=8,
+        cli_sandbox_workspace_mb=16,
+        cli_sandbox_tmp_mb=16,
     )
     return ExecutionRequest(
         task=Task.model_validate(
@@ -170,10 +195,12 @@ def make_request(
 
 @pytest.fixture
 def mcp_config(tmp_path: Path) -> Path:
+    """The toolkit server, started as npm would start it: writing under its HOME first
+    (where it wrote is recorded in ``server-home.txt`` next to the config)."""
     path = tmp_path / "mcp.yaml"
-    path.write_text(
-        yaml.safe_dump({"servers": {"kit": stdio_entry("toolkit", {"echo": "kit:read"})}})
-    )
+    kit = stdio_entry("toolkit", {"echo": "kit:read"})
+    kit["args"] = ["-c", _HOME_WRITER, ARGV_CANARY, str(tmp_path / "server-home.txt")]
+    path.write_text(yaml.safe_dump({"servers": {"kit": kit}}))
     return path
 
 
@@ -187,6 +214,9 @@ async def test_a_shell_in_the_sandbox_reaches_only_its_workspace_gateway_and_mod
         "redis": redis_server.port,
         "hub": redis_server.port,
         "escape": escape,
+        "beside_cli": str(stand_in.parent / "id_ed25519"),
+        "key_prefix_reversed": ANTHROPIC_KEY_PREFIX[::-1],
+        "fill_mb": 32,
     }
     with ScriptedEndpoint() as endpoint:
         endpoint.set_scenario("default", [{"text": "diagnostics sent"}])
@@ -226,6 +256,39 @@ async def test_a_shell_in_the_sandbox_reaches_only_its_workspace_gateway_and_mod
     seen = json.dumps(requests)
     for secret in (MCP_TOKEN, HUB_KEY, ENV_CANARY, redis_server.url, "[project]"):
         assert secret not in seen
+    assert_the_second_pass_holds(probe, requests, stand_in, mcp_config)
+
+
+def assert_the_second_pass_holds(
+    probe: dict[str, Any], requests: list[dict[str, Any]], stand_in: Path, mcp_config: Path
+) -> None:
+    """The leaks of the sandbox's second pass, each closed."""
+    seen = json.dumps(requests)
+    # 1. The gateway's servers keep their HOME outside: its files are nowhere inside.
+    server_home = (mcp_config.parent / "server-home.txt").read_text()
+    assert server_home.endswith("/gateway-home"), server_home
+    assert probe["server_home_files"] == [] and ARGV_CANARY not in seen
+    # 2. Only the CLI's own file is mounted, not the directory it was found in.
+    assert probe["beside_cli"].startswith("BLOCKED"), probe["beside_cli"]
+    assert BESIDE_CLI_CANARY not in seen
+    # 3. The provider key: nowhere inside (environments, files, memory); the relay added it.
+    assert probe["key_sightings"] == [] and probe["memory_scanned_mb"] > 0
+    assert [r["auth_headers"] for r in requests] == [{"x-api-key": len(ANTHROPIC_KEY)}]
+    assert ANTHROPIC_KEY not in seen
+    # 4. Bounded writable space: / and /dev read-only, tmpfs mounts refuse past their size.
+    assert probe["write_root"].startswith("BLOCKED") and probe["write_dev"].startswith("BLOCKED")
+    for where, filled in probe["fill"].items():
+        assert filled.startswith("REFUSED ENOSPC after 1"), (where, filled)  # 12-16 MiB
+    # Also found: no nested user namespace, a seccomp filter, no host paths in mountinfo.
+    assert probe["userns"] != "READ 0" and probe["ptrace"] == "READ -1"
+    assert probe["seccomp"][0].split() == ["Seccomp:", "2"]
+    for line in probe["mountinfo"].splitlines():
+        fields = line.split()
+        root, mount_point, source = fields[3], fields[4], fields[fields.index("-") + 1]
+        # A bind mount shows the path it came from: only ever the same path, or a device.
+        pseudo = source in ("devtmpfs", "proc", "devpts", "tmpfs")
+        assert root in ("/", mount_point) or mount_point == "/" or pseudo, line
+    assert str(stand_in.parent / "id_ed25519") not in probe["mountinfo"]
 
 
 async def test_the_deadline_kills_everything_in_the_sandbox(

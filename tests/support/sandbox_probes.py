@@ -65,6 +65,99 @@ attempt("write_repo", lambda: open(targets["repo"] + "/" + targets["escape"], "w
 attempt("write_tmp", lambda: open("/tmp/" + targets["escape"], "w").write("x"))
 private = [path for path in glob.glob("/tmp/agent-*/cli") if os.path.isdir(path)]
 attempt("write_private", lambda: open(private[0] + "/" + targets["escape"], "w").write("x"))
+if targets.get("beside_cli"):
+    attempt("beside_cli", lambda: os.listdir(targets["beside_cli"]))
+# What tool servers write under their HOME (npm's debug logs hold their argv).
+report["server_home_files"] = [
+    path for path in glob.glob("/tmp/**/*", recursive=True)
+    if "/gateway-home" in path or "/.npm/" in path or path.endswith("debug-0.log")
+]
+report["mountinfo"] = open("/proc/self/mountinfo").read()
+report["seccomp"] = [line for line in open("/proc/self/status") if line.startswith("Seccomp")]
+
+def nested_user_namespace():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid = os.fork()
+    if pid == 0:  # in a child: a success would change this process's namespace
+        os._exit(0 if libc.unshare(0x10000000) == 0 else 10 + ctypes.get_errno())
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+attempt("userns", nested_user_namespace)
+attempt("ptrace", lambda: __import__("ctypes").CDLL(None, use_errno=True).ptrace(16, 1, 0, 0))
+
+def fill(directory, limit_mb):
+    # 4 MiB files (under any file-size limit) until the filesystem refuses one.
+    written = 0
+    try:
+        for index in range(limit_mb // 4):
+            with open(os.path.join(directory, "fill-%d" % index), "wb") as file:
+                for _ in range(4):
+                    file.write(b"x" * 1048576)
+                    file.flush()
+                    written += 1
+        return "FILLED %d MiB" % written
+    except OSError as exc:
+        return "REFUSED %s after %d MiB" % (__import__("errno").errorcode[exc.errno], written)
+    finally:
+        for path in glob.glob(os.path.join(directory, "fill-*")):
+            os.remove(path)
+
+if targets.get("fill_mb"):
+    report["fill"] = {where: fill(where, targets["fill_mb"]) for where in ("/tmp", "/dev/shm", ".")}
+for name, path in (("write_root", "/probe"), ("write_dev", "/dev/probe")):
+    attempt(name, lambda path=path: open(path, "w").write("x"))
+
+def key_sightings(needle):
+    # The provider key in any environment, any file the sandbox can write to or read
+    # from its run, and the readable anonymous memory of every process it can see.
+    found = []
+    def look(data, where):
+        if needle in data:
+            found.append(where)
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            look(open(path, "rb").read(), path)
+        except OSError:
+            pass
+    for root in ("/tmp", "/dev/shm", os.environ.get("HOME", "/tmp")):
+        for directory, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(directory, name)
+                try:
+                    with open(path, "rb") as file:
+                        look(file.read(64 * 1048576), path)
+                except OSError:
+                    pass
+    scanned = 0
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        if maps == "/proc/%d/maps" % os.getpid():
+            continue  # the probe's own memory holds the needle
+        memory_path = maps[: -len("maps")] + "mem"
+        try:
+            regions = open(maps).read().splitlines()
+            memory = open(memory_path, "rb")
+        except OSError:
+            continue
+        with memory:
+            for region in regions:
+                fields = region.split()
+                if not fields[1].startswith("r") or (len(fields) > 5 and fields[5].startswith("/")):
+                    continue
+                start, end = (int(value, 16) for value in fields[0].split("-"))
+                if end - start > 512 * 1048576 or scanned > 4096 * 1048576:
+                    continue
+                try:
+                    memory.seek(start)
+                    look(memory.read(end - start), memory_path)
+                    scanned += end - start
+                except (OSError, OverflowError, ValueError):
+                    pass
+    report["memory_scanned_mb"] = scanned // 1048576
+    return sorted(set(found))
+
+if targets.get("key_prefix_reversed"):  # reversed: the probe's source must not match
+    report["key_sightings"] = key_sightings(targets["key_prefix_reversed"][::-1].encode())
 print("SANDBOX-PROBE " + base64.b64encode(json.dumps(report).encode()).decode())
 """
 

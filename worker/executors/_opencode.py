@@ -28,8 +28,9 @@ import json
 from typing import Any
 
 from worker.exceptions import ExecutorError, WorkerError
-from worker.executors._cli import CliExecutor, CliInvocation, CliJob, model_error
+from worker.executors._cli import CliExecutor, model_error
 from worker.executors._cli_gateway import GATEWAY_SERVER
+from worker.executors._cli_job import CliInvocation, CliJob
 from worker.executors._process import ProcessOutcome
 from worker.executors._transcript import CliTranscript, CliTurn
 from worker.models import Usage
@@ -40,6 +41,7 @@ OPENAI_COMPATIBLE_PROVIDER = "worker-openai"
 class OpenCodeExecutor(CliExecutor):
     name = "opencode"
     binary = "opencode"
+    install_command = "npm install -g opencode-ai"
 
     def invocation(self, job: CliJob) -> CliInvocation:
         access = job.access
@@ -51,7 +53,10 @@ class OpenCodeExecutor(CliExecutor):
                     "options": {
                         "baseURL": f"{access.anthropic_base_url}/v1",
                         "apiKey": f"{{env:{key_variable}}}",
-                    }
+                    },
+                    # Offline, with a fresh HOME, OpenCode has no catalogue to look the
+                    # model up in: declared here, any model id works.
+                    "models": {access.model: {"name": access.model}},
                 }
             }
         else:
