@@ -27,7 +27,7 @@ import yaml
 
 from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.redis_server import RedisServer
-from tests.support.sandbox_probes import _PROBE, find_probe_report
+from tests.support.sandbox_probes import _PROBE, assert_sandbox_bounds, find_probe_report
 from tests.support.workers import REPO_ROOT
 from worker.agents import AgentConfig, AgentDefinition
 from worker.dev.scripted_endpoint import ScriptedEndpoint
@@ -101,7 +101,7 @@ bridge.stdin.close()
 report["tools"] = sorted(tool["name"] for tool in tools)
 report["echo"] = echoed
 
-encoded = __import__("base64").b64encode(json.dumps(report).encode()).decode()
+encoded = __import__("base64").b64encode(zlib.compress(json.dumps(report).encode())).decode()
 result = {"type": "tool_result", "tool_use_id": "t1", "content": "SANDBOX-PROBE " + encoded}
 body = json.dumps({"model": option("--model"), "max_tokens": 100,
                    "messages": [{"role": "user", "content": [result]}]})
@@ -262,33 +262,18 @@ async def test_a_shell_in_the_sandbox_reaches_only_its_workspace_gateway_and_mod
 def assert_the_second_pass_holds(
     probe: dict[str, Any], requests: list[dict[str, Any]], stand_in: Path, mcp_config: Path
 ) -> None:
-    """The leaks of the sandbox's second pass, each closed."""
-    seen = json.dumps(requests)
-    # 1. The gateway's servers keep their HOME outside: its files are nowhere inside.
+    """The leaks of the sandbox's second pass, each closed (``assert_sandbox_bounds``), and
+    what only the host sees: where the servers' HOME was, the key the relay added."""
+    assert_sandbox_bounds(probe, beside_cli=str(stand_in.parent / "id_ed25519"))
+    seen = json.dumps(requests) + json.dumps(probe)
     server_home = (mcp_config.parent / "server-home.txt").read_text()
     assert server_home.endswith("/gateway-home"), server_home
-    assert probe["server_home_files"] == [] and ARGV_CANARY not in seen
-    # 2. Only the CLI's own file is mounted, not the directory it was found in.
-    assert probe["beside_cli"].startswith("BLOCKED"), probe["beside_cli"]
-    assert BESIDE_CLI_CANARY not in seen
-    # 3. The provider key: nowhere inside (environments, files, memory); the relay added it.
-    assert probe["key_sightings"] == [] and probe["memory_scanned_mb"] > 0
+    for canary in (ARGV_CANARY, BESIDE_CLI_CANARY, ANTHROPIC_KEY):
+        assert canary not in seen
+    # The endpoint got a key of the real one's length: the relay's, not the placeholder.
     assert [r["auth_headers"] for r in requests] == [{"x-api-key": len(ANTHROPIC_KEY)}]
-    assert ANTHROPIC_KEY not in seen
-    # 4. Bounded writable space: / and /dev read-only, tmpfs mounts refuse past their size.
-    assert probe["write_root"].startswith("BLOCKED") and probe["write_dev"].startswith("BLOCKED")
-    for where, filled in probe["fill"].items():
-        assert filled.startswith("REFUSED ENOSPC after 1"), (where, filled)  # 12-16 MiB
-    # Also found: no nested user namespace, a seccomp filter, no host paths in mountinfo.
-    assert probe["userns"] != "READ 0" and probe["ptrace"] == "READ -1"
-    assert probe["seccomp"][0].split() == ["Seccomp:", "2"]
-    for line in probe["mountinfo"].splitlines():
-        fields = line.split()
-        root, mount_point, source = fields[3], fields[4], fields[fields.index("-") + 1]
-        # A bind mount shows the path it came from: only ever the same path, or a device.
-        pseudo = source in ("devtmpfs", "proc", "devpts", "tmpfs")
-        assert root in ("/", mount_point) or mount_point == "/" or pseudo, line
-    assert str(stand_in.parent / "id_ed25519") not in probe["mountinfo"]
+    for filled in probe["fill"].values():
+        assert int(filled.split()[3]) <= 16  # MiB: CLI_SANDBOX_TMP_MB, _WORKSPACE_MB
 
 
 async def test_the_deadline_kills_everything_in_the_sandbox(

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from tests.support.e2e import E2E
-from tests.support.sandbox_probes import find_probe_report, probe_command
+from tests.support.sandbox_probes import assert_sandbox_bounds, find_probe_report, probe_command
 from tests.support.workers import REPO_ROOT
 from worker.dev.devstack import DevStack
 
@@ -48,6 +48,10 @@ pytestmark = [
 ]
 
 COMMENT = "Deploys go through the pipeline; see the runbook."
+# The worker's provider key: the scripted endpoint takes any; the probe looks for its prefix.
+PROVIDER_KEY_PREFIX = "sk-ant-canary-"
+PROVIDER_KEY = PROVIDER_KEY_PREFIX + secrets.token_hex(12)
+BESIDE_CLI_CANARY = "ssh-key-canary-" + secrets.token_hex(8)
 FINAL_TEXT = "I answered in the thread."
 
 
@@ -59,6 +63,25 @@ def private_canary() -> Iterator[str]:
     (directory / "gateway-secrets.json").write_text(json.dumps({"MCP_AUTH_TOKEN": canary}))
     yield canary
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def work_directory() -> Iterator[Path]:
+    """A work directory (readable by the sandbox's user) holding an SSH key."""
+    directory = Path(tempfile.mkdtemp(prefix="cli-work-"))
+    directory.chmod(0o755)
+    (directory / "id_ed25519").write_text(BESIDE_CLI_CANARY)
+    (directory / "id_ed25519").chmod(0o644)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def wrapper_bin(work_directory: Path, binary: str, installed: str) -> Path:
+    """``<work>/bin/<binary>``, a symlink to the installed CLI: what the worker finds."""
+    bin_directory = work_directory / "bin"
+    bin_directory.mkdir(exist_ok=True)
+    (bin_directory / binary).symlink_to(installed)
+    return bin_directory
 
 
 def agents_dir(root: Path, agent_type: str) -> Path:
@@ -95,10 +118,16 @@ TOOL_NAMES = {
 
 @pytest.mark.parametrize("agent_type", ["claude-code", "opencode"])
 def test_an_injected_shell_reaches_nothing_and_the_cli_still_answers(
-    agent_type: str, e2e: E2E, stack: DevStack, tmp_path: Path, private_canary: str
+    agent_type: str,
+    e2e: E2E,
+    stack: DevStack,
+    tmp_path: Path,
+    private_canary: str,
+    work_directory: Path,
 ) -> None:
     binary = "claude" if agent_type == "claude-code" else "opencode"
-    if shutil.which(binary) is None:
+    installed = shutil.which(binary)
+    if installed is None:
         pytest.skip(f"the {binary} CLI is not installed")
     env_canary = f"canary-env-{secrets.token_hex(8)}"
     escape = f"escape-{secrets.token_hex(6)}"
@@ -110,6 +139,9 @@ def test_an_injected_shell_reaches_nothing_and_the_cli_still_answers(
         "redis": urlsplit(stack.redis_url).port,
         "hub": urlsplit(stack.hub_url).port,
         "escape": escape,
+        "beside_cli": str(work_directory / "id_ed25519"),
+        "key_prefix_reversed": PROVIDER_KEY_PREFIX[::-1],
+        "fill_mb": 64,
     }
     e2e.llm.set_scenario(
         "default",
@@ -139,7 +171,13 @@ def test_an_injected_shell_reaches_nothing_and_the_cli_still_answers(
         {"task_id": task_id, "type": "notification", "agent_id": agent, "post_id": post["id"]}
     )
     burst = e2e.run_burst(
-        AGENTS_DIR=str(agents_dir(tmp_path, agent_type)), SANDBOX_TEST_CANARY=env_canary
+        AGENTS_DIR=str(agents_dir(tmp_path, agent_type)),
+        SANDBOX_TEST_CANARY=env_canary,
+        ANTHROPIC_API_KEY=PROVIDER_KEY,
+        # The CLI found in a work directory's bin/, next to an SSH key.
+        PATH=f"{wrapper_bin(work_directory, binary, installed)}:{os.environ['PATH']}",
+        CLI_SANDBOX_TMP_MB="16",
+        CLI_SANDBOX_WORKSPACE_MB="48",
     )
     report = e2e.report(task_id)
     requests = e2e.llm.requests()
@@ -160,7 +198,12 @@ def test_an_injected_shell_reaches_nothing_and_the_cli_still_answers(
     assert not Path(f"/tmp/{escape}").exists()  # the sandbox's /tmp is its own
     # No canary reached the model endpoint or the Hub.
     seen = json.dumps(requests) + json.dumps(state)
+    assert_sandbox_bounds(probe, beside_cli=str(work_directory / "id_ed25519"))
+    seen += json.dumps(probe)
+    assert {r["auth_headers"]["x-api-key"] for r in requests} == {len(PROVIDER_KEY)}
     for canary in (
+        PROVIDER_KEY,
+        BESIDE_CLI_CANARY,
         private_canary,
         env_canary,
         stack.hub_api_key,
@@ -183,4 +226,4 @@ def probe_report(requests: list[dict[str, Any]]) -> dict[str, Any]:
         report = find_probe_report(json.dumps(request["body"]))
         if report is not None:
             return report
-    raise AssertionError(f"no probe report reached the model: {json.dumps(requests)[:3000]}")
+    raise AssertionError(f"no probe report reached the model: {json.dumps(requests)[-3000:]}")

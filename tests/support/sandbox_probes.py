@@ -1,7 +1,8 @@
 """What an injected shell command tries inside a CLI's sandbox, as one ``python3 -c`` line.
 
-The probe reports as ``SANDBOX-PROBE <base64 JSON>`` on stdout, so a test can find it in
-what the CLI sent back to the model, whatever escaping the CLI applied.
+The probe reports as ``SANDBOX-PROBE <base64 of zlib-compressed JSON>`` on stdout, so a test
+can find it in what the CLI sent back to the model, whatever escaping the CLI applied
+(compressed: Claude Code sets aside a tool output over 30,000 characters).
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ import base64
 import binascii
 import json
 import re
+import zlib
 from typing import Any
 
 MARKER = "SANDBOX-PROBE "
 
 # Runs with the sandbox's system python3; TARGETS is filled in by probe_command.
 _PROBE = r"""
-import base64, glob, json, os, socket
+import base64, glob, json, os, socket, zlib
 targets = json.loads(TARGETS)
 report = {"uid": os.getuid()}
 
@@ -158,7 +160,7 @@ def key_sightings(needle):
 
 if targets.get("key_prefix_reversed"):  # reversed: the probe's source must not match
     report["key_sightings"] = key_sightings(targets["key_prefix_reversed"][::-1].encode())
-print("SANDBOX-PROBE " + base64.b64encode(json.dumps(report).encode()).decode())
+print("SANDBOX-PROBE " + base64.b64encode(zlib.compress(json.dumps(report).encode(), 9)).decode())
 """
 
 
@@ -175,7 +177,31 @@ def find_probe_report(text: str) -> dict[str, Any] | None:
     if match is None:
         return None
     try:
-        report: dict[str, Any] = json.loads(base64.b64decode(match.group(1)))
-    except (binascii.Error, ValueError):
+        report: dict[str, Any] = json.loads(zlib.decompress(base64.b64decode(match.group(1))))
+    except (binascii.Error, ValueError, zlib.error):
         return None
     return report
+
+
+def assert_sandbox_bounds(probe: dict[str, Any], *, beside_cli: str) -> None:
+    """What the probe found of the sandbox's bounds (its second pass), each one held."""
+    # The gateway's servers keep their HOME outside: nothing of it is inside.
+    assert probe["server_home_files"] == [], probe["server_home_files"]
+    # Only the CLI's own install is mounted, not the directory it was found in.
+    assert probe["beside_cli"].startswith("BLOCKED"), probe["beside_cli"]
+    # The provider key: in no environment, file or memory the sandbox can read.
+    assert probe["key_sightings"] == [] and probe["memory_scanned_mb"] > 0, probe["key_sightings"]
+    # Bounded writable space: / and /dev read-only, each tmpfs refuses past its size.
+    assert probe["write_root"].startswith("BLOCKED") and probe["write_dev"].startswith("BLOCKED")
+    for where, filled in probe["fill"].items():
+        assert filled.startswith("REFUSED ENOSPC"), (where, filled)
+    # No nested user namespace, a seccomp filter (ptrace refused), no host paths in mountinfo.
+    assert probe["userns"] != "READ 0" and probe["ptrace"] == "READ -1", probe["userns"]
+    assert probe["seccomp"][0].split() == ["Seccomp:", "2"]
+    for line in probe["mountinfo"].splitlines():
+        fields = line.split()
+        root, mount_point, source = fields[3], fields[4], fields[fields.index("-") + 1]
+        # A bind mount shows the path it came from: only ever the same path, or a device.
+        pseudo = source in ("devtmpfs", "proc", "devpts", "tmpfs")
+        assert root in ("/", mount_point) or mount_point == "/" or pseudo, line
+    assert beside_cli not in probe["mountinfo"]
