@@ -84,7 +84,7 @@ def wrapper_bin(work_directory: Path, binary: str, installed: str) -> Path:
     return bin_directory
 
 
-def agents_dir(root: Path, agent_type: str) -> Path:
+def agents_dir(root: Path, agent_type: str, model: str = "claude-sonnet-4-5") -> Path:
     name = f"sandboxed-{agent_type}"
     agent = root / "agents" / name
     agent.mkdir(parents=True)
@@ -93,7 +93,7 @@ def agents_dir(root: Path, agent_type: str) -> Path:
             {
                 "name": name,
                 "type": agent_type,
-                "brain": {"provider": "anthropic", "model": "claude-sonnet-4-5"},
+                "brain": {"provider": "anthropic", "model": model},
                 # A full shell: the sandbox, not the CLI's own checks, must hold.
                 "capabilities": {
                     "grants": ["hub:read", "hub:write"],
@@ -218,6 +218,31 @@ def test_an_injected_shell_reaches_nothing_and_the_cli_still_answers(
     assert comment["content"] == COMMENT
     assert comment["author"]["id"] == agent
     assert report["output"] == FINAL_TEXT
+
+
+def test_opencode_answers_with_a_model_outside_its_catalogue(e2e: E2E, tmp_path: Path) -> None:
+    """Offline, with a fresh HOME, OpenCode knows only its built-in catalogue: the worker
+    declares the agent's model itself, so a house model id works."""
+    if shutil.which("opencode") is None:
+        pytest.skip("the opencode CLI is not installed")
+    model = f"claude-house-{secrets.token_hex(3)}"
+    post = e2e.hub.create_post(agent_id="alice", content="Which model are you?")
+    e2e.llm.set_scenario("default", [{"text": FINAL_TEXT}])
+    task_id = "t-opencode-house-model"
+    e2e.enqueue(
+        {
+            "task_id": task_id,
+            "type": "notification",
+            "agent_id": "sandboxed-opencode",
+            "post_id": post["id"],
+        }
+    )
+    burst = e2e.run_burst(AGENTS_DIR=str(agents_dir(tmp_path, "opencode", model)))
+    report = e2e.report(task_id)
+
+    assert report["outcome"] == "completed", (report["error"], burst.stderr[-3000:])
+    assert report["output"] == FINAL_TEXT
+    assert {request["body"]["model"] for request in e2e.llm.requests()} == {model}
 
 
 def probe_report(requests: list[dict[str, Any]]) -> dict[str, Any]:

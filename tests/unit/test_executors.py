@@ -146,8 +146,9 @@ def make_agent(
     provider: str = "anthropic",
     grants: list[str] | None = None,
     shell: dict[str, Any] | None = None,
+    model: str | None = None,
 ) -> AgentDefinition:
-    model = "claude-sonnet-4-5" if provider == "anthropic" else "gpt-4o-mini"
+    model = model or ("claude-sonnet-4-5" if provider == "anthropic" else "gpt-4o-mini")
     config = AgentConfig.model_validate(
         {
             "name": "cli-agent",
@@ -702,6 +703,36 @@ async def test_opencode_error_event_becomes_a_model_error(bin_dir: Path) -> None
     assert result.outcome is Outcome.MODEL_ERROR
     assert isinstance(result.error, ModelAuthError)
     assert "Unauthorized" in str(result.error)
+
+
+async def test_opencode_declares_any_model_and_names_its_own_error(bin_dir: Path) -> None:
+    # OpenCode 1.18's event and log line for a model outside its catalogue, as seen offline.
+    unknown = {
+        "type": "error",
+        "error": {
+            "name": "UnknownError",
+            "data": {"message": "Unexpected server error.", "ref": "err_89ab660d"},
+        },
+    }
+    logged = (
+        "timestamp=2026-11-27T16:10:09.140Z level=ERROR run=db8eaffa message=failed "
+        'ref=err_89ab660d error="ProviderModelNotFoundError: Model not found: '
+        'anthropic/claude-private-7. Did you mean: claude-haiku-4-5?" cause="…\\n at x"\n'
+    )
+    fake = install_fake_cli("opencode", bin_dir, {"events": [unknown], "stderr": logged})
+    result = await executor("opencode", fake).run(
+        make_request(make_agent("opencode", model="claude-private-7"))
+    )
+    record = read_record(fake)
+
+    anthropic = record["config"]["provider"]["anthropic"]
+    assert anthropic["models"] == {"claude-private-7": {"name": "claude-private-7"}}
+    assert "--print-logs" in record["argv"] and option(record, "--log-level") == "ERROR"
+    assert isinstance(result.error, ExecutorError)
+    assert "ProviderModelNotFoundError: Model not found: anthropic/claude-private-7" in str(
+        result.error
+    )
+    assert "UnknownError" not in str(result.error)
 
 
 # --- goose -----------------------------------------------------------------------------------

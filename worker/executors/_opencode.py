@@ -25,6 +25,7 @@ deadline, enforced by killing its process group, is its hard limit.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from worker.exceptions import ExecutorError, WorkerError
@@ -102,6 +103,11 @@ class OpenCodeExecutor(CliExecutor):
             "--title",
             job.request.task.task_id,
             "--pure",
+            # Its error events hide the cause ("UnknownError ... ref=err_…"); its log
+            # lines on stderr name it, under the same ref.
+            "--print-logs",
+            "--log-level",
+            "ERROR",
         ]
         env = {key_variable: access.api_key, "OPENCODE_CONFIG_CONTENT": json.dumps(config)}
         return CliInvocation(argv=argv, env=env, stdin=job.prompt.encode("utf-8"))
@@ -138,7 +144,7 @@ class OpenCodeExecutor(CliExecutor):
         answer = next((turn.text for turn in reversed(turns) if turn.text.strip()), "")
         transcript = CliTranscript(output=answer, turns=turns, usage=usage)
         if error_event is not None:
-            transcript.fail(self._error(job, error_event))
+            transcript.fail(self._error(job, error_event, output.stderr))
         elif not turns:
             raise ExecutorError(
                 f"opencode printed no step events on stdout "
@@ -146,11 +152,14 @@ class OpenCodeExecutor(CliExecutor):
             )
         return transcript
 
-    def _error(self, job: CliJob, event: dict[str, Any]) -> WorkerError:
+    def _error(self, job: CliJob, event: dict[str, Any], stderr: bytes) -> WorkerError:
         error = _object(event.get("error"))
         data = _object(error.get("data"))
         name = str(error.get("name") or "error")
         message = str(data.get("message") or error.get("message") or name)
+        logged = _logged_error(stderr, str(data.get("ref") or ""))
+        if name == "UnknownError" and logged is not None:
+            name, _, message = logged.partition(": ")
         status = data.get("statusCode")
         if name == "ProviderAuthError":
             status = 401
@@ -160,6 +169,18 @@ class OpenCodeExecutor(CliExecutor):
             executor=self.name,
             access=job.access,
         )
+
+
+def _logged_error(stderr: bytes, ref: str) -> str | None:
+    """OpenCode's own text for the error its event calls ``ref`` (``NameError: message``),
+    from the ``level=ERROR ... ref=<ref> error="..."`` line it logged on stderr."""
+    if not ref:
+        return None
+    pattern = re.compile(rf'ref={re.escape(ref)} error="((?:[^"\\]|\\.)*)"')
+    match = pattern.search(stderr.decode("utf-8", "replace"))
+    if match is None:
+        return None
+    return match.group(1).replace('\\"', '"').split("\\n", 1)[0]
 
 
 def _permissions(job: CliJob) -> dict[str, Any]:
