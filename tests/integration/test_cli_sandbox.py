@@ -205,7 +205,11 @@ def mcp_config(tmp_path: Path) -> Path:
 
 
 async def test_a_shell_in_the_sandbox_reaches_only_its_workspace_gateway_and_model(
-    stand_in: Path, mcp_config: Path, worker_env: None, redis_server: RedisServer
+    stand_in: Path,
+    mcp_config: Path,
+    worker_env: None,
+    redis_server: RedisServer,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     escape = f"escape-{secrets.token_hex(6)}"
     targets = {
@@ -228,6 +232,10 @@ async def test_a_shell_in_the_sandbox_reaches_only_its_workspace_gateway_and_mod
 
     assert result.outcome is Outcome.COMPLETED, result.error
     assert result.output == "diagnostics sent"  # the model endpoint, through the relay
+    # The worker's log and the gateway's (its stderr joins the worker's): one line per call.
+    logged = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line[:1] == "{"]
+    [call] = [event for event in logged if event["event"] == "tool_call"]
+    assert call["tool"] == "kit__echo" and call["executor"] == "claude-code"
     [probe] = [find_probe_report(json.dumps(r["body"])) for r in requests]
     assert probe is not None
     # The granted tool works through the bridge; nothing else of the host does.

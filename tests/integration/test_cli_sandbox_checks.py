@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.workers import parse_events, run_burst
+
 pytestmark = pytest.mark.integration
 
 AGENT_WORKER = str(Path(sys.executable).with_name("agent-worker"))
@@ -101,3 +103,29 @@ def test_check_fails_each_cli_agent_whose_cli_is_not_installed_naming_the_instal
         "claude-code: not installed; install with `npm install -g @anthropic-ai/claude-code`"
         in (listed.stdout)
     )
+
+
+def test_the_worker_starts_with_an_error_for_a_cli_agent_without_its_cli(
+    redis_url: str, tmp_path: Path
+) -> None:
+    agents = write_agents(tmp_path)
+    env = {
+        "RQ_WORKER_CLASS": "worker.AgentWorker",
+        "REDIS_URL": redis_url,
+        "METRICS_PORT": "0",
+        "PATH": str(Path(sys.executable).parent),  # the worker's own, and no `claude`
+        "HUB_URL": "http://127.0.0.1:9",
+        "AGENTS_DIR": str(agents),
+        "ANTHROPIC_API_KEY": "sk-ant-sandbox-6Yh3Pq8Wz1Kc4Nm7",
+        "CLI_SANDBOX": "off",
+    }
+    completed = run_burst(env, timeout_s=120, cwd=tmp_path)
+
+    assert completed.returncode == 0, completed.stderr
+    [problem] = [
+        p
+        for p in parse_events(completed.stderr, "config_problem")
+        if p["agent"] == "cli-agent" and p["level"] == "error"
+    ]
+    assert "`claude` executable is not installed" in problem["problem"]
+    assert "npm install -g @anthropic-ai/claude-code" in problem["problem"]

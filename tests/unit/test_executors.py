@@ -483,6 +483,7 @@ async def test_missing_binary_is_reported_clearly(bin_dir: Path) -> None:
     assert result.outcome is Outcome.ERROR
     assert isinstance(result.error, ExecutorError)
     assert "not installed on this worker" in str(result.error)
+    assert "install it with `npm install -g @anthropic-ai/claude-code`" in str(result.error)
 
 
 def _gone(pid: int) -> bool:
