@@ -135,6 +135,16 @@ def test_a_script_mounts_its_interpreter_and_what_it_imports_not_its_virtualenv(
     assert str(venv) not in mounts.paths and str(venv / "bin") not in mounts.paths
 
 
+def test_an_interpreter_outside_the_system_paths_comes_with_its_standard_library() -> None:
+    base_python = Path(sys.base_prefix) / "bin" / "python3"
+    if str(base_python).startswith("/usr/") and not str(base_python).startswith("/usr/local/"):
+        pytest.skip("the tests' Python is the system's, mounted with /usr")
+    mounts = install_mounts(str(base_python))
+
+    assert os.path.dirname(os.__file__) in mounts.paths  # the helper imports from it
+    assert not [path for path in mounts.paths if "site-packages" in path]
+
+
 def test_the_helper_relays_the_model_port_sets_the_limits_then_runs_the_cli(
     tmp_path: Path,
 ) -> None:

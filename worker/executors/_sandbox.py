@@ -207,10 +207,11 @@ def _read_only(path: str) -> list[str]:
 
 
 def sandbox_python() -> str | None:
-    """A system Python 3 to run the helper inside the sandbox, or None."""
+    """A system Python 3 to run the helper inside the sandbox, or None; symlinks resolved
+    (the sandbox mounts the binary, not the links to it: /usr/local is hidden)."""
     for candidate in PYTHON_CANDIDATES:
         if os.access(candidate, os.X_OK):
-            return candidate
+            return os.path.realpath(candidate)
     return None
 
 

@@ -44,6 +44,8 @@ def install_mounts(executable: str) -> InstallMounts:
     resolved = os.path.realpath(executable)
     paths = [package_directory(resolved)]
     binaries = [resolved]
+    if "python" in Path(resolved).name:  # the helper's interpreter: its standard library
+        paths += python_paths(executable, site=False)
     interpreter = script_interpreter(resolved)
     if interpreter is not None:
         # As the script names it (a virtualenv's python finds its pyvenv.cfg from there)
@@ -88,13 +90,14 @@ def script_interpreter(resolved: str) -> str | None:
     return program if program and os.path.exists(program) else None
 
 
-def python_paths(interpreter: str) -> list[str]:
-    """What a Python interpreter imports from: its ``sys.path`` directories, and a
-    virtualenv's ``pyvenv.cfg`` (without it, it would not find its site-packages)."""
+def python_paths(interpreter: str, *, site: bool = True) -> list[str]:
+    """What a Python interpreter imports from: its ``sys.path`` directories (without
+    ``site``: its standard library only), and a virtualenv's ``pyvenv.cfg`` (without it,
+    it would not find its site-packages)."""
     code = "import json, sys; print(json.dumps([sys.prefix, [p for p in sys.path if p]]))"
     try:
         completed = subprocess.run(
-            [interpreter, "-I", "-c", code],
+            [interpreter, "-I", *([] if site else ["-S"]), "-c", code],
             capture_output=True,
             timeout=_PROBE_TIMEOUT_S,
             check=False,
