@@ -319,20 +319,7 @@ async def serve_stdio(server: Server[Gateway]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mcp_servers.gateway",
-        description="One task's grant-checked tools for a coding-agent CLI. "
-        "Configured by the CLI executor through GATEWAY_* environment variables.",
-    )
-    transport = parser.add_mutually_exclusive_group(required=True)
-    transport.add_argument("--stdio", action="store_true", help="serve over stdio")
-    transport.add_argument(
-        "--socket",
-        type=Path,
-        help="serve every connection on this Unix socket; the secrets come as one JSON "
-        "object on stdin (how the CLI executors start it)",
-    )
-    options = parser.parse_args(argv)
+    options = _parser().parse_args(argv)
     secrets: dict[str, str] = {}
     write_caps: GatewayWriteCaps | None = None
     try:
@@ -381,6 +368,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             anyio.run(serve_socket, server, SERVER_NAME, options.socket)
     log_event("server_stopped", server=SERVER_NAME, task=spec.task_id)
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m mcp_servers.gateway",
+        description="One task's grant-checked tools for a coding-agent CLI. "
+        "Configured by the CLI executor through GATEWAY_* environment variables.",
+    )
+    transport = parser.add_mutually_exclusive_group(required=True)
+    transport.add_argument("--stdio", action="store_true", help="serve over stdio")
+    transport.add_argument(
+        "--socket",
+        type=Path,
+        help="serve every connection on this Unix socket; the secrets come as one JSON "
+        "object on stdin (how the CLI executors start it)",
+    )
+    return parser
 
 
 def gateway_secrets(over_socket: bool, secrets_file: Path | None) -> dict[str, str]:

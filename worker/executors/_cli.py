@@ -49,7 +49,6 @@ from worker.executors._cli_job import (
     CliInvocation,
     CliJob,
     RunDirectory,
-    render_prompt,
     task_deadline_epoch,
 )
 from worker.executors._egress import PLACEHOLDER_KEY, RELAY_PORT, ModelRoute, model_forwarder
@@ -180,17 +179,11 @@ class CliExecutor(Executor):
             gateway = task_gateway(request, run.root, deadline_epoch_s) if self.speaks_mcp else None
             # Confined, the CLI holds a placeholder key: the relay adds the real one.
             route = ModelRoute.of(access) if sandbox is not None else None
-            limits = request.settings.limits
-            job = CliJob(
-                request=request,
-                access=access.through_relay(route.inside_url, PLACEHOLDER_KEY) if route else access,
-                executable=executable,
-                workspace=run.workspace,
-                private=run.private,
-                prompt=render_prompt(request.messages),
-                system=request.system,
-                max_turns=limits.max_iterations,
-                max_cost_usd=limits.max_cost_usd,
+            job = CliJob.of(
+                request,
+                access.through_relay(route.inside_url, PLACEHOLDER_KEY) if route else access,
+                executable,
+                run,
                 gateway=bridge_launch(python_for_bridge(sandbox), run.private)
                 if gateway is not None
                 else None,

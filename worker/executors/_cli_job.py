@@ -46,6 +46,30 @@ class CliJob:
     # None: the agent has no tools in this task (no MCP_CONFIG, or no grant).
     gateway: GatewayLaunch | None
 
+    @classmethod
+    def of(
+        cls,
+        request: ExecutionRequest,
+        access: ProviderAccess,
+        executable: str,
+        run: RunDirectory,
+        *,
+        gateway: GatewayLaunch | None,
+    ) -> CliJob:
+        limits = request.settings.limits
+        return cls(
+            request=request,
+            access=access,
+            executable=executable,
+            workspace=run.workspace,
+            private=run.private,
+            prompt=render_prompt(request.messages),
+            system=request.system,
+            max_turns=limits.max_iterations,
+            max_cost_usd=limits.max_cost_usd,
+            gateway=gateway,
+        )
+
     @property
     def agent(self) -> AgentDefinition:
         return self.request.agent

@@ -33,6 +33,7 @@ from worker.executors._cli import CliExecutor, model_error
 from worker.executors._cli_gateway import GATEWAY_SERVER
 from worker.executors._cli_job import CliInvocation, CliJob
 from worker.executors._process import ProcessOutcome
+from worker.executors._provider import ProviderAccess
 from worker.executors._transcript import CliTranscript, CliTurn
 from worker.models import Usage
 
@@ -45,35 +46,7 @@ class OpenCodeExecutor(CliExecutor):
     install_command = "npm install -g opencode-ai"
 
     def invocation(self, job: CliJob) -> CliInvocation:
-        access = job.access
-        if access.provider == "anthropic":
-            model_ref = f"anthropic/{access.model}"
-            key_variable = "ANTHROPIC_API_KEY"
-            provider: dict[str, Any] = {
-                "anthropic": {
-                    "options": {
-                        "baseURL": f"{access.anthropic_base_url}/v1",
-                        "apiKey": f"{{env:{key_variable}}}",
-                    },
-                    # Offline, with a fresh HOME, OpenCode has no catalogue to look the
-                    # model up in: declared here, any model id works.
-                    "models": {access.model: {"name": access.model}},
-                }
-            }
-        else:
-            model_ref = f"{OPENAI_COMPATIBLE_PROVIDER}/{access.model}"
-            key_variable = "OPENAI_API_KEY"
-            provider = {
-                OPENAI_COMPATIBLE_PROVIDER: {
-                    "npm": "@ai-sdk/openai-compatible",
-                    "name": "OpenAI-compatible endpoint of the worker",
-                    "options": {
-                        "baseURL": access.openai_base_url,
-                        "apiKey": f"{{env:{key_variable}}}",
-                    },
-                    "models": {access.model: {"name": access.model}},
-                }
-            }
+        model_ref, key_variable, provider = _provider(job.access)
         config: dict[str, Any] = {
             "$schema": "https://opencode.ai/config.json",
             "provider": provider,
@@ -109,7 +82,7 @@ class OpenCodeExecutor(CliExecutor):
             "--log-level",
             "ERROR",
         ]
-        env = {key_variable: access.api_key, "OPENCODE_CONFIG_CONTENT": json.dumps(config)}
+        env = {key_variable: job.access.api_key, "OPENCODE_CONFIG_CONTENT": json.dumps(config)}
         return CliInvocation(argv=argv, env=env, stdin=job.prompt.encode("utf-8"))
 
     def parse(self, job: CliJob, output: ProcessOutcome) -> CliTranscript:
@@ -169,6 +142,36 @@ class OpenCodeExecutor(CliExecutor):
             executor=self.name,
             access=job.access,
         )
+
+
+def _provider(access: ProviderAccess) -> tuple[str, str, dict[str, Any]]:
+    """The model as OpenCode names it, the key's variable, and the ``provider`` entry. The
+    agent's model is declared either way: offline, with a fresh HOME, OpenCode has no
+    catalogue to look a model up in, and only a declared one works whatever its id."""
+    models = {access.model: {"name": access.model}}
+    if access.provider == "anthropic":
+        key_variable = "ANTHROPIC_API_KEY"
+        options = {
+            "baseURL": f"{access.anthropic_base_url}/v1",
+            "apiKey": f"{{env:{key_variable}}}",
+        }
+        return (
+            f"anthropic/{access.model}",
+            key_variable,
+            {"anthropic": {"options": options, "models": models}},
+        )
+    key_variable = "OPENAI_API_KEY"
+    provider = {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": "OpenAI-compatible endpoint of the worker",
+        "options": {"baseURL": access.openai_base_url, "apiKey": f"{{env:{key_variable}}}"},
+        "models": models,
+    }
+    return (
+        f"{OPENAI_COMPATIBLE_PROVIDER}/{access.model}",
+        key_variable,
+        {OPENAI_COMPATIBLE_PROVIDER: provider},
+    )
 
 
 def _logged_error(stderr: bytes, ref: str) -> str | None:
