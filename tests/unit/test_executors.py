@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -875,9 +876,21 @@ def test_listing_says_what_is_installed_and_who_gets_tools(
     assert listed["goose"]["version"] is None
     assert listed["native"]["installed"] is True
 
+    # What the sandbox mounts for a CLI: its file and interpreter, never its directory.
+    mounts = listed["claude-code"]["mounts"]
+    assert str(bin_dir / "claude") in mounts and str(bin_dir) not in mounts
+    assert os.path.realpath(sys.executable) in mounts
+    assert listed["goose"]["mounts"] is None
+    assert listed["goose"]["install_command"].startswith(
+        "curl -fsSL https://github.com/block/goose"
+    )
+
     assert list_executors([]) == 0
     table = capsys.readouterr().out
     assert "goose" in table and "not installed" in table
+    assert f"claude-code: runs {bin_dir / 'claude'}" in table
+    assert "opencode: runs" in table and "mounts for it, beyond the above:" in table
+    assert "aider: runs" in table and "install with `pipx install aider-chat`" not in table
 
 
 def test_listing_runs_version_in_a_scratch_home(

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from worker.executors import EXECUTORS, CliExecutor
 from worker.executors._sandbox import sandbox_problem, sandbox_python, sandbox_warning
-from worker.executors._sandbox_mounts import install_mounts
+from worker.executors._sandbox_mounts import install_mounts, package_directory
 from worker.settings import Settings, settings_or_exit
 
 VERSION_TIMEOUT_S = 10.0
@@ -164,9 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not info.installed:
             print(f"  {info.type}: not installed; install with `{info.install_command}`")
             continue
-        extra = ", ".join(info.mounts or []) or "nothing (all under the system paths)"
+        extra = ", ".join(info.mounts or []) or "nothing (all under /usr)"
         runs = install_mounts(info.path).executable if info.path else "-"
-        print(f"  {info.type}: runs {runs}; also mounts read-only: {extra}")
+        print(f"  {info.type}: runs {runs} (package {package_directory(runs)})")
+        print(f"  {' ' * len(info.type)}  mounts for it, beyond the above: {extra}")
     return 0
 
 
