@@ -22,10 +22,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
+import httpx2
+
 from bench._report import Summary, Table
+from worker.dev.scripted_endpoint import ScriptedEndpoint
 from worker.exceptions import ExecutorError
 from worker.executors._cli_gateway import gateway_command, gateway_python_path
+from worker.executors._egress import ModelRoute, model_forwarder
 from worker.executors._gateway_link import GatewaySpec
+from worker.executors._provider import ProviderAccess
 from worker.executors._sandbox import HELPER, Sandbox, SandboxLimits, find_sandbox
 from worker.executors._seccomp import seccomp_descriptor
 from worker.settings import Settings
@@ -85,7 +91,53 @@ def benchmark(*, quick: bool = False) -> list[Table]:
         "added per task: the bwrap + helper + relay row minus the floor, plus the bridge "
         "(once per MCP connection); the gateway starts while the CLI does"
     )
-    return [table]
+    return [table, relay_table(runs * 4)]
+
+
+def relay_table(requests: int) -> Table:
+    """One Messages API call to a local endpoint, straight and through the model relay (the
+    key swapped on the way): what the relay adds to each model call of a sandboxed CLI."""
+    table = Table(
+        f"model relay per model call (ms, {requests} calls on one connection)",
+        ["path", "median", "min-max"],
+    )
+    with ScriptedEndpoint() as endpoint, tempfile.TemporaryDirectory() as directory:
+        endpoint.set_scenario("default", [{"text": "ok"}] * (2 * requests))
+        base_url = endpoint.anthropic_base_url
+        access = ProviderAccess(
+            provider="anthropic", model="m", api_key="sk-bench-key", base_url=base_url
+        )
+        socket_path = Path(directory) / "model.sock"
+
+        async def measure() -> tuple[Summary, Summary]:
+            straight = httpx2.AsyncClient(base_url=base_url)
+            relayed = httpx2.AsyncClient(
+                base_url="http://127.0.0.1:3128",
+                transport=httpx2.AsyncHTTPTransport(uds=str(socket_path)),
+            )
+            async with (
+                model_forwarder(socket_path, ModelRoute.of(access), "bench"),
+                straight,
+                relayed,
+            ):
+                return await _calls(straight, requests), await _calls(relayed, requests)
+
+        straight, relayed = anyio.run(measure)
+    table.add("straight to the endpoint", *straight.cells())
+    table.add("through the relay (key added)", *relayed.cells())
+    return table
+
+
+async def _calls(client: httpx2.AsyncClient, requests: int) -> Summary:
+    body = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": "placeholder", "anthropic-version": "2023-06-01"}
+    samples = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        response = await client.post("/v1/messages", json=body, headers=headers)
+        response.raise_for_status()
+        samples.append((time.perf_counter() - started) * 1000)
+    return Summary.of(samples)
 
 
 def timed(

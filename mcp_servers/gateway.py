@@ -14,8 +14,9 @@ It connects to the configured servers through the worker's own grant-checked
 ``McpToolbox``, offers only the tools the agent may use (``<server>__<tool>``
 with their input schemas), and runs every call through the same dispatcher as
 the native loop: an unknown tool answers ``Error: Unknown tool '<name>'``, a tool
-without its grant ``Error: Missing grant <grant>`` (never executed; logged as
-``grant_denied`` on stderr), arguments that do not match the schema are refused,
+without its grant ``Error: Missing grant <grant>`` (never executed; in the call log, from
+which the executor logs ``grant_denied`` and ``tool_call`` once; over ``--stdio`` the gateway
+logs them itself), arguments that do not match the schema are refused,
 and the rest is forwarded with the worker's ``_meta`` identity (``agent_id``,
 ``task_id``, and ``idempotency_key = <task_id>:tool:<digest>:<k>`` for the k-th call of
 one tool with the same arguments: a CLI re-runs a task from the start, so a key must

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from worker.exceptions import ExecutorError
 from worker.executors._sandbox_mounts import HIDDEN_ROOTS, install_mounts, mounted_whole
-from worker.executors._seccomp import seccomp_program
+from worker.executors._seccomp import seccomp_descriptor, seccomp_program
 from worker.settings import Settings
 
 # System paths the CLIs, node and python need; each is mounted read-only if it exists
@@ -240,7 +240,8 @@ def find_sandbox(settings: Settings) -> Sandbox:
 
 def sandbox_problem(settings: Settings) -> str | None:
     """What keeps this host from sandboxing CLIs (None: nothing). Runs bwrap once, as the
-    sandbox's user, the way a task would: user, pid and network namespaces included."""
+    sandbox's user, the way a task would: user, pid and network namespaces, no nested user
+    namespace and the seccomp filter included."""
     try:
         sandbox = find_sandbox(settings)
     except ExecutorError as exc:
@@ -267,24 +268,26 @@ def _probe(sandbox: Sandbox) -> str | None:
         command += _read_only(path)
     command += [sandbox.python, "-c", "pass"]
     try:
-        completed = subprocess.run(
-            command,
-            capture_output=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
-            user=sandbox.uid,
-            group=sandbox.uid,
-            extra_groups=[] if sandbox.uid is not None else None,
-            cwd="/",
-        )
+        with seccomp_descriptor() as seccomp_fd:
+            completed = subprocess.run(
+                [*command[:-3], "--seccomp", str(seccomp_fd), *command[-3:]],
+                capture_output=True,
+                timeout=PROBE_TIMEOUT_S,
+                check=False,
+                user=sandbox.uid,
+                group=sandbox.uid,
+                extra_groups=[] if sandbox.uid is not None else None,
+                cwd="/",
+                pass_fds=(seccomp_fd,),
+            )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"CLI sandbox unavailable: bwrap did not run ({exc})"
     if completed.returncode != 0:
         reason = " ".join(completed.stderr.decode("utf-8", "replace").split())[:300]
         return (
-            "CLI sandbox unavailable: bwrap cannot create its namespaces here "
+            "CLI sandbox unavailable: bwrap cannot set up its sandbox here "
             f"({reason or f'exit status {completed.returncode}'}); the host must allow "
-            "unprivileged user namespaces (README: Executors, sandbox)"
+            "unprivileged user namespaces and seccomp filters (docs/cli-sandbox.md)"
         )
     return None
 
