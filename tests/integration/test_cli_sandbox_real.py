@@ -199,6 +199,10 @@ def test_an_injected_shell_reaches_nothing_and_the_cli_still_answers(
     # No canary reached the model endpoint or the Hub.
     seen = json.dumps(requests) + json.dumps(state)
     assert_sandbox_bounds(probe, beside_cli=str(work_directory / "id_ed25519"))
+    # The CLI's own memory was among what the probe searched for the key.
+    assert [name for name in probe["memory_scanned_of"] if binary in name], probe[
+        "memory_scanned_of"
+    ]
     seen += json.dumps(probe)
     assert {r["auth_headers"]["x-api-key"] for r in requests} == {len(PROVIDER_KEY)}
     for canary in (

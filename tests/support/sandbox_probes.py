@@ -132,6 +132,7 @@ def key_sightings(needle):
                 except OSError:
                     pass
     scanned = 0
+    scanned_of = []
     for maps in glob.glob("/proc/[0-9]*/maps"):
         if maps == "/proc/%d/maps" % os.getpid():
             continue  # the probe's own memory holds the needle
@@ -142,6 +143,10 @@ def key_sightings(needle):
         except OSError:
             continue
         with memory:
+            try:
+                scanned_of.append(open(maps[: -len("maps")] + "comm").read().strip())
+            except OSError:
+                pass
             for region in regions:
                 fields = region.split()
                 if not fields[1].startswith("r") or (len(fields) > 5 and fields[5].startswith("/")):
@@ -156,6 +161,7 @@ def key_sightings(needle):
                 except (OSError, OverflowError, ValueError):
                     pass
     report["memory_scanned_mb"] = scanned // 1048576
+    report["memory_scanned_of"] = scanned_of
     return sorted(set(found))
 
 if targets.get("key_prefix_reversed"):  # reversed: the probe's source must not match
