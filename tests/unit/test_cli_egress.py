@@ -26,8 +26,11 @@ REAL_KEY = "sk-real-provider-key-0123456789abcdef"
 
 
 @asynccontextmanager
-async def endpoint() -> AsyncIterator[tuple[int, list[dict[str, Any]]]]:
-    """A loopback HTTP endpoint answering, in three chunks, the request it received."""
+async def endpoint(
+    release: anyio.Event | None = None,
+) -> AsyncIterator[tuple[int, list[dict[str, Any]]]]:
+    """A loopback HTTP endpoint answering, in three chunks, the request it received; with
+    ``release``, it sends the rest only once that is set (a stream of events)."""
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     received: list[dict[str, Any]] = []
 
@@ -62,6 +65,8 @@ async def endpoint() -> AsyncIterator[tuple[int, list[dict[str, Any]]]]:
                 for start in range(0, len(answer), len(answer) // 3 + 1):
                     chunk = answer[start : start + len(answer) // 3 + 1]
                     await stream.send(connection.send(h11.Data(data=chunk)))
+                    if release is not None:
+                        await release.wait()
                 await stream.send(connection.send(h11.EndOfMessage()))
                 connection.start_next_cycle()
 
@@ -157,6 +162,29 @@ async def test_the_relay_sends_openai_keys_as_a_bearer_token_on_one_connection(
         headers = dict(seen["headers"])
         assert headers["authorization"] == f"Bearer {REAL_KEY}"
         assert "api-key" not in headers and "x-api-key" not in headers
+
+
+async def test_the_relay_passes_each_piece_of_a_stream_on_as_it_comes(tmp_path: Path) -> None:
+    release = anyio.Event()
+    async with endpoint(release) as (port, _):
+        socket_path = tmp_path / "model.sock"
+        async with (
+            model_forwarder(
+                socket_path, route("anthropic", f"http://127.0.0.1:{port}"), "t-egress"
+            ),
+            await anyio.connect_unix(socket_path) as stream,
+        ):
+            await stream.send(post("/v1/messages"))
+            received = b""
+            with anyio.fail_after(3):  # the endpoint holds the rest back until then
+                while b'{"target": "/v1/messages"' not in received:
+                    received += await stream.receive()
+            release.set()
+            with anyio.fail_after(3):
+                while not received.endswith(b"\r\n0\r\n\r\n"):
+                    received += await stream.receive()
+
+    assert b'"body": "{\\"model\\": \\"m\\"}"}' in received
 
 
 async def test_the_relay_refuses_anything_but_the_endpoints_api(tmp_path: Path) -> None:

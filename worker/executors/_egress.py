@@ -227,7 +227,8 @@ async def _forward(
         await client.send(
             connection.send(h11.Response(status_code=response.status_code, headers=headers)) or b""
         )
-        async for chunk in response.aiter_raw(_CHUNK):
+        # As each piece arrives (a size would hold back a server-sent event until it filled).
+        async for chunk in response.aiter_raw():
             await client.send(connection.send(h11.Data(data=chunk)) or b"")
         await client.send(connection.send(h11.EndOfMessage()) or b"")
     finally:
