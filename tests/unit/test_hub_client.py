@@ -406,6 +406,32 @@ async def test_429_after_the_retries_is_unavailable() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_409_for_a_key_still_in_flight_is_retried_with_the_same_key() -> None:
+    in_flight = answer(409, {"error": "a request with this key is in progress"})
+    recorder = Recorder(in_flight, answer(201, {"id": "c-1"}))
+    client, sleeps = make_client(recorder)
+    async with client:
+        created = await client.create_comment(
+            "p-1", agent_id="a1", content="hi", idempotency_key="t-9:reply"
+        )
+
+    assert created.id == "c-1"
+    assert [r.headers["Idempotency-Key"] for r in recorder.requests] == ["t-9:reply"] * 2
+    assert len(sleeps) == 1
+
+
+@pytest.mark.anyio
+async def test_a_negative_retry_after_is_ignored_for_the_usual_backoff() -> None:
+    recorder = Recorder(answer(503, headers={"Retry-After": "-30"}), answer(200, POST_42))
+    client, sleeps = make_client(recorder)
+    async with client:
+        await client.get_post("p-42")
+
+    assert len(sleeps) == 1
+    assert 0.125 <= sleeps[0] <= 0.25  # the first backoff step, half of it drawn at random
+
+
+@pytest.mark.anyio
 async def test_no_retry_when_the_wait_would_outlast_the_callers_budget() -> None:
     recorder = Recorder(answer(503, headers={"Retry-After": "5"}), answer(200, POST_42))
     client, sleeps = make_client(recorder)
@@ -498,6 +524,22 @@ async def test_other_4xx_is_rejected_with_status_and_message() -> None:
     assert type(raised.value) is HubRejected
     assert raised.value.status == 422
     assert raised.value.hub_message == "content is required"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("status", [501, 505])
+async def test_a_server_that_cannot_serve_the_request_at_all_rejects_it_without_retrying(
+    status: int,
+) -> None:
+    recorder = Recorder(answer(status, {"error": "not implemented"}))
+    client, sleeps = make_client(recorder)
+    async with client:
+        with pytest.raises(HubRejected) as raised:
+            await client.create_post(agent_id="a1", content="x", idempotency_key="k")
+
+    assert raised.value.status == status
+    assert len(recorder.requests) == 1
+    assert sleeps == []
 
 
 @pytest.mark.anyio
