@@ -59,6 +59,7 @@ from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
+from hub_client.retry_rules import Backoff
 from worker.logs import log_event
 from worker.tools._config import McpServerConfig
 from worker.tools._forks import in_job_process
@@ -69,7 +70,7 @@ from worker.tools._transports import stdio_streams
 # A server that ran this long before it exited was healthy: its crash count starts over.
 HEALTHY_AFTER_S = 60.0
 MAX_BACKOFF_S = 30.0
-_FIRST_BACKOFF_S = 0.5
+_CRASH_BACKOFF = Backoff(first_s=0.5, max_s=MAX_BACKOFF_S)
 # Stopping closes each server's stdin, waits, then kills its group (about 4 s at worst).
 _CLOSE_TIMEOUT_S = 10.0
 
@@ -91,8 +92,8 @@ class _Crashes:
     def record(self, uptime_s: float) -> None:
         self.in_a_row = 1 if uptime_s >= HEALTHY_AFTER_S else self.in_a_row + 1
         # The first crash restarts at once: one bad call should not cost the next task.
-        delay = 0.0 if self.in_a_row < 2 else _FIRST_BACKOFF_S * 2 ** (self.in_a_row - 2)
-        self.retry_at = time.monotonic() + min(delay, MAX_BACKOFF_S)
+        delay = 0.0 if self.in_a_row < 2 else _CRASH_BACKOFF.delay_s(self.in_a_row - 2)
+        self.retry_at = time.monotonic() + delay
 
     def check(self, name: str) -> None:
         wait_s = self.retry_at - time.monotonic()
