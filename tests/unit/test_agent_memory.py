@@ -18,7 +18,14 @@ import pytest
 
 from hub_client import Author, Comment, HubClient, Post
 from hub_client.devhub import create_app
-from worker.agents import AgentDefinition, AgentStore, Memory, MemoryRemember, MemoryRetrieval
+from worker.agents import (
+    AgentDefinition,
+    AgentStore,
+    Memory,
+    MemoryRemember,
+    MemoryRetrieval,
+    RecallStrategy,
+)
 from worker.jobs import TaskRuntime, execute_task
 from worker.memory import (
     BYTES_PER_MB,
@@ -336,7 +343,9 @@ class DownEmbeddings:
 @pytest.mark.anyio
 async def test_an_endpoint_that_fails_leaves_memories_unembedded_and_recall_on_keywords() -> None:
     redis = fakeredis.FakeRedis()
-    config = Memory(enabled=True, retrieval=MemoryRetrieval(strategy="embedding_search"))
+    config = Memory(
+        enabled=True, retrieval=MemoryRetrieval(strategy=RecallStrategy.EMBEDDING_SEARCH)
+    )
     memory = AgentMemory(RedisMemoryStore(redis), AGENT, config, embedder=DownEmbeddings())
 
     written = await memory.remember(
@@ -345,7 +354,7 @@ async def test_an_endpoint_that_fails_leaves_memories_unembedded_and_recall_on_k
     found = await memory.recall(RecallQuery(text="is the redis cache full?"), timeout_s=1)
 
     assert written.written == 1 and redis.hlen(redis_keys.memory_vectors(AGENT)) == 0
-    assert found.strategy == "keyword" and "ConnectError" in found.fallback
+    assert found.strategy is RecallStrategy.KEYWORD and "ConnectError" in found.fallback
     assert [item.record.id for item in found.items] == ["m-1"]
 
 
@@ -396,7 +405,8 @@ async def test_an_endpoint_reporting_no_usage_is_counted_by_estimate_not_as_free
 async def test_recall_and_remember_return_what_their_embeddings_calls_spent() -> None:
     endpoint, calls = embeddings_endpoint({"prompt_tokens": 9, "total_tokens": 9})
     config = Memory(
-        enabled=True, retrieval=MemoryRetrieval(strategy="embedding_search", relevance_threshold=0)
+        enabled=True,
+        retrieval=MemoryRetrieval(strategy=RecallStrategy.EMBEDDING_SEARCH, relevance_threshold=0),
     )
     memory = AgentMemory(RedisMemoryStore(fakeredis.FakeRedis()), AGENT, config, endpoint)
 
@@ -406,13 +416,15 @@ async def test_recall_and_remember_return_what_their_embeddings_calls_spent() ->
     found = await memory.recall(RecallQuery(text="is the redis cache full?"), timeout_s=5)
 
     assert written.embedding_tokens == 9 and found.embedding_tokens == 9 and len(calls) == 2
-    assert found.strategy == "embedding_search"
+    assert found.strategy is RecallStrategy.EMBEDDING_SEARCH
 
 
 @pytest.mark.anyio
 async def test_an_embeddings_call_the_tasks_tokens_cannot_hold_is_not_made() -> None:
     endpoint, calls = embeddings_endpoint({"prompt_tokens": 9, "total_tokens": 9})
-    config = Memory(enabled=True, retrieval=MemoryRetrieval(strategy="embedding_search"))
+    config = Memory(
+        enabled=True, retrieval=MemoryRetrieval(strategy=RecallStrategy.EMBEDDING_SEARCH)
+    )
     redis = fakeredis.FakeRedis()
     memory = AgentMemory(RedisMemoryStore(redis), AGENT, config, endpoint)
 
@@ -428,6 +440,6 @@ async def test_an_embeddings_call_the_tasks_tokens_cannot_hold_is_not_made() -> 
     assert calls == []
     assert written.written == 1 and written.embedding_tokens == 0
     assert redis.hlen(redis_keys.memory_vectors(AGENT)) == 0
-    assert found.strategy == "keyword" and found.embedding_tokens == 0
+    assert found.strategy is RecallStrategy.KEYWORD and found.embedding_tokens == 0
     assert "max_tokens leaves 0 token(s)" in found.fallback
     assert [item.record.id for item in found.items] == ["m-1"]

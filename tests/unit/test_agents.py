@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import worker.agents._store as store_module
-from worker.agents import AgentConfig, AgentDefinition, AgentStore, Skill
+from worker.agents import AgentConfig, AgentDefinition, AgentStore, RecallStrategy, Skill
 from worker.exceptions import AgentConfigError, InvalidTask
 
 DEMO_AGENTS_DIR = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
@@ -760,3 +760,22 @@ def test_demo_agent_loads_from_the_demo_tree() -> None:
     assert [skill.name for skill in definition.skills] == ["hub-etiquette"]
     assert "Skill: hub-etiquette" in definition.full_system_prompt()
     assert definition.system_prompt.strip()
+
+
+def test_a_memory_strategy_is_read_as_its_enum_and_an_unknown_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    brain = "brain: {provider: openai, model: gpt-4o-mini}\n"
+    write_agent(tmp_path, "recent-agent", f"name: recent-agent\n{brain}{RECENT_MEMORY}")
+    write_agent(tmp_path, "vector-agent", f"name: vector-agent\n{brain}{VECTOR_MEMORY}")
+
+    recent = AgentStore(str(tmp_path), ttl_s=0).load("recent-agent")
+
+    assert recent.config.memory.retrieval.strategy is RecallStrategy.RECENT
+    message = load_error(tmp_path, "vector-agent")
+    assert "memory.retrieval.strategy" in message
+    assert "'embedding_search', 'keyword' or 'recent'" in message
+
+
+RECENT_MEMORY = "memory: {enabled: true, retrieval: {strategy: recent}}\n"
+VECTOR_MEMORY = "memory: {enabled: true, retrieval: {strategy: vectors}}\n"

@@ -24,7 +24,7 @@ from dataclasses import replace
 import httpx2
 
 from worker._network import client_ssl_context, shown_url
-from worker.agents import AgentDefinition
+from worker.agents import AgentDefinition, RecallStrategy
 from worker.exceptions import ConfigurationError, WorkerError
 from worker.operations._check_report import CheckReport, Problem, Severity
 from worker.settings import Settings
@@ -151,7 +151,7 @@ def check_memory(
             )
         if config.memory_embeddings_url is not None:
             continue
-        if memory.enabled and memory.retrieval.strategy == "embedding_search":
+        if memory.enabled and memory.retrieval.strategy is RecallStrategy.EMBEDDING_SEARCH:
             report.warning(
                 f"agents/{name}/config.yaml",
                 "memory.retrieval.strategy: embedding_search needs MEMORY_EMBEDDINGS_URL, "
