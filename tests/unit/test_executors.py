@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.support.fake_clis import install_fake_cli, read_record, set_scenario
+from worker._spawn import ignore_spawn
 from worker.agents import AgentConfig, AgentDefinition
 from worker.exceptions import (
     AgentConfigError,
@@ -200,7 +201,7 @@ def make_request(
         make_model=no_model,
         observers=observers or [],
         control=control,
-        on_spawn=spawned.append if spawned is not None else None,
+        on_spawn=spawned.append if spawned is not None else ignore_spawn,
     )
 
 

@@ -15,6 +15,7 @@ from redis import Redis
 
 from hub_client import HubClient
 from worker._network import client_ssl_context
+from worker._spawn import SpawnHook, ignore_spawn
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
 from worker.coordination import read_task_deadline
 from worker.daemon import child_process_recorder, job_attempt
@@ -67,7 +68,7 @@ class TaskRuntime:
     open_toolbox: ToolboxOpener
     attempt: int = 0
     hub: HubClient | None = None
-    on_spawn: Callable[[int], None] | None = None
+    on_spawn: SpawnHook = ignore_spawn
     # The rq job id, when running under rq: metrics then go to the worker parent via Redis.
     job_id: str | None = None
     # rq kills the job at its timeout: the loop winds down before that (timeout - grace).
@@ -172,7 +173,7 @@ def effective_grants(config: Settings, agent: AgentDefinition) -> EffectiveGrant
 
 def toolbox_opener(
     config: Settings,
-    on_spawn: Callable[[int], None] | None = None,
+    on_spawn: SpawnHook = ignore_spawn,
     deadline_cap_s: float | None = None,
     redis: Redis | None = None,
 ) -> ToolboxOpener:
@@ -238,7 +239,7 @@ def build_runtime(
     deadline_cap_s: float | None = None,
 ) -> TaskRuntime:
     config = settings()
-    on_spawn = child_process_recorder(redis, job_id) if job_id else None
+    on_spawn = child_process_recorder(redis, job_id) if job_id else ignore_spawn
     return TaskRuntime(
         settings=config,
         redis=redis,
