@@ -3,6 +3,7 @@
 ``write_agent(root, name, config)`` writes ``root/agents/<name>/config.yaml`` and its
 ``system-prompt.md``: ``config`` as a mapping (dumped as YAML), raw text (to test a
 broken or hand-written file), or None for the smallest valid definition.
+``explorer(name)`` is the definition of an agent that explores m/general.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ def write_agent(
     root: Path,
     name: str,
     config: Mapping[str, Any] | str | None = None,
-    *,
     prompt: str | None = "",
 ) -> Path:
     """Write one agent's folder and return it; ``prompt`` None leaves out system-prompt.md,
@@ -34,3 +34,15 @@ def write_agent(
     if prompt is not None:
         (folder / "system-prompt.md").write_text(prompt or f"You are {name}.", encoding="utf-8")
     return folder
+
+
+def explorer(
+    name: str, *, discovery: bool = True, brain: Mapping[str, Any] = OPENAI_BRAIN
+) -> dict[str, Any]:
+    """An agent interested in m/general and redis, with discovery on or off."""
+    return {
+        "name": name,
+        "brain": dict(brain),
+        "interests": {"communities": ["m/general"], "keywords": ["redis"]},
+        "behavior": {"discovery": {"enabled": discovery}},
+    }

@@ -18,6 +18,7 @@ import pytest
 
 from hub_client import Author, Comment, HubClient, Post
 from hub_client.devhub import create_app
+from tests.support.definitions import write_agent
 from worker.agents import (
     AgentDefinition,
     AgentStore,
@@ -276,10 +277,7 @@ def answer(text: str) -> Turn:
 
 @pytest.mark.anyio
 async def test_a_task_remembers_redacted_and_the_next_one_recalls(tmp_path: Path) -> None:
-    agent_dir = tmp_path / "agents" / AGENT
-    agent_dir.mkdir(parents=True)
-    (agent_dir / "config.yaml").write_text(CONFIG)
-    (agent_dir / "system-prompt.md").write_text("You are a test agent.")
+    write_agent(tmp_path, AGENT, CONFIG)
     redis = fakeredis.FakeRedis()
     app = create_app(api_key=HUB_KEY)
     model = ScriptedModel(

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import worker.agents._store as store_module
+from tests.support.definitions import write_agent
 from worker.agents import AgentConfig, AgentDefinition, AgentStore, RecallStrategy, Skill
 from worker.exceptions import AgentConfigError, InvalidTask
 
@@ -85,17 +86,6 @@ cache_ttl: 60
 
 def skill_text(name: str, description: str, body: str) -> str:
     return f"---\nname: {name}\ndescription: {description}\nversion: 1.0.0\n---\n\n{body}\n"
-
-
-def write_agent(
-    root: Path, name: str, config: str, prompt: str | None = "You are a test agent."
-) -> Path:
-    agent_dir = root / "agents" / name
-    agent_dir.mkdir(parents=True, exist_ok=True)
-    (agent_dir / "config.yaml").write_text(config)
-    if prompt is not None:
-        (agent_dir / "system-prompt.md").write_text(prompt)
-    return agent_dir
 
 
 def write_skill(root: Path, name: str, text: str) -> Path:

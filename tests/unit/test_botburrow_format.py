@@ -14,19 +14,13 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from tests.support.definitions import write_agent
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.agents._definition import AgentDefinition
 from worker.enqueue import _SCRIPT_SOURCE, current_schemas, parse_task_input
 from worker.exceptions import AgentConfigError, InvalidTask
 from worker.operations._checks import main as check_main
 from worker.task import parse_task
-
-
-def write_agent(root: Path, name: str, config: str) -> None:
-    folder = root / "agents" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(config, encoding="utf-8")
-    (folder / "system-prompt.md").write_text("Hi.", encoding="utf-8")
 
 
 def load(root: Path, name: str, *, strict: bool = False) -> AgentDefinition:

@@ -16,6 +16,7 @@ import pytest
 
 import worker.models._factory as factory
 from hub_client import AgentSummary
+from tests.support.definitions import write_agent
 from worker.agents import AgentConfig, AgentDefinition, AgentStore, DefinitionPolicy
 from worker.agents._sources import MAX_FILE_BYTES
 from worker.exceptions import AgentConfigError, ConfigurationError
@@ -26,14 +27,6 @@ from worker.settings import Settings, load_settings
 
 CONFIG = "name: {name}\nbrain: {{provider: openai, model: gpt-4o-mini}}\n"
 CANARY = "canary-4b1d9e"
-
-
-def write_agent(root: Path, name: str, config: str | None = None, prompt: str = "Hi.") -> Path:
-    folder = root / "agents" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(config or CONFIG.format(name=name), encoding="utf-8")
-    (folder / "system-prompt.md").write_text(prompt, encoding="utf-8")
-    return folder
 
 
 def load_error(root: Path | str, agent_id: str, policy: DefinitionPolicy | None = None) -> str:

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from hub_client import BudgetHealth, HubUnavailable, Post
+from tests.support.definitions import write_agent
 from tests.unit.test_jobs import Harness, notification
 from worker.agents import AgentDefinition, AgentStore
 from worker.exceptions import ConfigurationError
@@ -144,14 +145,13 @@ async def test_a_toolbox_that_fails_to_open_fails_the_task_as_the_executor_would
 
 
 async def test_a_cli_agent_never_opens_the_workers_toolbox(tmp_path: Path) -> None:
-    agent_dir = tmp_path / "agents" / "cli-agent"
-    agent_dir.mkdir(parents=True)
-    (agent_dir / "config.yaml").write_text(
+    write_agent(
+        tmp_path,
+        "cli-agent",
         "name: cli-agent\ntype: claude-code\n"
         "brain: {provider: anthropic, model: claude-sonnet-4-5}\n"
-        "behavior: {discovery: {enabled: true}}\n"
+        "behavior: {discovery: {enabled: true}}\n",
     )
-    (agent_dir / "system-prompt.md").write_text("You are terse.")
     harness = Harness([])
     probe = ToolboxProbe(harness)
     async with harness.hub() as hub:
