@@ -280,9 +280,10 @@ def test_the_worker_caps_distinct_values_of_free_form_labels() -> None:
     assert len(values) <= 257 and "other" in values
 
 
-async def test_invalid_tasks_count_under_one_agent_and_type_label() -> None:
+async def test_invalid_tasks_count_under_one_agent_and_type_label(
+    redis: fakeredis.FakeRedis,
+) -> None:
     key = "hub-key-for-labels-0123"
-    redis = fakeredis.FakeRedis()
     metrics = JobMetrics()
     transport = httpx2.ASGITransport(app=create_app(api_key=key))
 

@@ -189,10 +189,9 @@ def test_check_at_start_stops_on_fleet_errors_only(
 
 
 def test_a_definition_warning_is_logged_once_at_start_not_again_by_the_first_task(
-    tmp_path: Path, log_stream: io.StringIO
+    tmp_path: Path, log_stream: io.StringIO, redis: fakeredis.FakeRedis
 ) -> None:
     write_agent(tmp_path, "typo-agent", good_config("typo-agent", "behaviour: {}\n"))
-    redis = fakeredis.FakeRedis()
     config = Settings(agents_dir=str(tmp_path), hub_url="http://127.0.0.1:9")
 
     check_at_start(config, timeout_s=0.5, agent_cache=redis)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +65,6 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@pytest.fixture
-def redis() -> Iterator[fakeredis.FakeRedis]:
-    server = fakeredis.FakeRedis()
-    yield server
-    server.close()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ for a native agent, and from the fake ``claude`` CLI reporting it as its
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -73,13 +73,6 @@ def fake_claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
     return install_fake_cli("claude", bin_dir)
-
-
-@pytest.fixture
-def redis() -> Iterator[fakeredis.FakeRedis]:
-    server = fakeredis.FakeRedis()
-    yield server
-    server.close()
 
 
 def provider_answering(status: int) -> Model:
