@@ -192,11 +192,10 @@ def make_request(
         messages=[Message(role="user", content=PROMPT)],
         settings=LoopSettings(
             limits=RunLimits(max_iterations=max_iterations, max_duration_s=max_duration_s),
-            strict_grants=strict_grants,
             deadline_epoch=deadline_epoch,
         ),
         worker_settings=worker_settings or make_settings(),
-        grants=EffectiveGrants.of(agent.config.capabilities.grants),
+        grants=EffectiveGrants.of(agent.config.capabilities.grants, strict=strict_grants),
         open_toolbox=no_toolbox,
         make_model=no_model,
         observers=observers or [],

@@ -349,7 +349,6 @@ def dispatcher() -> ToolDispatcher:
         task_id="t-1",
         agent_id="agent-a",
         events=EventBus(),
-        strict_grants=False,
         max_output_chars=1000,
     )
 

@@ -183,6 +183,7 @@ class CliExecutor(Executor):
             provider=request.agent.config.brain.provider,
             model=request.agent.config.brain.model,
             messages=request.messages,
+            strict_grants=request.grants.strict,
             events=EventBus(
                 [
                     *request.observers,
@@ -190,7 +191,6 @@ class CliExecutor(Executor):
                         task_id=request.task.task_id,
                         agent_id=request.agent.config.name,
                         executor=self.name,
-                        strict_grants=request.settings.strict_grants,
                     ),
                 ]
             ),

@@ -91,7 +91,7 @@ def task_gateway(
         denied_grants=tuple(sorted(grants.denied)),
         allowed_tools=tuple(allowed_tools) if allowed_tools is not None else None,
         servers=tuple(config.capabilities.server_names) or None,
-        strict_grants=request.settings.strict_grants,
+        strict_grants=grants.strict,
         deadline_epoch_s=deadline_epoch_s,
         tool_timeout_s=request.settings.tool_timeout_cap_s,
         max_output_chars=request.settings.tool_output_max_chars,

@@ -105,9 +105,7 @@ class AgentLoop:
         self.events = EventBus(
             [
                 *observers,
-                log_observer(
-                    task_id=task_id, agent_id=agent_id, strict_grants=settings.strict_grants
-                ),
+                log_observer(task_id=task_id, agent_id=agent_id),
             ]
         )
         self._control = control
@@ -128,7 +126,6 @@ class AgentLoop:
             task_id=task_id,
             agent_id=agent_id,
             events=self.events,
-            strict_grants=settings.strict_grants,
             max_output_chars=settings.tool_output_max_chars,
             can_execute_tool=can_execute_tool,
         )

@@ -6,7 +6,7 @@ import importlib
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -166,9 +166,11 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
 
 
 def effective_grants(config: Settings, agent: AgentDefinition) -> EffectiveGrants:
-    """The agent's requested grants as GRANT_POLICY caps them (read once per process)."""
+    """The agent's requested grants as GRANT_POLICY caps them (read once per process),
+    strict under STRICT_GRANTS or the definition's ``behavior.strict_grants``."""
     policy = _grant_policy(config.grant_policy)
-    return policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
+    grants = policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
+    return replace(grants, strict=config.strict_grants or agent.config.behavior.strict_grants)
 
 
 def toolbox_opener(

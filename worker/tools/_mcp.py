@@ -198,12 +198,13 @@ class McpToolbox:
         link = self._links.get(server_name)
         # A server we did not connect to cannot tell us whether the tool exists: trust the map.
         exists = None if link is None or link.client is None else tool in link.listed
+        strict = self._grants.strict
         if self._allowed_tools is not None and name not in self._allowed_tools:
-            return None if exists is False else NotAllowed(name=name)
+            return None if exists is False else NotAllowed(name=name, strict=strict)
         if not self._grants.covers(required_grant):
-            return (
-                None if exists is False else MissingGrant(name=name, required_grant=required_grant)
-            )
+            if exists is False:
+                return None
+            return MissingGrant(name=name, required_grant=required_grant, strict=strict)
         if link is None or not exists or (link.down_reason is not None and link.told):
             return None
         return Granted(spec=link.listed[tool], server=server_name)
