@@ -206,8 +206,10 @@ async def test_every_tool_call_context_carries_the_tasks_deadline() -> None:
 # --- the job: re-runs continue against the first run's deadline ------------------------------
 
 
-async def test_a_re_run_continues_against_the_deadline_the_first_run_fixed() -> None:
-    h = Harness([Turn(text="Answer.")])
+async def test_a_re_run_continues_against_the_deadline_the_first_run_fixed(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="Answer.")], redis=redis)
     post_id = await h.seed_post()
     h.redis.set(redis_keys.task_deadline("t-1"), repr(time.time() + 20))  # an earlier run's
     verdict = await h.run(notification(post_id))
@@ -217,8 +219,10 @@ async def test_a_re_run_continues_against_the_deadline_the_first_run_fixed() -> 
     assert read_task_deadline(h.redis, "t-1") is None  # ended for good: forgotten
 
 
-async def test_a_re_run_after_the_deadline_ends_deadline_keeping_earlier_usage() -> None:
-    h = Harness([Turn(text="never asked")])
+async def test_a_re_run_after_the_deadline_ends_deadline_keeping_earlier_usage(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="never asked")], redis=redis)
     post_id = await h.seed_post()
     h.redis.set(redis_keys.task_deadline("t-1"), repr(time.time() - 5))
     RedisJournal(h.redis, "t-1").append(
@@ -241,9 +245,11 @@ async def test_a_re_run_after_the_deadline_ends_deadline_keeping_earlier_usage()
     assert consumption["outcome"] == "deadline" and consumption["tokens_input"] == 300
 
 
-async def test_a_requeue_that_would_land_past_the_deadline_ends_deadline() -> None:
+async def test_a_requeue_that_would_land_past_the_deadline_ends_deadline(
+    redis: fakeredis.FakeRedis,
+) -> None:
     unavailable = ModelUnavailable("503 x5", provider="openai", model="m", retry_after_s=7)
-    h = Harness([Turn(error=unavailable)])
+    h = Harness([Turn(error=unavailable)], redis=redis)
     post_id = await h.seed_post()
     # The first requeue waits 30 s; the task has 20 s in all.
     verdict = await h.run(notification(post_id, constraints={"max_duration_s": 20}))
@@ -253,9 +259,11 @@ async def test_a_requeue_that_would_land_past_the_deadline_ends_deadline() -> No
     assert read_task_deadline(h.redis, "t-1") is None
 
 
-async def test_a_requeue_within_the_deadline_keeps_the_deadline_for_the_next_run() -> None:
+async def test_a_requeue_within_the_deadline_keeps_the_deadline_for_the_next_run(
+    redis: fakeredis.FakeRedis,
+) -> None:
     unavailable = ModelUnavailable("503 x5", provider="openai", model="m")
-    h = Harness([Turn(error=unavailable)])
+    h = Harness([Turn(error=unavailable)], redis=redis)
     post_id = await h.seed_post()
     verdict = await h.run(notification(post_id))  # the demo agent has 120 s
     assert verdict.report.outcome is Outcome.REQUEUED
@@ -276,8 +284,10 @@ class RecordingTransport(httpx2.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-async def test_hub_calls_before_the_loop_get_the_time_left_as_their_timeout() -> None:
-    h = Harness([Turn(text="Answer.")])
+async def test_hub_calls_before_the_loop_get_the_time_left_as_their_timeout(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="Answer.")], redis=redis)
     post_id = await h.seed_post()
     recording = RecordingTransport(httpx2.ASGITransport(app=h.app))
     h.hub = lambda: HubClient("http://devhub", HUB_KEY, transport=recording)  # type: ignore[method-assign]
