@@ -63,9 +63,7 @@ class CliWatcher:
         # gateway itself was registered when the executor started it.)
         for pid in more.server_pids:
             self._request.on_spawn(pid)
-        on_write_refused = self._request.on_write_refused
-        if on_write_refused is not None:
-            # Logged and counted as the native loop's are, while the CLI still runs.
-            for refusal, via in more.refusals:
-                on_write_refused(refusal, via)
+        # Logged and counted as the native loop's are, while the CLI still runs.
+        for refusal, via in more.refusals:
+            self._request.on_write_refused(refusal, via)
         merge(self.activity, more)
