@@ -71,13 +71,13 @@ class AttemptFailed(Exception):
         self.retry_after_s = retry_after_s
 
     @property
-    def failure(self) -> Failure:
+    def kind(self) -> Failure:
         """What the status means (docs/http-status.md); no status is a connection error."""
         return classify_status(self.status)
 
     @property
     def retryable(self) -> bool:
-        return self.failure is Failure.TRANSIENT
+        return self.kind is Failure.TRANSIENT
 
     def describe(self) -> str:
         if self.status is None:
@@ -137,7 +137,7 @@ async def call_with_retries(
 def _raise_if_permanent(failure: AttemptFailed, *, provider: str, model: str) -> None:
     if failure.retryable:
         return
-    if failure.failure is Failure.AUTH:
+    if failure.kind is Failure.AUTH:
         raise ModelAuthError(
             f"{provider} model {model!r} rejected the credentials: {failure.describe()}",
             provider=provider,
