@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.definitions import write_agent
 from tests.support.workers import parse_events, run_burst
 
 pytestmark = pytest.mark.integration
@@ -49,13 +50,8 @@ def test_executors_say_when_the_sandbox_is_missing_or_off() -> None:
 
 def write_agents(root: Path) -> Path:
     for name, agent_type in (("cli-agent", "claude-code"), ("native-agent", "native")):
-        directory = root / "agents" / name
-        directory.mkdir(parents=True)
-        (directory / "config.yaml").write_text(
-            f"name: {name}\ntype: {agent_type}\n"
-            "brain: {provider: anthropic, model: claude-sonnet-4-5}\n"
-        )
-        (directory / "system-prompt.md").write_text("You are terse.")
+        brain = {"provider": "anthropic", "model": "claude-sonnet-4-5"}
+        write_agent(root, name, {"name": name, "type": agent_type, "brain": brain})
     return root
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from worker._spawn import SpawnHook, ignore_spawn
+
 
 class StopReason(StrEnum):
     """Why the executor stopped a CLI before it finished."""
@@ -81,7 +83,7 @@ async def run_cli_process(
     cwd: Path,
     stdin_data: bytes | None,
     timeout_s: float,
-    on_spawn: Callable[[int], None] | None = None,
+    on_spawn: SpawnHook = ignore_spawn,
     should_stop: StopCheck | None = None,
     poll_interval_s: float = 0.5,
     max_stdout_bytes: int = 32 * 1024 * 1024,
@@ -109,8 +111,7 @@ async def run_cli_process(
     stdout = _Capture(max_stdout_bytes, keep_tail=False)
     stderr = _Capture(max_stderr_bytes, keep_tail=True)
     try:
-        if on_spawn is not None:
-            on_spawn(group)
+        on_spawn(group)
         stopped = await _supervise(
             process,
             stdin_data,
