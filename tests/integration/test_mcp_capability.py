@@ -24,6 +24,7 @@ from tests.support.mcp_servers import (
 )
 from worker.tools._capability import mint_capability
 from worker.tools._grants import EffectiveGrants
+from worker.tools._scope import TaskScope
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -47,6 +48,8 @@ def capability(
         task_id=task_id,
         grants=EffectiveGrants.of(list(grants)),
         expires_at=time.time() + expires_in_s,
+        # Anywhere: these tests are about identity and grants, not the scope.
+        scope=TaskScope(comment_on=None, post_in=None),
     )
 
 

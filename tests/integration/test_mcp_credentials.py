@@ -23,7 +23,8 @@ from worker.tools._base import CallContext
 from worker.tools._capability import mint_capability, verify_capability
 from worker.tools._config import McpConfig, load_mcp_config
 from worker.tools._grants import EffectiveGrants
-from worker.tools._mcp import McpToolbox
+from worker.tools._mcp import McpToolbox, fixed_capability
+from worker.tools._scope import TaskScope
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -47,6 +48,8 @@ def capability() -> str:
         task_id="task-9",
         grants=GRANTS,
         expires_at=time.time() + 300,
+        # Anywhere: these tests are about identity and grants, not the scope.
+        scope=TaskScope(comment_on=None, post_in=None),
     )
 
 
@@ -107,7 +110,7 @@ async def test_third_party_server_without_credentials_gets_no_authorization(
     url, record_file = recorder
     config = McpConfig.model_validate({"servers": {"rec": {"url": url, "tools": {"*": "rec:use"}}}})
     async with McpToolbox.open(
-        config, grants=GRANTS, auth_token=WORKER_TOKEN, capability=capability()
+        config, grants=GRANTS, auth_token=WORKER_TOKEN, capability=fixed_capability(capability())
     ) as toolbox:
         await toolbox.call("rec__note", {"text": "hi"}, context())
     headers = records(record_file, "headers")

@@ -23,6 +23,7 @@ from worker.memory import MemoryKind, RedisMemoryStore
 from worker.redaction import MASK
 from worker.tools._capability import mint_capability
 from worker.tools._grants import EffectiveGrants
+from worker.tools._scope import TaskScope
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -45,6 +46,8 @@ def meta(
         task_id=task_id,
         grants=EffectiveGrants.of(list(grants)),
         expires_at=time.time() + 300,
+        # Anywhere: these tests are about identity and grants, not the scope.
+        scope=TaskScope(comment_on=None, post_in=None),
     )
     return caller_meta(claimed or agent_id, task_id=task_id, step=step, capability=token)
 

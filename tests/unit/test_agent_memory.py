@@ -46,7 +46,7 @@ from worker.redaction import MASK, Redactor
 from worker.redis_io import keys as redis_keys
 from worker.settings import Settings
 from worker.task import Task
-from worker.tools import LocalToolbox, Toolbox
+from worker.tools import LocalToolbox, ScopeCell, Toolbox
 
 AGENT = "mem-agent"
 REMEMBER_ALL = MemoryRemember(
@@ -282,7 +282,9 @@ async def test_a_task_remembers_redacted_and_the_next_one_recalls(tmp_path: Path
     )
 
     @asynccontextmanager
-    async def no_tools(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+    async def no_tools(
+        agent: AgentDefinition, task: Task, scope: ScopeCell
+    ) -> AsyncIterator[Toolbox]:
         yield LocalToolbox([])
 
     async def run(task_id: str, content: str) -> None:

@@ -25,7 +25,7 @@ from worker.models import ModelResponse, ScriptedModel, StopReason, ToolCall, Tu
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import LocalTool, LocalToolbox, Toolbox
+from worker.tools import LocalTool, LocalToolbox, ScopeCell, Toolbox
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +47,9 @@ class Harness:
 
     def runtime(self, hub: HubClient, *, attempt: int = 0) -> TaskRuntime:
         @asynccontextmanager
-        async def open_toolbox(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+        async def open_toolbox(
+            agent: AgentDefinition, task: Task, scope: ScopeCell
+        ) -> AsyncIterator[Toolbox]:
             yield self.toolbox
 
         return TaskRuntime(
@@ -179,7 +181,7 @@ async def test_an_exploration_answers_a_question_at_or_above_min_confidence() ->
         "confidence",
         "response",
     ]
-    assert "may respond to one post of the feed or of your searches that is a question" in (
+    assert "may respond to one post of the feed above that is a question" in (
         request.messages[0].content
     )
     assert "only if your confidence is at least 0.7" in request.messages[0].content

@@ -107,6 +107,7 @@ def task_gateway(
         task_id=request.task.task_id,
         grants=grants,
         deadline_epoch_s=deadline_epoch_s,
+        scope=request.scope,
     )
     caps = WriteCaps.of(request.agent, max_writes_per_post=settings.max_writes_per_post)
     write_caps = GatewayWriteCaps.of(settings, caps)
