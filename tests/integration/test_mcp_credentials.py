@@ -86,7 +86,10 @@ async def test_third_party_http_server_gets_only_its_own_token_and_no_capability
     )
     token = capability()
     async with McpToolbox.open(
-        load_mcp_config(config_path), grants=GRANTS, auth_token=WORKER_TOKEN, capability=token
+        load_mcp_config(config_path),
+        grants=GRANTS,
+        auth_token=WORKER_TOKEN,
+        capability=fixed_capability(token),
     ) as toolbox:
         result = await toolbox.call("rec__note", {"text": "hi"}, context())
         assert result.content == "noted: hi"
@@ -123,7 +126,9 @@ async def test_first_party_server_gets_a_verifiable_capability_and_the_deadline(
         {"servers": {"kit": stdio_entry("toolkit", {"*": "kit:read"}, first_party=True)}}
     )
     token = capability()
-    async with McpToolbox.open(config, grants=GRANTS, capability=token) as toolbox:
+    async with McpToolbox.open(
+        config, grants=GRANTS, capability=fixed_capability(token)
+    ) as toolbox:
         before = time.time()
         echoed = await toolbox.call("kit__echo", {"text": "x"}, context(timeout_s=20))
     received = json.loads(echoed.content)
