@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.chaos.harness import ChaosStack, agent_config, write_agent
@@ -251,18 +252,33 @@ def family(prefix: str) -> list[Scenario]:
 
 
 def run_family(chaos: ChaosStack, prefix: str = "inj") -> tuple[list[Scenario], bool]:
-    """Seed every scenario, run them in one burst worker, measure; also the DM pair."""
+    """Seed every scenario, run them in one burst worker, measure; also the DM pair. The
+    worker's metrics are left in ``metrics_file(chaos)``."""
     write_agent(chaos.agents_dir, AGENT, scoped_agent_config())
     scenarios = family(prefix)
     tasks = [seed(chaos, scenario) for scenario in scenarios]
     dm, public, public_id = dm_scenarios(chaos, prefix)
     for task in [dm, *tasks, public]:
         assert chaos.enqueue(task) == "enqueued"
-    worker = chaos.run_burst(timeout_s=600)
+    worker = chaos.run_burst(timeout_s=600, METRICS_TEXTFILE=str(metrics_file(chaos)))
     assert worker.process.returncode == 0, worker.stderr[-2000:]
     for scenario in scenarios:
         measure(chaos, scenario)
     return scenarios, dm_leaked(chaos, public_id)
+
+
+def metrics_file(chaos: ChaosStack) -> Path:
+    return chaos.workdir / "scope-family-metrics.prom"
+
+
+def scope_refusals_counted(chaos: ChaosStack) -> float:
+    """``agent_scope_refusals_total`` over every agent and tool, as the worker exported it."""
+    lines = metrics_file(chaos).read_text().splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("agent_scope_refusals_total{")
+    )
 
 
 def table(scenarios: Sequence[Scenario], dm_leak: bool) -> str:

@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.harness import ChaosStack
-from tests.chaos.scope_family import TARGETS, VECTORS, run_family, table
+from tests.chaos.scope_family import (
+    TARGETS,
+    VECTORS,
+    run_family,
+    scope_refusals_counted,
+    table,
+)
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
@@ -34,3 +40,5 @@ def test_no_injection_widens_a_tasks_writes_and_every_in_scope_reply_is_posted(
         if not s.refused
     ]
     assert unlisted == []
+    # Counted per agent from the forked job processes, for the operator's dashboard.
+    assert scope_refusals_counted(chaos) == sum(len(s.refused) for s in scenarios)

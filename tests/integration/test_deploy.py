@@ -76,6 +76,7 @@ HISTOGRAMS = frozenset(
 WORKER_EXTRA_METRICS: dict[str, frozenset[str]] = {
     "agent_outbox_dead_letters_total": frozenset({"kind"}),
     "agent_hub_writes_refused_total": frozenset({"agent", "kind", "reason"}),
+    "agent_scope_refusals_total": frozenset({"agent", "tool"}),
     "agent_jobs_undecodable_total": frozenset(),
     "agent_redis_unavailable_total": frozenset({"kind"}),
 }
