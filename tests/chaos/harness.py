@@ -561,7 +561,9 @@ def write_agent(agents_dir: Path, name: str, config: Mapping[str, Any] | str) ->
 
 
 def write_agents(agents_dir: Path) -> None:
-    write_agent(agents_dir, AGENT, agent_config(AGENT))
+    # Its side-effect posts (crash and intent tests) are an explicit opt-in: a notification's
+    # narrow scope makes no post at all.
+    write_agent(agents_dir, AGENT, agent_config(AGENT, scope={"post_in": ["m/general"]}))
     write_agent(
         agents_dir,
         READER,
