@@ -29,8 +29,9 @@ the secrets file (the fleet's Redis and the caps), the hub server's ``create_pos
 over a cap is not made; the CLI's model reads the native loop's text (``Error: daily
 comment limit (N) reached``) and the call log tells the worker, which logs
 ``hub_write_refused`` and counts ``agent_hub_writes_refused_total``. So does the task's
-scope, from its capability: a write outside it is not made (``Error: out of scope: ...``),
-and the call log tells the worker, which lists it in the report's ``refused_writes``.
+scope (from its capability, else from the environment block): a write outside it is not
+made (``Error: out of scope: ...``), and the call log tells the worker, which lists it in
+the report's ``refused_writes``.
 """
 
 from __future__ import annotations
@@ -254,11 +255,15 @@ class GatewaySetup:
         tools: Toolbox = toolbox
         if self.write_caps is not None and redis is not None:
             tools = with_write_caps(toolbox, spec, self.write_caps, redis, call_log)
-        if self.claims is not None and self.claims.scope is not None:
-            # Refused here first, so the worker hears of it; the servers refuse it anyway.
+        scope = self.claims.scope if self.claims is not None else None
+        if scope is None:
+            scope = spec.scope
+        if scope is not None:
+            # Refused here first, so the worker hears of it; with a capability, the servers
+            # refuse it too.
             tools = ScopedToolbox(
                 tools,
-                ScopeCell(self.claims.scope),
+                ScopeCell(scope),
                 hub_server=self.write_caps.hub_server if self.write_caps else "hub",
                 mcp_config=self.config,
                 on_refused=call_log.scope_refused,

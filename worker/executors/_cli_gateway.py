@@ -98,6 +98,7 @@ def task_gateway(
         can_execute_tool=settings.can_execute_tool,
         untrusted_nonce=request.untrusted_nonce,
         require_capability=settings.capability_key is not None,
+        scope=request.scope,
     )
     credentials = gateway_secrets(mcp_config, settings)
     # The task's signed capability, never the key; the write caps with the fleet's Redis.

@@ -10,8 +10,7 @@
 - the worker's secrets: none is so short or plain that masking it corrupts ordinary text
   (the redactor blanks every occurrence of a secret's value, in any letter case);
 - its task scope: each opt-in of the definition's ``scope`` section widens what every task
-  of the agent may write beyond the narrow default, so each is shown (docs/task-scope.md);
-  so is a CLI agent whose scope only the capability carries, without CAPABILITY_KEY.
+  of the agent may write beyond the narrow default, so each is shown (docs/task-scope.md).
 
 An endpoint that does not answer is a warning, as an MCP server or the Hub is (it may start
 after the worker); a missing key or a refused one is an error of that agent.
@@ -163,9 +162,7 @@ def check_memory(
             )
 
 
-def check_task_scope(
-    report: CheckReport, config: Settings, agents: Mapping[str, AgentDefinition]
-) -> None:
+def check_task_scope(report: CheckReport, agents: Mapping[str, AgentDefinition]) -> None:
     """A widened scope is the operator's explicit choice: shown at every check."""
     for name, definition in agents.items():
         for opt_in in definition.config.scope.widened:
@@ -173,13 +170,6 @@ def check_task_scope(
                 f"agents/{name}/config.yaml",
                 f"widened scope: {opt_in} (its tasks may write beyond the thread or feed "
                 "they were given; an injected instruction may use that too)",
-                agent=name,
-            )
-        if definition.config.type != "native" and config.capability_key is None:
-            report.warning(
-                f"agents/{name}/config.yaml",
-                "CAPABILITY_KEY is not set: this CLI agent's writes are bounded by its grants "
-                "and write caps only (its task scope travels in the signed capability)",
                 agent=name,
             )
 
