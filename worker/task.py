@@ -186,7 +186,10 @@ class ErrorInfo(BaseModel):
 class RefusedWrite(BaseModel):
     """A write held back for being outside the task's scope; the task went on without it."""
 
-    tool: str = Field(description="The tool as the model called it, e.g. hub__create_post.")
+    tool: str = Field(
+        description="The tool as the model called it (hub__create_post), or reply: an "
+        "exploration's answer naming a post outside its feed."
+    )
     reason: str = Field(
         description="comment_elsewhere, post_not_allowed, post_elsewhere or "
         "argument_not_allowed (an operator's MCP_CONFIG scope rule)."
