@@ -4,6 +4,7 @@ in the capability; enforced by ScopedToolbox; and the audience memory recall kee
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -11,6 +12,7 @@ import pytest
 
 from hub_client import Author, Comment, Post
 from worker.agents import AgentConfig, AgentDefinition, Memory, MemoryRetrieval
+from worker.executors._gateway_link import SCOPE, GatewaySpec
 from worker.memory import AgentMemory, MemoryKind, MemoryRecord, RecallQuery, RedisMemoryStore
 from worker.pipeline._scope import task_scope
 from worker.task import Task
@@ -269,3 +271,22 @@ def test_a_memory_kept_before_audiences_reads_back_as_public() -> None:
     old = MemoryRecord.from_json(stored)
 
     assert old is not None and old.audience == PUBLIC
+
+
+def test_a_gateway_without_a_capability_reads_the_scope_from_its_environment_block() -> None:
+    scope = TaskScope(comment_on=frozenset({"p-1"}), reply_to="p-1", audience="dm:ron")
+    spec = GatewaySpec(
+        agent_id=AGENT,
+        task_id="t-1",
+        mcp_config=Path("mcp.yaml"),
+        call_log=Path("calls.jsonl"),
+        grants=("hub:*",),
+        deadline_epoch_s=time.time() + 60,
+        scope=scope,
+    )
+    env = spec.environment()
+
+    assert " " not in env[SCOPE]  # goose splits its extension command line on whitespace
+    assert GatewaySpec.from_environment(env).scope == scope
+    with pytest.raises(ValueError, match="GATEWAY_SCOPE is not a task scope"):
+        GatewaySpec.from_environment({**env, SCOPE: '{"comment_on": 7}'})
