@@ -386,6 +386,7 @@ def exported_metrics(redis_url: str) -> dict[str, frozenset[str]]:
     recorded.error_posted()
     recorded.dead_letter("consumption")
     recorded.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
+    recorded.scope_refused(agent="devops-agent", tool="hub__create_post")
     recorded.apply_locally(metrics)
     metrics.jobs_undecodable.inc()
     metrics.redis_unavailable("oom")
