@@ -113,7 +113,7 @@ def test_every_contract_metric_has_its_name_type_and_labels() -> None:
     recorded = JobMetrics()
     one_of_each(recorded)
     recorded.apply_locally(metrics)
-    metrics.jobs_undecodable.inc()
+    metrics.job_undecodable()
     metrics.redis_unavailable("oom")
 
     families = {
@@ -343,7 +343,7 @@ def test_server_answers_metrics_and_health(
     server: fakeredis.FakeServer, redis: fakeredis.FakeRedis
 ) -> None:
     metrics = WorkerMetrics()
-    metrics.jobs_undecodable.inc()
+    metrics.job_undecodable()
     port = start_metrics_server(free_port(), lambda: redis, host="127.0.0.1", metrics=metrics)
     assert port is not None
     base = f"http://127.0.0.1:{port}"

@@ -173,8 +173,12 @@ class ConcurrentWorker(VettingWorker):
         # is handed back, so its execution must never look expired while it runs.
         return max(ttl, int(self.job_monitoring_interval) + 60)
 
+    def configured_concurrency(self) -> int:
+        """Tasks at once, read at start: WORKER_CONCURRENCY (AgentWorker asks its host)."""
+        return settings_or_exit().worker_concurrency
+
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
-        self.concurrency = settings_or_exit().worker_concurrency
+        self.concurrency = self.configured_concurrency()
         self._size_connection_pool()
         super().bootstrap(*args, **kwargs)
 
