@@ -17,14 +17,8 @@ A first SIGTERM stops dequeuing and lets every task in flight finish; a second o
 every task in flight back at once (a crash re-run, from its checkpoint), then exits. The
 signal handlers only raise or set flags; the hand-back runs in teardown.
 
-A thread cannot be killed, so what rq does to a job process is done to a run:
-    stop-job          the task is cancelled at its next step and ends STOPPED in rq
-    handed back       (cold shutdown, or stuck past its timeout) the run is revoked: its
-                      thread may run on, but every write it would make to rq or the Hub
-                      is fenced off (``fence_revoked_run``), so only the next run settles
-    past its timeout  rq's timer raises in the thread; JOB_TIMEOUT_GRACE_S later the task
-                      is cancelled; as long again later it is handed back and the worker
-                      stops taking work and exits (status 1) for its supervisor to restart
+A thread cannot be killed: what rq does to a job process is done to a run instead
+(``worker.daemon._job_threads``).
 """
 
 from __future__ import annotations
@@ -32,10 +26,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -46,8 +38,6 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.timeouts import (
     BaseDeathPenalty,
-    JobTimeoutException,
-    TimerDeathPenalty,
     UnixSignalDeathPenalty,
 )
 from rq.utils import now
@@ -59,69 +49,24 @@ from worker.coordination import (
     revoke_in_process_run,
     run_is_revoked,
 )
+from worker.daemon._job_threads import (
+    InFlightJob,
+    JobThreadDeathPenalty,
+    outcome_of,
+    size_connection_pool,
+)
 from worker.daemon._one_job import VettingWorker
 from worker.daemon._vetting import JobCheck
 from worker.logs import log_event, writing_on_this_thread
-from worker.redis_io import share_between_threads
 from worker.settings import settings_or_exit
 from worker.task import Outcome
 
 # How often a wait for a job thread wakes up to let the main thread handle signals.
 _WAIT_SLICE_S = 1.0
-# Redis connections a task may hold at once (its job thread, its task-lease renewal, its
-# agent-slot renewal), and those of the worker itself (main thread, heartbeats, rq's
-# pubsub, metrics, outbox).
-_CONNECTIONS_PER_TASK = 3
-_WORKER_CONNECTIONS = 16
 # How long a hand-back waits for a run that is settling its job right now to finish.
 _SETTLING_WAIT_S = 10.0
 # The exit status of a worker that gave up on a run stuck past its timeout.
 EXIT_RUN_ABANDONED = 1
-
-
-@dataclass(frozen=True)
-class InFlightJob:
-    """A job handed to a job thread; its execution id names the run (and its task lease)."""
-
-    job: Job
-    queue: Queue
-    execution: Execution
-    started: float = field(default_factory=time.monotonic)
-    # Held while the run settles its job with rq, so a hand-back never races it.
-    settling: threading.Lock = field(default_factory=threading.Lock, compare=False)
-
-    def overrun_s(self) -> float:
-        """How far past rq's timeout the run is (negative before it; 0 without a timeout)."""
-        timeout = self.job.timeout
-        if not isinstance(timeout, int) or timeout <= 0:
-            return 0.0
-        return time.monotonic() - self.started - timeout
-
-
-class JobThreadDeathPenalty(TimerDeathPenalty):
-    """rq's timer penalty for one job thread, naming that job's own timeout.
-
-    rq's ``TimerDeathPenalty`` writes its message into the exception class itself, for
-    every thread of the process: the last job started would name its timeout in every
-    other job's timeout. Each penalty here raises its own subclass instead.
-    """
-
-    def __init__(
-        self, timeout: int, exception: type[BaseException] = JobTimeoutException, **kwargs: Any
-    ) -> None:
-        message = f"Task exceeded maximum timeout value ({timeout} seconds)"
-
-        def init_with_message(self: BaseException, *args: Any, **kwargs: Any) -> None:
-            BaseException.__init__(self, message)
-
-        own_exception = type(
-            exception.__name__,
-            (exception,),
-            {"__init__": init_with_message, "__module__": exception.__module__},
-        )
-        BaseDeathPenalty.__init__(self, timeout, own_exception, **kwargs)  # type: ignore[no-untyped-call]
-        self._target_thread_id = threading.current_thread().ident
-        self._timer = None
 
 
 class ConcurrentWorker(VettingWorker):
@@ -179,17 +124,8 @@ class ConcurrentWorker(VettingWorker):
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         self.concurrency = self.configured_concurrency()
-        self._size_connection_pool()
+        size_connection_pool(self.connection, self.concurrency)
         super().bootstrap(*args, **kwargs)
-
-    def _size_connection_pool(self) -> None:
-        """Let every thread that may hold a Redis connection have one, and more wait.
-
-        redis-py's plain pool refuses a connection past ``max_connections`` (100 by default)
-        with "Too many connections": 500 tasks in one process failed a fifth of their runs so.
-        """
-        needed = self.concurrency * _CONNECTIONS_PER_TASK + _WORKER_CONNECTIONS
-        share_between_threads(self.connection, max_connections=needed)
 
     # -- handing jobs over -----------------------------------------------------------------
 
@@ -241,7 +177,7 @@ class ConcurrentWorker(VettingWorker):
         with self._settling(execution) as owned:
             if not owned:
                 return
-            if execution.id in self._stop_asked and _outcome_of(return_value) == Outcome.CANCELLED:
+            if execution.id in self._stop_asked and outcome_of(return_value) == Outcome.CANCELLED:
                 self._settle_stopped(job, queue, execution)
                 return
             super()._finalize_success(job, queue, execution, return_value)
@@ -516,11 +452,3 @@ class ConcurrentWorker(VettingWorker):
                 self._hand_back_in_flight()
             self._heartbeats_stopped.set()
             super().teardown()  # type: ignore[no-untyped-call]
-
-
-def _outcome_of(return_value: Any) -> str | None:
-    """The outcome of the report run_task returned (None for any other job's value)."""
-    if isinstance(return_value, dict):
-        outcome = return_value.get("outcome")
-        return outcome if isinstance(outcome, str) else None
-    return None
