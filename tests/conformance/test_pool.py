@@ -167,3 +167,13 @@ def test_the_pool_refuses_what_it_cannot_run_with_one_line(
     pool = chaos.start_pool("--burst", *args)
     assert pool.wait_exit(60) == 2
     assert message in pool.stderr
+
+
+def test_a_pool_whose_configuration_fails_the_checks_stops_before_forking(
+    chaos: ChaosStack,
+) -> None:
+    pool = chaos.start_pool("--burst", MCP_CONFIG=str(chaos.workdir / "no-such-mcp.yaml"))
+
+    assert pool.wait_exit(60) == 2
+    assert "MCP_CONFIG" in pool.stderr
+    assert pool.events("pool_worker_started") == []
