@@ -177,3 +177,16 @@ def test_a_pool_whose_configuration_fails_the_checks_stops_before_forking(
     assert pool.wait_exit(60) == 2
     assert "MCP_CONFIG" in pool.stderr
     assert pool.events("pool_worker_started") == []
+
+
+def test_workers_of_a_killed_pool_finish_their_tasks_warm_and_exit(chaos: ChaosStack) -> None:
+    pool = start_pool(chaos, "--processes", "1", "--concurrency", "2")
+    (worker,) = worker_pids(pool)
+    job_id = enqueue_job(chaos, "pause", meta={"pause_s": 4})
+    wait_for_runs(chaos, job_id, 1)
+
+    pool.send(signal.SIGKILL)  # nothing forwards a signal now: the kernel tells the worker
+
+    wait_until(lambda: not os.path.exists(f"/proc/{worker}"), 60, "the orphaned worker to exit")
+    assert chaos.status(job_id) == "finished"
+    assert runs_of(chaos, job_id) == 1
