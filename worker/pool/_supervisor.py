@@ -154,6 +154,9 @@ class Pool:
             run_member(spec)
         os.close(write_fd)
         slot.pid, slot.name, slot.started, slot.restart_at = pid, name, time.monotonic(), 0.0
+        if self._signals:  # a stop signal came while this one was being forked
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         slot.metrics_reader = threading.Thread(
             target=_apply_metrics_from, args=(read_fd,), name=f"metrics of {pid}", daemon=True
         )
