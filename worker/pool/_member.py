@@ -70,13 +70,13 @@ class MemberHost(OwnHost):
     def serve_metrics(
         self, settings: Settings, health_client: Callable[[], Redis], queue_names: Sequence[str]
     ) -> int | None:
-        forward_metrics(self._send)
-        return None
+        return None  # the pool serves the host's; run_member sent this worker's metrics there
 
     def stop_serving(self, settings: Settings) -> None:
         return None  # the pool writes METRICS_TEXTFILE for the host
 
-    def _send(self, line: bytes) -> None:
+    def send(self, line: bytes) -> None:
+        """Write one metrics batch line to the pool (``ForwardedMetrics``)."""
         # Job threads send at once: one line at a time, written whole.
         with self._send_lock:
             if self._pool_gone:
@@ -100,12 +100,11 @@ def run_member(spec: MemberSpec) -> NoReturn:
             raise SystemExit(0)  # the pool died before this process asked to die with it
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)  # rq installs its own in work()
+        host = MemberHost(spec.concurrency, spec.metrics_fd)
+        forward_metrics(host.send)  # from the first count on, not only once rq has started
         connection = connect(settings_or_exit())
         worker = spec.worker_class(
-            list(spec.queue_names),
-            name=spec.name,
-            connection=connection,
-            host=MemberHost(spec.concurrency, spec.metrics_fd),
+            list(spec.queue_names), name=spec.name, connection=connection, host=host
         )
         worker.work(burst=spec.burst)
         status = 0
