@@ -72,7 +72,11 @@ EXIT_RUN_ABANDONED = 1
 class ConcurrentWorker(VettingWorker):
     """The vetting worker running up to ``concurrency`` jobs at once in job threads.
 
-    With ``concurrency`` 1 (the default) nothing changes: rq forks a job process per job.
+    With ``concurrency`` 1 (the default) nothing changes: rq forks a job process per job,
+    nothing is ever in flight in a thread, and every method that reads the in-flight jobs
+    (waiting, stop-execution, shutdown) finds none and does what rq does. The mode is asked
+    only where a job thread differs: handing a job over, settling it, rq's stop-job, and
+    its heartbeat TTL.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -223,12 +227,6 @@ class ConcurrentWorker(VettingWorker):
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
-        if not self.concurrent:
-            self._waiting_for_job = True
-            try:
-                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-            finally:
-                self._waiting_for_job = False
         while True:
             self._waiting_for_job = True
             try:
@@ -372,8 +370,7 @@ class ConcurrentWorker(VettingWorker):
         try:
             super().request_force_stop(signum, frame)
         except SystemExit:
-            if self.concurrent:
-                self._cold_shutdown = True
+            self._cold_shutdown = True
             raise
 
     def _hand_back_in_flight(self) -> None:
@@ -425,7 +422,7 @@ class ConcurrentWorker(VettingWorker):
         # rq's stop-job kills the job process; a job thread cannot be killed: its task is
         # cancelled, stops at its next step, and its job ends STOPPED as rq's would.
         flight = self._in_flight.get(execution_id)
-        if not self.concurrent or flight is None:
+        if flight is None:
             super().request_stop_execution(execution_id)
             return
         self._stop_asked.add(execution_id)
@@ -443,7 +440,7 @@ class ConcurrentWorker(VettingWorker):
     def teardown(self) -> None:
         try:
             self._act_on_stop_signal()
-            if self.concurrent and not self._cold_shutdown and self._in_flight:
+            if not self._cold_shutdown and self._in_flight:
                 log_event("waiting_for_tasks", worker=self.name, in_flight=len(self._in_flight))
                 # Runs stuck past their timeout are handed back meanwhile (heartbeats).
                 self._wait_while(lambda: bool(self._in_flight) and not self._cold_shutdown)
