@@ -283,7 +283,7 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
         ),
     )
     for secrets_file, expected in [
-        (no_capability, "GATEWAY_CAPABILITY is missing from the secrets file"),
+        (no_capability, "GATEWAY_CAPABILITY is missing from the gateway's secrets"),
         (other_task, "GATEWAY_CAPABILITY is for another agent or task"),
     ]:
         env = dataclasses.replace(spec, secrets_file=secrets_file).environment() | {
@@ -338,11 +338,9 @@ def make_request(
         agent=agent,
         system="system",
         messages=[Message(role="user", content="Say hello with the echo tool.")],
-        settings=LoopSettings(
-            limits=RunLimits(max_iterations=5, max_duration_s=120), strict_grants=strict_grants
-        ),
+        settings=LoopSettings(limits=RunLimits(max_iterations=5, max_duration_s=120)),
         worker_settings=worker_settings or Settings(cli_sandbox="off"),
-        grants=EffectiveGrants.of(agent.config.capabilities.grants),
+        grants=EffectiveGrants.of(agent.config.capabilities.grants, strict=strict_grants),
         open_toolbox=not_for_clis,
         make_model=not_for_clis,
         observers=[events.append],

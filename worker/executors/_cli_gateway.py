@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from worker._spawn import SpawnHook
 from worker.executors._base import ExecutionRequest
 from worker.executors._gateway_link import GatewaySpec
 from worker.executors._gateway_secrets import (
@@ -90,7 +91,7 @@ def task_gateway(
         denied_grants=tuple(sorted(grants.denied)),
         allowed_tools=tuple(allowed_tools) if allowed_tools is not None else None,
         servers=tuple(config.capabilities.server_names) or None,
-        strict_grants=request.settings.strict_grants,
+        strict_grants=grants.strict,
         deadline_epoch_s=deadline_epoch_s,
         tool_timeout_s=request.settings.tool_timeout_cap_s,
         max_output_chars=request.settings.tool_output_max_chars,
@@ -128,17 +129,28 @@ class GatewayProcess:
 
 @asynccontextmanager
 async def running_gateway(
-    gateway: TaskGateway, socket_path: Path, *, on_spawn: Callable[[int], None] | None
+    gateway: TaskGateway,
+    socket_path: Path,
+    *,
+    home: Path,
+    on_spawn: SpawnHook,
 ) -> AsyncIterator[GatewayProcess]:
     """Start the task's gateway on ``socket_path``; stop its process group (and with it the
     stdio servers it did not move out) on the way out. The CLI starts meanwhile: its
-    bridge waits for the socket, so the two start-ups overlap."""
-    env = {
-        "PATH": os.environ.get("PATH", os.defpath),
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-        "HOME": str(socket_path.parent),
-        "PYTHONPATH": gateway_python_path(),
-    } | gateway.spec.environment()
+    bridge waits for the socket, so the two start-ups overlap.
+
+    ``home`` is the gateway's HOME, and its servers': a directory the sandbox never
+    mounts, so what they log, cache or store there (npm's debug logs with a server's
+    argv, token stores) stays out of the CLI's reach."""
+    env = (
+        {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "PYTHONPATH": gateway_python_path(),
+        }
+        | tool_server_home(home)
+        | gateway.spec.environment()
+    )
     env |= gateway_trace_environment(os.environ)  # its spans join this CLI run's trace
     process = await anyio.open_process(
         gateway_command(socket_path),
@@ -149,8 +161,7 @@ async def running_gateway(
         start_new_session=True,
     )
     try:
-        if on_spawn is not None:
-            on_spawn(process.pid)
+        on_spawn(process.pid)
         assert process.stdin is not None
         await process.stdin.send(json.dumps(gateway.secrets).encode("utf-8"))
         await process.stdin.aclose()
@@ -169,6 +180,20 @@ async def _stop(process: anyio.abc.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     with anyio.move_on_after(GATEWAY_STOP_GRACE_S):
         await process.aclose()
+
+
+def tool_server_home(home: Path) -> dict[str, str]:
+    """HOME and the places tools keep caches, logs and state, all under ``home``: npm and
+    uv honour their own variables before XDG's, the rest XDG or HOME."""
+    return {
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "npm_config_cache": str(home / ".npm"),
+        "TMPDIR": str(home),
+    }
 
 
 def bridge_launch(python: str, private: Path) -> GatewayLaunch:
