@@ -19,6 +19,7 @@ from bench._size import Size
 
 BENCHMARKS = (
     "loop_overhead",
+    "loop_components",
     "budgeting",
     "redaction",
     "metrics_scrape",

@@ -42,7 +42,12 @@ from tests.support.devhub import DevHub
 from tests.support.jobs import process_running
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
-from tests.support.workers import TEST_CONCURRENCY_VARIABLE, launch_worker, parse_events
+from tests.support.workers import (
+    TEST_CONCURRENCY_VARIABLE,
+    launch_pool,
+    launch_worker,
+    parse_events,
+)
 from worker.dev.devstack import ManagedProcess, python_module
 from worker.enqueue import enqueue_task
 from worker.redis_io import keys as redis_keys
@@ -60,6 +65,7 @@ _FOREIGN_VARIABLES = (
     "HUB_URL",
     "HUB_API_KEY",
     "MCP_AUTH_TOKEN",
+    "CAPABILITY_KEY",
     "MCP_CONFIG",
     "GRANT_POLICY",
     "AGENTS_DIR",
@@ -89,6 +95,8 @@ class Canaries:
     hub_api_key: str
     mcp_auth_token: str
     github_token: str
+    # Signs each task's capability; mcp-hub verifies it (the production path).
+    capability_key: str
     # Random and shared by all of them: finding it anywhere means (part of) a secret leaked.
     tail: str
 
@@ -100,6 +108,7 @@ class Canaries:
             hub_api_key=f"canary-hub-{tail}",
             mcp_auth_token=f"canary-mcp-{tail}",
             github_token=f"ghp_canary{tail}",
+            capability_key=f"canary-capability-key-{tail}",
             tail=tail,
         )
 
@@ -331,6 +340,7 @@ class ChaosStack:
                 "HUB_URL": self.hub.url,
                 "HUB_API_KEY": self.canaries.hub_api_key,
                 "MCP_AUTH_TOKEN": self.canaries.mcp_auth_token,
+                "CAPABILITY_KEY": self.canaries.capability_key,
                 "MCP_CONFIG": str(self.mcp_config),
                 "AGENTS_DIR": str(self.agents_dir),
                 "OPENAI_BASE_URL": self.llm.openai_base_url,
@@ -359,13 +369,31 @@ class ChaosStack:
                 worker.wait_for_event("worker_started", timeout_s=90)
         return started
 
-    def _launch_worker(self, args: Sequence[str], env: Mapping[str, str]) -> WorkerProcess:
+    def _launch_worker(
+        self,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        launch: Callable[..., subprocess.Popen[bytes]] = launch_worker,
+    ) -> WorkerProcess:
         log_path = self.workdir / f"worker-{len(self.workers) + 1}-{unique('log')}.log"
         with log_path.open("wb") as log:
-            process = launch_worker(self.worker_env(**env), *args, stderr=log)
+            process = launch(self.worker_env(**env), *args, stderr=log)
         worker = WorkerProcess(process=process, log_path=log_path)
         self.workers.append(worker)
         return worker
+
+    def start_pool(self, *args: str, **env: str) -> WorkerProcess:
+        """``agent-worker pool [args]`` in its own session; waits until each worker serves."""
+        pool = self._launch_worker(args, env, launch=launch_pool)
+        if "--burst" not in args:
+            pool.wait_for_event("pool_started", timeout_s=90)
+            processes = int(pool.events("pool_started")[0]["processes"])
+            wait_until(
+                lambda: len(pool.events("worker_started")) >= processes,
+                90,
+                f"{processes} workers of pool {pool.pid} to start",
+            )
+        return pool
 
     def run_burst(self, *args: str, timeout_s: float = 120, **env: str) -> WorkerProcess:
         """``rq worker agents --burst``: serves until the queue is empty, then exits."""
@@ -546,7 +574,9 @@ def agent_config(name: str, **sections: Any) -> dict[str, Any]:
 
 
 def write_agents(agents_dir: Path) -> None:
-    write_agent(agents_dir, AGENT, agent_config(AGENT))
+    # Its side-effect posts (crash and intent tests) are an explicit opt-in: a notification's
+    # narrow scope makes no post at all.
+    write_agent(agents_dir, AGENT, agent_config(AGENT, scope={"post_in": ["m/general"]}))
     write_agent(
         agents_dir,
         READER,
@@ -640,7 +670,10 @@ def running_chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
         hub.start()
         llm = stack.enter_context(running_scripted_llm(subprocess=True))
         mcp_hub_port, web_port = free_port(), free_port()
-        server_env = {"MCP_AUTH_TOKEN": canaries.mcp_auth_token}
+        server_env = {
+            "MCP_AUTH_TOKEN": canaries.mcp_auth_token,
+            "CAPABILITY_KEY": canaries.capability_key,
+        }
         mcp_servers = [
             ManagedProcess(
                 "mcp-hub",

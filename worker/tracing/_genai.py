@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from worker.task import raw_field
 from worker.tracing._content import as_json, capture_content, safe_text
-from worker.tracing._setup import span
+from worker.tracing._setup import span, spans_off
 
 # The task id of the agent run in progress: every GenAI span of it names the conversation.
 _conversation_id: ContextVar[str | None] = ContextVar("gen_ai_conversation_id", default=None)
@@ -162,10 +162,12 @@ def traced_chat(complete: F) -> F:
 
     @functools.wraps(complete)
     async def traced(model: _Model, request: _Request) -> Any:
-        with _model_span(model, request) as span:
+        if spans_off():
+            return await complete(model, request)
+        with _model_span(model, request) as current:
             response: _Response = await complete(model, request)
-            if span.is_recording():
-                _record_response(span, response)
+            if current.is_recording():
+                _record_response(current, response)
             return response
 
     return cast(F, traced)
@@ -274,6 +276,8 @@ def traced_tool_call(run: F) -> F:
     async def traced(
         dispatcher: Any, step: int, index: int, call: _ToolCall, timeout_s: float
     ) -> Any:
+        if spans_off():
+            return await run(dispatcher, step, index, call, timeout_s)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": call.name,
