@@ -27,11 +27,13 @@ import worker.loop._limits as limits
 import worker.loop._run as run_module
 import worker.tracing._genai as genai
 from bench._report import Table
+from bench._size import Size
 from bench.loop_overhead import LogMode, log_targets, run
 
 STEPS = 20
 ROUNDS = 25
 QUICK_ROUNDS = 6
+SMOKE_ROUNDS = 1
 _LIMIT_CHECKS = (
     "check_step",
     "check_iterations",
@@ -42,9 +44,8 @@ _LIMIT_CHECKS = (
 )
 
 
-class _NoSpans:
-    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
-        return contextlib.nullcontext(trace.INVALID_SPAN)
+def _no_span(*args: Any, **kwargs: Any) -> Any:
+    return contextlib.nullcontext(trace.INVALID_SPAN)
 
 
 @contextmanager
@@ -70,9 +71,7 @@ PARTS: dict[str, Callable[[], Any]] = {
     "timeouts (anyio.fail_after around each call)": lambda: _replaced(
         (anyio, "fail_after", lambda *args, **kwargs: contextlib.nullcontext())
     ),
-    "tracing spans (none installed: no-op spans)": lambda: _replaced(
-        (genai, "tracer", lambda: _NoSpans())
-    ),
+    "tracing spans (none installed: no-op spans)": lambda: _replaced((genai, "span", _no_span)),
     "event bus (emit to the observers)": lambda: _replaced((events.EventBus, "emit", _none)),
     "limits (step, tokens, cost, deadline checks)": lambda: _replaced(
         *((limits.RunLimits, name, _none) for name in _LIMIT_CHECKS)
@@ -107,8 +106,9 @@ async def _measure(rounds: int) -> tuple[list[float], dict[str, list[float]], li
     return floor, without, production
 
 
-def benchmark(*, quick: bool = False) -> list[Table]:
-    floor, without, production = anyio.run(_measure, QUICK_ROUNDS if quick else ROUNDS)
+def benchmark(*, size: Size = Size.FULL) -> list[Table]:
+    rounds = size.pick(full=ROUNDS, quick=QUICK_ROUNDS, smoke=SMOKE_ROUNDS)
+    floor, without, production = anyio.run(_measure, rounds)
     loop_us = statistics.median(floor)
     table = Table(
         f"loop components: CPU µs per step ({STEPS}-step runs, logs off) and share of the loop",
