@@ -60,11 +60,7 @@ class WorkerMetrics:
             )
             for name, (help_text, labels, buckets) in HISTOGRAMS.items()
         }
-        self.jobs_undecodable = Counter(
-            UNDECODABLE_JOBS,
-            "rq jobs whose data could not be decoded; failed without running.",
-            registry=recorded,
-        )
+        self.jobs_undecodable = self._counters[UNDECODABLE_JOBS][0]
         self._queue_collector: QueueCollector | None = None
         self._memory_collector: MemoryCollector | None = None
         self._label_values: dict[str, set[str]] = {}
