@@ -207,7 +207,7 @@ class NotificationSwitches(_Section):
     respond_to_dms: bool | None = None
     """As behavior.respond_to_dms."""
     respond_to_thread_updates: bool | None = None
-    """As behavior.respond_to_thread_updates."""
+    """This worker's extension: as behavior.respond_to_thread_updates."""
 
 
 class Behavior(_Section):

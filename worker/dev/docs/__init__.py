@@ -1,10 +1,11 @@
 """The documentation's reference tables, written from the code as the site builds.
 
-    docs/reference/settings.md   <!-- reference: settings -->    Settings (worker.settings)
-    docs/reference/definition.md <!-- reference: definition -->  the schema `agent-worker schema` prints
-    docs/reference/cli.md        <!-- reference: commands -->    the `agent-worker` parsers
-    docs/reference/metrics.md    <!-- reference: metrics -->     worker.metrics' families
-    docs/concepts/outcomes.md    <!-- reference: outcomes -->    worker.task.Outcome
+    page                          marker                            from
+    docs/reference/settings.md    <!-- reference: settings -->      worker.settings.Settings
+    docs/reference/definition.md  <!-- reference: definition -->    `agent-worker schema`
+    docs/reference/cli.md         <!-- reference: commands -->      the `agent-worker` parsers
+    docs/reference/metrics.md     <!-- reference: metrics -->       worker.metrics' families
+    docs/concepts/outcomes.md     <!-- reference: outcomes -->      worker.task.Outcome
 
 ``hooks.py`` (named in mkdocs.yml) replaces each marker with ``render(name)``, so no
 generated page is committed and none can drift from the code. ``undocumented()`` names
