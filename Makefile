@@ -30,12 +30,12 @@ typecheck: $(STAMP)
 # The documentation site (mkdocs.yml), built offline with every warning an error: a broken
 # link or anchor, a page missing from the nav, a reference table the code cannot write.
 docs-build: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The site on http://127.0.0.1:8000, rebuilt as docs/ changes (DOCS_ADDRESS to change).
 DOCS_ADDRESS ?= 127.0.0.1:8000
 docs: $(STAMP)
-	$(BIN)/mkdocs serve --strict --dev-addr $(DOCS_ADDRESS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr $(DOCS_ADDRESS)
 
 # pytest-xdist processes for the suite; each starts its own redis-server and servers on
 # ports of its own. The tests mostly wait on subprocesses: on 2 cores, 4 processes kept the
