@@ -7,7 +7,7 @@ signed capability in its ``_meta`` and acts on the memory of the agent it names,
 grant it holds (``memory:read`` to search, ``memory:write`` to add): an agent never
 reaches another's memory, whatever its arguments say. A note is keyed by the call's
 idempotency key, so a retried call never adds it twice, and is redacted before it is
-written, like every memory the worker keeps (README "Memory").
+written, like every memory the worker keeps (docs/how-to/memory.md).
 """
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ def _probe(sandbox: Sandbox) -> str | None:
         return (
             "CLI sandbox unavailable: bwrap cannot create its namespaces here "
             f"({reason or f'exit status {completed.returncode}'}); the host must allow "
-            "unprivileged user namespaces (README: Executors, sandbox)"
+            "unprivileged user namespaces (docs/how-to/cli-agent.md: What the host must allow)"
         )
     return None
 
