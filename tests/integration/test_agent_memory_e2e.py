@@ -110,7 +110,7 @@ def memory_mcp_config(
     stack: DevStack, memory_server: RunningMcpServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """The stack's MCP_CONFIG plus the memory server, its tools granted as
-docs/how-to/memory.md says."""
+    docs/how-to/memory.md says."""
     path = tmp_path_factory.mktemp("memory-mcp") / "mcp.yaml"
     path.write_text(
         stack.mcp_config.read_text()
