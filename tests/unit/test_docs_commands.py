@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from worker.executors._listing import describe_executors
+
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 SHELL_BLOCK = re.compile(r"^```sh\n(.*?)^```$", re.DOTALL | re.MULTILINE)
@@ -32,6 +34,13 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
         (
             "tests/unit/test_docs_commands.py::test_the_demo_pages_commands_are_the_make_targets",
             "tests/integration/test_demo.py::test_demo_uses_a_throwaway_redis_not_the_one_at_redis_url",
+        ),
+    ),
+    "how-to/cli-agent.md": (
+        1,
+        (
+            "tests/unit/test_docs_commands.py::test_the_cli_guide_installs_the_binaries_the_executors_run",
+            "tests/integration/test_executors_cli.py::test_claude_code_answers_through_the_gateway_into_the_report",
         ),
     ),
     "how-to/deploy-compose.md": (
@@ -133,3 +142,12 @@ def test_the_local_model_guide_starts_a_server_the_code_offers() -> None:
     assert {"DEMO_MAX_CONTEXT_TOKENS", "DEMO_MAX_DURATION_S", "LLM_TIMEOUT_S"} <= set(
         re.findall(r"\b([A-Z_]+)=", demo)
     )
+
+
+def test_the_cli_guide_installs_the_binaries_the_executors_run() -> None:
+    # npm's @anthropic-ai/claude-code installs `claude`, opencode-ai installs `opencode`.
+    install, listing = command_lines("how-to/cli-agent.md")
+    assert install == "npm install -g @anthropic-ai/claude-code opencode-ai"
+    assert listing == "agent-worker executors"
+    binaries = {info.type: info.binary for info in describe_executors()}
+    assert binaries["claude-code"] == "claude" and binaries["opencode"] == "opencode"
