@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,12 @@ def test_the_build_hook_writes_each_marker_and_refuses_an_unknown_one() -> None:
     assert "| `tool_loop` | finished | yes |" in written and written.endswith("After.")
     with pytest.raises(ValueError, match="no reference named 'setings'"):
         hooks.on_page_markdown("<!-- reference: setings -->")
+
+
+EXTERNAL_LINK = re.compile(r"\]\((https?:)?//|<https?://|href=\"https?://")
+
+
+def test_the_docs_stand_alone_linking_only_to_each_other() -> None:
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    linking_out = [str(page) for page in pages if EXTERNAL_LINK.search(page.read_text())]
+    assert linking_out == []
