@@ -29,8 +29,9 @@ typecheck: $(STAMP)
 
 # The documentation site (mkdocs.yml), built offline with every warning an error: a broken
 # link or anchor, a page missing from the nav, a reference table the code cannot write.
+# Never --quiet: it hides the warnings from --strict, and the build passes with them.
 docs-build: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The site on http://127.0.0.1:8000, rebuilt as docs/ changes (DOCS_ADDRESS to change).
 DOCS_ADDRESS ?= 127.0.0.1:8000
