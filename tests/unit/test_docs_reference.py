@@ -118,3 +118,11 @@ def test_the_docs_stand_alone_linking_only_to_each_other() -> None:
     pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     linking_out = [str(page) for page in pages if EXTERNAL_LINK.search(page.read_text())]
     assert linking_out == []
+
+
+def test_the_variables_the_readme_names_are_settings() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration in brief")[1].split("\n## ")[0]
+    named = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
+    assert len(named) >= 10
+    assert named - {name.upper() for name in Settings.model_fields} == set()
