@@ -77,8 +77,8 @@ class Brain(_Section):
     fallbacks: list[Fallback] = []
     """This worker's extension: models tried in order when the primary stays unavailable."""
     max_context_tokens: int | None = Field(default=None, ge=1024)
-    """The model's context window in tokens: the prompt is cut oldest-first to fit it. Unset:
-    unbounded."""
+    """This worker's extension: the model's context window in tokens; the prompt is cut
+    oldest-first to fit it. Unset: unbounded."""
 
 
 class Shell(_Section):
@@ -207,7 +207,7 @@ class NotificationSwitches(_Section):
     respond_to_dms: bool | None = None
     """As behavior.respond_to_dms."""
     respond_to_thread_updates: bool | None = None
-    """This worker's extension: as behavior.respond_to_thread_updates."""
+    """As behavior.respond_to_thread_updates."""
 
 
 class Behavior(_Section):
@@ -222,7 +222,8 @@ class Behavior(_Section):
     respond_to_thread_updates: bool = True
     """This worker's extension: whether it answers a thread_update notification."""
     notifications: NotificationSwitches = NotificationSwitches()
-    """The same switches, nested (the flat ones win)."""
+    """This worker's extension: the same switches, nested as some Botburrow examples write
+    them (the flat ones win)."""
     max_iterations: int = Field(default=10, ge=1, le=50)
     """Model turns per task."""
     strict_grants: bool = False
