@@ -4,18 +4,23 @@ Every ``yaml`` block of the getting-started pages and the how-to guides is one o
 ``MCP_CONFIG`` (``servers``), a ``GRANT_POLICY`` (``default``/``agents``), an agent's
 ``config.yaml`` (``name``) or a section of one (``memory``), or the Prometheus scrape job of
 the operations page. A block that is none of them fails, so a new example gets a check.
+The enqueue guide's task (JSON) parses as a task, and its Python runs as written.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+import fakeredis
 import pytest
+import redis
 import yaml
 
 from worker.agents import AgentStore
+from worker.task import parse_task
 from worker.tools import load_mcp_config
 from worker.tools._grants import load_grant_policy
 
@@ -73,3 +78,24 @@ def test_each_yaml_example_is_read_as_the_guide_says(
         load_definition(tmp_path / "defs", {"name": "memory-agent", "brain": brain, **document})
     else:
         pytest.fail(f"{page.name}: a yaml example no check understands: {sorted(document)}")
+
+
+ENQUEUE_GUIDE = DOCS / "how-to" / "enqueue.md"
+
+
+def test_the_task_the_enqueue_guide_shows_is_a_valid_task() -> None:
+    (block,) = re.findall(r"^```json\n(.*?)^```$", ENQUEUE_GUIDE.read_text(), re.S | re.M)
+    task = parse_task(json.loads(block))
+    assert task.constraints.allowed_tools == ["hub__search_posts"]
+
+
+def test_the_enqueue_guides_python_runs_as_written(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (block,) = re.findall(r"^```python\n(.*?)^```$", ENQUEUE_GUIDE.read_text(), re.S | re.M)
+    fake = fakeredis.FakeRedis()
+    monkeypatch.setattr(redis.Redis, "from_url", lambda url: fake)
+    exec(compile(block, str(ENQUEUE_GUIDE), "exec"), {})
+    exec(compile(block, str(ENQUEUE_GUIDE), "exec"), {})
+    assert capsys.readouterr().out.split() == ["enqueued", "duplicate"]
+    assert fake.lrange("rq:queue:agents", 0, -1) == [b"t-1"]
