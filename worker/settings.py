@@ -88,8 +88,8 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=1, ge=1, le=1000)
     """Tasks one worker process runs at once. `1` is rq's way: a forked job process per task.
     Above 1, up to that many tasks run in threads of the worker process itself (about 0.4 MB
-    per task in flight); a crash of the process re-runs all of its tasks from their
-    checkpoints."""
+    per task in flight), each in its own event loop; a crash of the process re-runs all of
+    its tasks from their checkpoints."""
     tool_output_max_chars: int = Field(default=20_000, ge=200)
     """Longer tool outputs are truncated with a marker."""
     context_budget_chars: int = Field(default=200_000, ge=1_000)
@@ -158,7 +158,8 @@ class Settings(BaseSettings):
     budget_unreachable: Literal["run", "refuse"] = "run"
     """When the Hub's budget endpoint does not answer: `run` the task anyway (logged
     `budget_check_skipped`), or `refuse` it, putting it back with a delay like a Hub outage
-    (`requeued`, up to `REQUEUE_MAX_ATTEMPTS`)."""
+    (`requeued`, up to `REQUEUE_MAX_ATTEMPTS`). Both count
+    `agent_budget_check_unreachable_total{agent}`."""
     can_execute_tool: str | None = None
     """`package.module:function` asked before every tool call, in the native loop and in the
     CLI gateway: `None` or `True` allows, a string refuses with that reason. Imported once at
