@@ -123,9 +123,23 @@ def _section(command: Command) -> str:
     if flags:
         rows = [(code(_spelling(action)), _meaning(action, parser.prog)) for action in flags]
         lines.append(table(("argument", "meaning"), rows))
+    subcommands = _subcommand_help(parser)
+    if subcommands:
+        lines.append(table(("command", "what it does"), subcommands))
     if parser.epilog:
         lines.extend([parser.epilog, ""])
     return "\n".join(lines)
+
+
+def _subcommand_help(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    """Each subcommand (or action) of ``parser``, linked to its section, with its help."""
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                name = f"{parser.prog} {choice.dest}"
+                rows.append((f"[{code(name)}](#{name.replace(' ', '-')})", choice.help or ""))
+    return rows
 
 
 def command_table() -> str:
