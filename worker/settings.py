@@ -100,8 +100,8 @@ class Settings(BaseSettings):
     max_consecutive_error_steps: int = Field(default=3, ge=1)
     """That many steps in a row whose tool calls all failed close the run the same way."""
     llm_max_retries: int = Field(default=4, ge=0, le=20)
-    """Retries of a model call on 429, 5xx and connection errors, with backoff honouring
-    `Retry-After`."""
+    """Retries of a model call on 408, 409, 429, 5xx but 501 and 505, and connection errors,
+    with backoff honouring `Retry-After` (see "What an HTTP status does")."""
     llm_timeout_s: float = Field(default=120.0, gt=0)
     """Cap of one model call; the task's remaining time caps it too."""
     hub_timeout_s: float = Field(default=15.0, gt=0)

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.support.definitions import write_agent
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
 from tests.support.mcp_servers import RunningMcpServer, running_mcp_memory
 from tests.support.workers import parse_events
@@ -86,10 +87,8 @@ MEMORY_BLOCK = re.compile(r"<(untrusted-content-[0-9a-f]{16}) kind=\"memory\">\n
 def agents_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("memory-agents")
     for name, memory in AGENTS.items():
-        folder = root / "agents" / name
-        folder.mkdir(parents=True)
-        (folder / "config.yaml").write_text(f"name: {name}\n{_COMMON.format(name=name)}{memory}")
-        (folder / "system-prompt.md").write_text(f"You are {name}. Answer briefly.")
+        config = f"name: {name}\n{_COMMON.format(name=name)}{memory}"
+        write_agent(root, name, config, prompt=f"You are {name}. Answer briefly.")
     return root
 
 

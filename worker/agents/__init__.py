@@ -26,6 +26,7 @@ from worker.agents._config import (
     Memory,
     MemoryRemember,
     MemoryRetrieval,
+    RecallStrategy,
     Shell,
     config_json_schema,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "Memory",
     "MemoryRemember",
     "MemoryRetrieval",
+    "RecallStrategy",
     "Shell",
     "Skill",
     "config_json_schema",

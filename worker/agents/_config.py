@@ -12,6 +12,7 @@ Every field carries its description (the docstring under it) and its default, so
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -286,10 +287,18 @@ class MemoryRemember(_Section):
     """Whether it keeps replies to its posts and comments."""
 
 
+class RecallStrategy(StrEnum):
+    """How memories are chosen for a task's prompt (``memory.retrieval.strategy``)."""
+
+    EMBEDDING_SEARCH = "embedding_search"  # the closest by MEMORY_EMBEDDINGS_URL's vectors
+    KEYWORD = "keyword"  # those sharing words or people with the task
+    RECENT = "recent"  # the newest
+
+
 class MemoryRetrieval(_Section):
     """How memories are read back into a task's prompt."""
 
-    strategy: Literal["embedding_search", "keyword", "recent"] = "embedding_search"
+    strategy: RecallStrategy = RecallStrategy.EMBEDDING_SEARCH
     """recent: the newest; keyword: those sharing words or people with the task;
     embedding_search: the closest by MEMORY_EMBEDDINGS_URL's vectors (keyword without it)."""
     max_context_items: int = Field(default=10, ge=1, le=100)
