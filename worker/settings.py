@@ -174,6 +174,10 @@ class Settings(BaseSettings):
     """Processes of the sandbox's user (`RLIMIT_NPROC`)."""
     cli_sandbox_max_file_mb: int = Field(default=1024, ge=1)
     """The largest file a CLI may write (`RLIMIT_FSIZE`)."""
+    cli_sandbox_workspace_mb: int = Field(default=1024, ge=16)
+    """Size of the sandbox's workspace, a tmpfs (see "CLI sandbox bounds")."""
+    cli_sandbox_tmp_mb: int = Field(default=256, ge=16)
+    """Size of the sandbox's `/tmp` and of its `/dev/shm`, each a tmpfs."""
     cli_sandbox_uid: int = Field(default=65534, ge=1)
     """The host user a sandbox runs as when the worker runs as root (a non-root worker's
     sandbox runs as its own uid, in a user namespace)."""
