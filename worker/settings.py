@@ -90,6 +90,10 @@ class Settings(BaseSettings):
     Above 1, up to that many tasks run in threads of the worker process itself (about 0.4 MB
     per task in flight), each in its own event loop; a crash of the process re-runs all of
     its tasks from their checkpoints."""
+    pool_processes: int = Field(default=0, ge=0, le=256)
+    """Worker processes `agent-worker pool` forks (its `--processes`); `0`: one per CPU core."""
+    pool_concurrency: int = Field(default=50, ge=2, le=1000)
+    """Tasks each of the pool's workers runs at once, in threads (its `--concurrency`)."""
     tool_output_max_chars: int = Field(default=20_000, ge=200)
     """Longer tool outputs are truncated with a marker."""
     context_budget_chars: int = Field(default=200_000, ge=1_000)

@@ -15,6 +15,7 @@ from worker.dev.docs._commands import commands
 from worker.dev.docs._definition import definition_keys
 from worker.metrics import WorkerMetrics
 from worker.metrics._families import GAUGES
+from worker.pool._supervisor import _PoolCollector
 from worker.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,10 +66,22 @@ def test_reading_a_commands_parser_runs_nothing(capsys: pytest.CaptureFixture[st
     assert captured.out == "" and captured.err == ""
 
 
+class _StubPool:
+    processes = 2
+
+    def running(self) -> int:
+        return 2
+
+    def restarts(self) -> int:
+        return 0
+
+
 def _exported_families() -> set[str]:
-    """The families /metrics serves, as prometheus-client names them (counters without _total)."""
+    """The families a host's /metrics serves (a worker's, the Redis gauges and the pool's), as
+    prometheus-client names them (counters without _total)."""
     registry_names = {family.name for family in WorkerMetrics().registry.collect()}
-    return registry_names | set(GAUGES)
+    pool_names = {family.name for family in _PoolCollector(_StubPool()).collect()}  # type: ignore[arg-type]
+    return registry_names | set(GAUGES) | pool_names
 
 
 def test_the_metric_reference_lists_exactly_what_the_worker_exports() -> None:

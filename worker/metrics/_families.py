@@ -97,6 +97,17 @@ HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
     ),
 }
 UNDECODABLE_JOBS = "agent_jobs_undecodable_total"
+# name -> (help, label names) of what ``agent-worker pool`` adds to the host's /metrics, read
+# from the pool itself at scrape time (worker.pool._supervisor).
+POOL_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "agent_pool_workers": ("Workers of agent-worker pool, by state.", ("state",)),
+}
+POOL_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "agent_pool_worker_restarts_total": (
+        "Workers agent-worker pool started again after one ended.",
+        (),
+    ),
+}
 # name -> (help, label names) of the gauges read from Redis at each scrape (worker.metrics
 # ._collector): every worker exports the same values, so dashboards take ``max``.
 GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worker.dev.docs._markdown import code, table
-from worker.metrics._families import COUNTERS, GAUGES, HISTOGRAMS
+from worker.metrics._families import COUNTERS, GAUGES, HISTOGRAMS, POOL_COUNTERS, POOL_GAUGES
 
 
 def _families() -> list[tuple[str, str, tuple[str, ...], str]]:
@@ -13,6 +13,8 @@ def _families() -> list[tuple[str, str, tuple[str, ...], str]]:
     families += [
         (name, "histogram", labels, text) for name, (text, labels, _) in HISTOGRAMS.items()
     ]
+    families += [(name, "gauge", labels, text) for name, (text, labels) in POOL_GAUGES.items()]
+    families += [(name, "counter", labels, text) for name, (text, labels) in POOL_COUNTERS.items()]
     return sorted(families)
 
 
