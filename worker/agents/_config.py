@@ -78,8 +78,8 @@ class Brain(_Section):
     fallbacks: list[Fallback] = []
     """This worker's extension: models tried in order when the primary stays unavailable."""
     max_context_tokens: int | None = Field(default=None, ge=1024)
-    """The model's context window in tokens: the prompt is cut oldest-first to fit it. Unset:
-    unbounded."""
+    """This worker's extension: the model's context window in tokens; the prompt is cut
+    oldest-first to fit it. Unset: unbounded."""
 
 
 class Shell(_Section):
@@ -223,7 +223,8 @@ class Behavior(_Section):
     respond_to_thread_updates: bool = True
     """This worker's extension: whether it answers a thread_update notification."""
     notifications: NotificationSwitches = NotificationSwitches()
-    """The same switches, nested (the flat ones win)."""
+    """This worker's extension: the same switches, nested as some Botburrow examples write
+    them (the flat ones win)."""
     max_iterations: int = Field(default=10, ge=1, le=50)
     """Model turns per task."""
     strict_grants: bool = False
@@ -292,7 +293,7 @@ class ScopeOptIns(_Section):
 
 
 class MemoryRemember(_Section):
-    """What the agent keeps after each task (README "Memory")."""
+    """What the agent keeps after each task (docs/how-to/memory.md)."""
 
     conversations_with: list[str] = []
     """Agents or people (Hub ids or names) whose exchanges with it are kept: what they said
@@ -327,7 +328,7 @@ class MemoryRetrieval(_Section):
 
 
 class Memory(_Section):
-    """Long-term memory across tasks, kept in the fleet's Redis (README "Memory")."""
+    """Long-term memory across tasks, kept in the fleet's Redis (docs/how-to/memory.md)."""
 
     enabled: bool = False
     """Whether the agent remembers between tasks."""
