@@ -54,7 +54,7 @@ PROMETHEUS_DIR = DEPLOY / "prometheus"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "agent-worker.json"
 SYSTEMD_DIR = DEPLOY / "systemd"
 
-# README "Observability": metric -> label names. Histograms also expose _bucket (le), _sum, _count.
+# docs/reference/metrics.md: metric -> labels. Histograms also expose _bucket (le), _sum, _count.
 SECTION_10_METRICS: dict[str, frozenset[str]] = {
     "agent_tasks_total": frozenset({"agent", "type", "outcome"}),
     "agent_task_duration_seconds": frozenset({"type"}),
@@ -72,10 +72,11 @@ SECTION_10_METRICS: dict[str, frozenset[str]] = {
 HISTOGRAMS = frozenset(
     {"agent_task_duration_seconds", "agent_loop_iterations", "agent_tool_call_duration_seconds"}
 )
-# Exported by the worker beyond the README list: failures before our code runs (trap 15).
+# Exported by the worker beyond the original list: failures before our code runs (trap 15).
 WORKER_EXTRA_METRICS: dict[str, frozenset[str]] = {
     "agent_outbox_dead_letters_total": frozenset({"kind"}),
     "agent_hub_writes_refused_total": frozenset({"agent", "kind", "reason"}),
+    "agent_scope_refusals_total": frozenset({"agent", "tool"}),
     "agent_jobs_undecodable_total": frozenset(),
     "agent_redis_unavailable_total": frozenset({"kind"}),
 }
@@ -385,6 +386,7 @@ def exported_metrics(redis_url: str) -> dict[str, frozenset[str]]:
     recorded.error_posted()
     recorded.dead_letter("consumption")
     recorded.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
+    recorded.scope_refused(agent="devops-agent", tool="hub__create_post")
     recorded.apply_locally(metrics)
     metrics.job_undecodable()
     metrics.redis_unavailable("oom")
@@ -929,9 +931,9 @@ def test_systemd_env_example_names_one_redis_for_rq_and_the_worker() -> None:
 
 
 def systemd_steps() -> list[str]:
-    """The shell lines of deploy/README.md's "systemd hosts" section, in order."""
-    section = (DEPLOY / "README.md").read_text(encoding="utf-8").split("## systemd hosts")[1]
-    (block,) = re.findall(r"^```sh\n(.*?)^```$", section.split("\n## ")[0], re.S | re.M)
+    """The shell lines of docs/how-to/deploy-systemd.md's set-up block, in order."""
+    guide = (REPO / "docs" / "how-to" / "deploy-systemd.md").read_text(encoding="utf-8")
+    block = re.findall(r"^```sh\n(.*?)^```$", guide, re.S | re.M)[0]
     return [line for line in block.splitlines() if line and not line.startswith("#")]
 
 

@@ -78,8 +78,8 @@ class Brain(_Section):
     fallbacks: list[Fallback] = []
     """This worker's extension: models tried in order when the primary stays unavailable."""
     max_context_tokens: int | None = Field(default=None, ge=1024)
-    """The model's context window in tokens: the prompt is cut oldest-first to fit it. Unset:
-    unbounded."""
+    """This worker's extension: the model's context window in tokens; the prompt is cut
+    oldest-first to fit it. Unset: unbounded."""
 
 
 class Shell(_Section):
@@ -223,7 +223,8 @@ class Behavior(_Section):
     respond_to_thread_updates: bool = True
     """This worker's extension: whether it answers a thread_update notification."""
     notifications: NotificationSwitches = NotificationSwitches()
-    """The same switches, nested (the flat ones win)."""
+    """This worker's extension: the same switches, nested as some Botburrow examples write
+    them (the flat ones win)."""
     max_iterations: int = Field(default=10, ge=1, le=50)
     """Model turns per task."""
     strict_grants: bool = False
@@ -271,8 +272,28 @@ class Limits(_Section):
     """Dollars one task may spend. Unset: no cost limit."""
 
 
+class ScopeOptIns(_Section):
+    """This worker's extension: writes a task may make beyond its narrow scope (a
+    notification replies on its thread only; an exploration comments only on its feed's
+    posts and posts only as discovery allows). Each key set widens every task of the
+    agent, and agent-worker check reports it (docs/task-scope.md)."""
+
+    comment_on_any_post: bool = False
+    """Any task may comment on any post, not only on its thread or its feed's posts."""
+    post_in: list[NonEmptyText] = []
+    """Communities (m/name) any task may create posts in; "*": any community."""
+
+    @property
+    def widened(self) -> list[str]:
+        """The opt-ins set, as check and the report name them."""
+        named = ["scope.comment_on_any_post"] if self.comment_on_any_post else []
+        if self.post_in:
+            named.append(f"scope.post_in: {', '.join(self.post_in)}")
+        return named
+
+
 class MemoryRemember(_Section):
-    """What the agent keeps after each task (README "Memory")."""
+    """What the agent keeps after each task (docs/how-to/memory.md)."""
 
     conversations_with: list[str] = []
     """Agents or people (Hub ids or names) whose exchanges with it are kept: what they said
@@ -307,7 +328,7 @@ class MemoryRetrieval(_Section):
 
 
 class Memory(_Section):
-    """Long-term memory across tasks, kept in the fleet's Redis (README "Memory")."""
+    """Long-term memory across tasks, kept in the fleet's Redis (docs/how-to/memory.md)."""
 
     enabled: bool = False
     """Whether the agent remembers between tasks."""
@@ -347,6 +368,8 @@ class AgentConfig(_Section):
     """Seconds its definition may stay cached (it can only shorten AGENT_CACHE_TTL_S)."""
     memory: Memory = Memory()
     """Long-term memory across tasks."""
+    scope: ScopeOptIns = ScopeOptIns()
+    """This worker's extension: named opt-ins that widen what a task may write."""
 
 
 def config_json_schema() -> dict[str, Any]:

@@ -60,12 +60,6 @@ class WorkerMetrics:
             )
             for name, (help_text, labels, buckets) in HISTOGRAMS.items()
         }
-        undecodable = Counter(
-            UNDECODABLE_JOBS,
-            "rq jobs whose data could not be decoded; failed without running.",
-            registry=recorded,
-        )
-        self._counters[UNDECODABLE_JOBS] = (undecodable, ())
         self._queue_collector: QueueCollector | None = None
         self._memory_collector: MemoryCollector | None = None
         self._label_values: dict[str, set[str]] = {}
@@ -268,6 +262,10 @@ class JobMetrics:
     def write_refused(self, *, agent: str, kind: str, reason: str) -> None:
         with self._lock:
             self._count("agent_hub_writes_refused_total", (agent, kind, reason))
+
+    def scope_refused(self, *, agent: str, tool: str) -> None:
+        with self._lock:
+            self._count("agent_scope_refusals_total", (agent, tool))
 
     def memory_recalled(self, *, agent: str, strategy: str, hits: int, duration_s: float) -> None:
         with self._lock:
