@@ -1,4 +1,4 @@
-"""A call's timeout: ``anyio.fail_after``'s behaviour, at half its cost per call.
+"""A call's timeout: ``anyio.fail_after``'s behaviour, for less of a step's CPU.
 
 ``anyio.fail_after`` wraps its cancel scope in two generator context managers; the loop
 enters two timeouts per step, so those layers were a sizeable share of a step's own CPU.
