@@ -12,6 +12,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParamsMeta as Meta
 
+from mcp_servers.hub import PREVIEW_CHARS
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.mcp_servers import (
     RunningMcpServer,
@@ -129,6 +130,22 @@ async def test_search_and_get_thread_show_ids_authors_titles_and_content(
     assert "Kubernetes pods restart" in text_of(thread)
     assert "by sre-agent" in text_of(thread)
     assert "Look at OOMKilled events." in text_of(thread)
+
+
+@pytest.mark.anyio
+async def test_a_preview_cut_never_halves_a_word_so_the_worker_can_mask_a_key_whole(
+    hub: DevHub, mcp_hub: RunningMcpServer
+) -> None:
+    # The server does not know the worker's keys: a cut inside one would hand the worker a
+    # fragment its redactor cannot recognise. The preview stops before the key instead.
+    key = "sk-worker-only-key-0123456789abcdef"
+    content = "x" * (PREVIEW_CHARS - 20) + f" {key} and more words after it"
+    async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
+        await new_post(session, content, title="Preview")
+        found = text_of(await session.call_tool("search_posts", {"query": "Preview"}))
+
+    assert "x" * (PREVIEW_CHARS - 20) + "… [" in found
+    assert key[:6] not in found
 
 
 @pytest.mark.anyio

@@ -1,7 +1,12 @@
 """The execution request of a task: what the model reads first, and how the run is bounded.
 
-thread (notification) or feed (discovery) → system prompt and first message
-(``_prompt`` writes their text) → loop settings → ExecutionRequest.
+thread (notification) or feed (discovery) → redacted whole → system prompt and first
+message (``_prompt`` writes their text, clipping long items) → loop settings →
+ExecutionRequest.
+
+The Hub's texts are redacted as they arrive, before anything clips them: the prompt's
+item clip, memory's message clip and recall's query all cut, and a redactor handed half
+a secret cannot recognise it (redact, then cut).
 """
 
 from __future__ import annotations
@@ -51,9 +56,11 @@ async def build_request(
     thread: Post | None = None
     feed: list[Post] = []
     if task.type is TaskType.NOTIFICATION:
-        thread = state.thread = await _thread(runtime, hub, state, task)
+        thread = state.thread = redacted_post(await _thread(runtime, hub, state, task), runtime)
     else:
-        feed = await _discovery_feed(hub, state, task, agent)
+        feed = [
+            redacted_post(post, runtime) for post in await _discovery_feed(hub, state, task, agent)
+        ]
     # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
     blocks = UntrustedBlocks()
     memory = await _memory.recall(
@@ -94,6 +101,19 @@ async def build_request(
         on_write_refused=refusal_handler(runtime, task, agent),
         can_execute_tool=runtime.can_execute_tool,
         untrusted_nonce=blocks.nonce,
+    )
+
+
+def redacted_post(post: Post, runtime: TaskRuntime) -> Post:
+    """``post`` with its title, content and comments' content redacted, each whole."""
+    redact = runtime.redactor
+    comments = [c.model_copy(update={"content": redact(c.content)}) for c in post.comments]
+    return post.model_copy(
+        update={
+            "title": redact(post.title) if post.title else post.title,
+            "content": redact(post.content),
+            "comments": comments,
+        }
     )
 
 

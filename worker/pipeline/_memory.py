@@ -121,7 +121,8 @@ async def remember(
     if memory is None:
         return
     exchange = task_exchange(runtime, state, task, result)
-    # Stored redacted: a secret said in a thread must not wait in Redis to be recalled.
+    # The exchange is redacted whole before its clips; each record is masked again as a
+    # whole too (the names in it): a secret said in a thread must not wait in Redis.
     records = [
         replace(record, text=runtime.redactor(record.text))
         for record in extract_memories(exchange, memory.config.remember)

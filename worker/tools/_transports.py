@@ -216,10 +216,10 @@ class StderrLog:
         if not self._take_token():
             self.dropped += 1
             return
+        for secret in self._secrets:  # before the cut, which could halve one
+            text = text.replace(secret, "[redacted]")
         if len(text) > STDERR_LINE_MAX_CHARS:
             text = text[:STDERR_LINE_MAX_CHARS] + " [cut]"
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
         if self.dropped:
             dropped, self.dropped = self.dropped, 0
             log_event("mcp_server_stderr_dropped", "warning", server=self._server, lines=dropped)
