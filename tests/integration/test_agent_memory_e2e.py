@@ -21,7 +21,7 @@ import redis
 
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
 from tests.support.mcp_servers import RunningMcpServer, running_mcp_memory
-from tests.support.workers import parse_events
+from tests.support.workers import parse_events, wait_until
 from worker.agents import Memory, MemoryRetrieval
 from worker.dev.devstack import DevStack
 from worker.memory import (
@@ -221,6 +221,37 @@ def test_an_exchange_with_ron_is_recalled_in_the_next_task_and_only_by_its_agent
     memory_id = listed.stdout.splitlines()[1].split()[0]
     shown = memory_cli(e2e, "show", KEEPER, "--id", memory_id)
     assert shown.returncode == 0 and '"about": [\n    "ron"\n  ]' in shown.stdout
+
+
+# -- an edited definition is read again: the guide's "Next: Memory" step ---------------------
+
+
+def test_memory_added_to_a_cached_definition_is_used_by_the_next_task_without_a_reload(
+    e2e: E2E, agents_dir: Path
+) -> None:
+    name = "mem-late-starter"
+    folder = agents_dir / "agents" / name
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"name: {name}\n{_COMMON.format(name=name)}")
+    (folder / "system-prompt.md").write_text("You are the first draft.")
+    e2e.llm.set_scenario(name, [{"text": "Hello ron."}, {"text": "Hello again, ron."}])
+    # One running worker, as in the guide: its first task caches the definition (for
+    # AGENT_CACHE_TTL_S, 300 s by default) and the guide's next step edits the files.
+    with e2e.worker(AGENTS_DIR=str(agents_dir)) as worker:
+        ask(e2e, "late-1", name, "ron", "hello there")
+        worker.wait_for_event("task_completed", timeout_s=60)
+        (folder / "config.yaml").write_text(
+            f"name: {name}\n{_COMMON.format(name=name)}{AGENTS[NEWCOMER]}"
+        )
+        (folder / "system-prompt.md").write_text("You are the second draft.")
+        ask(e2e, "late-2", name, "ron", "hello again")
+        wait_until(lambda: task_events(worker.stderr, "task_completed", "late-2"), 60, "late-2")
+        stderr = worker.stderr
+
+    assert not task_events(stderr, "memory_written", "late-1")
+    assert task_events(stderr, "memory_written", "late-2")
+    system = e2e.llm.requests(name)[-1]["body"]["messages"][0]["content"]
+    assert "second draft" in system and "first draft" not in system
 
 
 # -- an injection stored once stays data ------------------------------------------------------
