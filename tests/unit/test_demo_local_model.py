@@ -43,6 +43,9 @@ def test_without_the_settings_the_demo_agent_is_as_shipped(
     monkeypatch.delenv("DEMO_MAX_CONTEXT_TOKENS", raising=False)
     monkeypatch.delenv("DEMO_MAX_DURATION_S", raising=False)
     definition = AgentStore(str(agents_dir(tmp_path, DemoModel.OPENAI))).load(AGENT)
+    # This worker's extensions, added to the copy of the public-format file.
+    assert definition.config.limits.max_cost_usd == 0.05
+    assert definition.config.behavior.discovery.post_final is True
     assert definition.config.brain.max_context_tokens is None
     assert definition.config.limits.max_duration_s == 120
     assert worker_timeout_s() == 240

@@ -28,6 +28,7 @@ from worker.agents._config import (
     MemoryRetrieval,
     Shell,
     config_json_schema,
+    public_json_schema,
 )
 from worker.agents._definition import AgentDefinition, Skill
 from worker.agents._parsing import parse_skill
@@ -56,4 +57,5 @@ __all__ = [
     "Skill",
     "config_json_schema",
     "parse_skill",
+    "public_json_schema",
 ]

@@ -107,9 +107,10 @@ def _steer(args: argparse.Namespace, rest: list[str]) -> int:
 def _schema(args: argparse.Namespace, rest: list[str]) -> int:
     import json
 
-    from worker.agents import config_json_schema
+    from worker.agents import config_json_schema, public_json_schema
 
-    print(json.dumps(config_json_schema(), indent=2))
+    schema = public_json_schema() if args.public else config_json_schema()
+    print(json.dumps(schema, indent=2))
     return 0
 
 
@@ -139,11 +140,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
         "run the local in-memory Hub (takes --host, --port, --api-key)",
         uses_redis=False,
     )
-    command(
+    schema = command(
         "schema",
         _schema,
         "print the JSON Schema of an agent's config.yaml (every key, its description, default)",
         uses_redis=False,
+    )
+    schema.add_argument(
+        "--public",
+        action="store_true",
+        help="the public Botburrow format only: this worker's extensions are refused",
     )
     enqueue = command("enqueue", _enqueue, "validate and enqueue tasks (JSON, array or lines)")
     enqueue.add_argument("source", help="a file of tasks, or - for standard input")

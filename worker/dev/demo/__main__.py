@@ -57,6 +57,8 @@ SHOWN_METRICS = (
 
 
 DEFAULT_QUEUE = "agents"
+# Per-task limits of the demo agent (this worker's extension, added to its copy).
+DEMO_LIMITS = {"max_tokens": 50_000, "max_duration_s": 120, "max_cost_usd": 0.05}
 MODEL_VARIABLE = "DEMO_MODEL"
 
 
@@ -147,6 +149,10 @@ def agents_dir(workdir: Path, model: DemoModel) -> Path:
     shutil.copytree(DEMO_AGENTS, target)
     config_path = target / "agents" / AGENT / "config.yaml"
     config = yaml.safe_load(config_path.read_text())
+    # This worker's extensions, kept out of the shipped file (it stays in the public format).
+    config["limits"] = dict(DEMO_LIMITS)
+    discovery = config["behavior"]["discovery"]
+    config["behavior"]["discovery"] = {**discovery, "post_final": True}
     if model is DemoModel.OPENAI:
         # A small model on a CPU (llama-server at OPENAI_BASE_URL) needs a window the
         # prompt is cut to, and more time than the demo's 120 s: the operator says so.
