@@ -130,10 +130,10 @@ def test_check_names_every_problem_of_a_broken_setup(stack: Stack, tmp_path: Pat
         "'gpt-4o-mini' needs it",
         f"warning: HUB_API_KEY: {PLAIN_SECRET}",
         f"warning: MCP_AUTH_TOKEN: {PLAIN_SECRET}",
-        f"warning: HUB_URL: the Hub at {stack.hub.url} refuses HUB_API_KEY (HTTP 401)",
+        f"error: HUB_API_KEY: the Hub at {stack.hub.url} refuses HUB_API_KEY (HTTP 401)",
     ]
     as_json = json.loads(agent_worker(["check", "--json"], env, tmp_path).stdout)
-    assert as_json["ok"] is False and (as_json["errors"], as_json["warnings"]) == (3, 5)
+    assert as_json["ok"] is False and (as_json["errors"], as_json["warnings"]) == (4, 4)
 
 
 PLAIN_SECRET = (
