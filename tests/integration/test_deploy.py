@@ -596,8 +596,13 @@ def test_image_is_slim_non_root_and_runs_the_worker_by_default() -> None:
     assert users and users[-1] not in ("root", "0")
     assert any(re.search(r"\bpip install \.(\s|$)", command) for command in commands)
     assert not any("[test]" in command for command in commands)
-    environment_lines = " ".join(arguments for keyword, arguments in runtime if keyword == "ENV")
-    assert "RQ_WORKER_CLASS=worker.AgentWorker" in environment_lines
+    environment = " ".join(arguments for keyword, arguments in runtime if keyword == "ENV").split()
+    # `rq worker agents` as the Procfile runs it: our worker class and our rq settings module
+    # (RQ_CONFIG: REDIS_URL read through our settings, one line for a mistake in it).
+    procfile_worker = (REPO / "Procfile").read_text().splitlines()[0].removeprefix("worker: ")
+    assignments = [word for word in procfile_worker.split() if "=" in word]
+    assert assignments == ["RQ_WORKER_CLASS=worker.AgentWorker", "RQ_CONFIG=worker.rq_config"]
+    assert set(assignments) <= set(environment)
     (command,) = [arguments for keyword, arguments in runtime if keyword == "CMD"]
     assert json.loads(command) == ["rq", "worker", "agents"]
     assert ("STOPSIGNAL", "SIGTERM") in runtime

@@ -84,6 +84,21 @@ def test_a_missing_agents_dir_stops_the_worker_before_any_task(
     assert redis_conn.lrange("rq:queue:agents", 0, -1) == [b"t-1"]  # untouched, not failed
 
 
+def test_an_empty_agents_dir_only_warns_and_the_worker_starts(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # As deploy/README.md says: a fleet without agents yet, not a broken one.
+    (tmp_path / "definitions").mkdir()
+    completed = start_worker(redis_url, tmp_path, AGENTS_DIR=str(tmp_path / "definitions"))
+    assert completed.returncode == 0, completed.stderr
+    problems = parse_events(completed.stderr, "config_problem")
+    (problem,) = [event for event in problems if event["subject"] == "AGENTS_DIR"]
+    assert (
+        problem["level"] == "warning" and "has no agents/<name>/config.yaml" in problem["problem"]
+    )
+    assert parse_events(completed.stderr, "worker_started")
+
+
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A directory any user may enter (pytest's tmp_path is its owner's alone)."""
