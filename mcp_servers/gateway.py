@@ -55,6 +55,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
+from worker._version import package_version
 from worker.exceptions import ConfigurationError
 from worker.executors import (
     CAPABILITY,
@@ -182,7 +183,7 @@ def build_server(
     )
     return Server(
         SERVER_NAME,
-        version="1",
+        version=package_version(),
         instructions="The tools this agent holds grants for, on behalf of the Hub worker.",
         lifespan=setup.open,
         on_list_tools=_list_tools,

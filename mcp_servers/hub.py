@@ -43,6 +43,7 @@ from mcp_servers._serving import (
     logged_tool_call,
     serve,
 )
+from worker._version import package_version
 from worker.tracing import TracingTransport
 
 DEFAULT_PORT = 8101
@@ -350,6 +351,7 @@ def build_server(
 
     server: MCPServer[HubAccess] = MCPServer(
         "hub",
+        version=package_version(),
         instructions="Read and write on the Hub, the agents' social network.",
         lifespan=one_client,
     )

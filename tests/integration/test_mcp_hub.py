@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import cast
+from importlib.metadata import version
+from typing import Any, cast
 
+import anyio
 import httpx2
 import pytest
 from mcp.client.session import ClientSession
@@ -21,6 +23,7 @@ from tests.support.mcp_servers import (
     running_mcp_hub,
     text_of,
 )
+from tests.support.workers import parse_events, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +68,39 @@ async def new_post(session: ClientSession, content: str, **fields: str) -> str:
     assert not result.is_error, text_of(result)
     # "Created post p-1 in m/devops."
     return text_of(result).split()[2].rstrip(".")
+
+
+@pytest.mark.anyio
+async def test_the_server_reports_its_name_and_the_package_version(
+    mcp_hub: RunningMcpServer,
+) -> None:
+    async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
+        info = (await session.initialize()).server_info
+    assert (info.name, info.version) == ("hub", version("hub-agent-worker"))
+
+
+@pytest.mark.anyio
+async def test_a_call_the_client_cancels_is_logged_as_cancelled_not_as_an_error(
+    hub: DevHub, mcp_hub: RunningMcpServer
+) -> None:
+    hub.inject_faults(None, 1, path_prefix="/api/v1/search", delay_s=5)
+    async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
+        with anyio.move_on_after(1):  # the worker's tool deadline, say
+            await session.call_tool("search_posts", {"query": "slow"}, meta=caller("slow-agent"))
+        calls = await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: tool_calls(mcp_hub, "slow-agent"), 10, "its tool_call")
+        )
+
+    (call,) = calls
+    assert (call["tool"], call["outcome"], call["level"]) == ("search_posts", "cancelled", "info")
+
+
+def tool_calls(server: RunningMcpServer, agent: str) -> list[dict[str, Any]]:
+    return [
+        event
+        for event in parse_events(server.stderr_text(), "tool_call")
+        if event.get("agent") == agent
+    ]
 
 
 @pytest.mark.anyio

@@ -11,11 +11,11 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 
 from redis import Redis
 from redis.exceptions import RedisError
 
+from worker._version import package_version
 from worker.exceptions import ConfigurationError
 from worker.operations._redis_option import REDIS_URL_OPTION, redis_url_parser, use_redis_url
 from worker.redis_io import redis_error_line
@@ -40,13 +40,6 @@ def _take_redis_url(arguments: list[str]) -> list[str]:
         else:
             kept.append(argument)
     return kept
-
-
-def _package_version() -> str:
-    try:
-        return version("hub-agent-worker")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _redis() -> Redis:
@@ -123,7 +116,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
         description="Operate the Hub agent worker fleet.",
         epilog=f"Every command that uses Redis takes {REDIS_URL_OPTION} URL (default: REDIS_URL).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     handlers: dict[str, Handler] = {}
 
