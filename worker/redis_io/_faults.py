@@ -41,6 +41,7 @@ from worker.exceptions import ConfigurationError
 from worker.logs import log_event
 
 __all__ = [
+    "OUTAGE_KINDS",
     "REDIS_UNAVAILABLE",
     "RedisOutage",
     "access_refusal",
@@ -115,6 +116,11 @@ def check_redis_access(connection: Redis) -> None:
         refusal = access_refusal(exc)
         if refusal is not None:
             raise ConfigurationError(refusal) from None
+
+
+# The kinds outage_kind names; a refused command's own first word (from ResponseError)
+# comes on top. Metrics start each at 0, so the first outage is an increase.
+OUTAGE_KINDS = ("connection", "timeout", "loading", "oom", "readonly", "masterdown")
 
 
 def outage_kind(error: BaseException) -> str:
