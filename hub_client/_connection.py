@@ -7,10 +7,8 @@ its answer into JSON, an outage worth retrying, or a rejection (``HubRejected``)
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Awaitable, Callable
-from email.utils import parsedate_to_datetime
 from typing import Any, Self
 
 import anyio
@@ -22,12 +20,10 @@ from hub_client._exceptions import (
     HubRejected,
     HubUnavailable,
 )
+from hub_client.retry_rules import Backoff, Failure, Jitter, classify_status, retry_after_s
 
 _API_PREFIX = "/api/v1"
-# Statuses that say "try again later" rather than "this request is wrong".
-_RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-_FIRST_BACKOFF_S = 0.25
-_MAX_BACKOFF_S = 8.0
+_BACKOFF = Backoff(first_s=0.25, max_s=8.0, jitter=Jitter.HALF)
 # A Retry-After longer than this means a real outage: give up and let the caller queue the write.
 _MAX_RETRY_AFTER_S = 30.0
 _HUB_MESSAGE_MAX_CHARS = 300
@@ -160,7 +156,7 @@ class HubConnection:
     ) -> Any:
         """One request; returns the decoded JSON answer (None when the body is empty).
 
-        Raises ``_RetryableAnswer`` for outages, ``HubRejected`` for 4xx.
+        Raises ``_RetryableAnswer`` for outages, ``HubRejected`` for refusals (``classify_status``).
         """
         try:
             with anyio.fail_after(timeout_s):
@@ -174,13 +170,13 @@ class HubConnection:
         except httpx2.TransportError as e:
             reason = f"connection failed ({type(e).__name__}: {e})"
             raise _RetryableAnswer(reason, status=None, retry_after_s=None) from e
-        if response.status_code in _RETRYABLE_STATUSES or response.status_code >= 500:
-            raise _RetryableAnswer(
-                _status_line(response),
-                status=response.status_code,
-                retry_after_s=_retry_after_s(response),
-            )
-        if response.status_code >= 400:
+        if response.is_error:
+            if classify_status(response.status_code) is Failure.TRANSIENT:
+                raise _RetryableAnswer(
+                    _status_line(response),
+                    status=response.status_code,
+                    retry_after_s=retry_after_s(response.headers),
+                )
             raise self._rejection(response, method=method, path=path)
         return _decoded(response)
 
@@ -191,7 +187,7 @@ class HubConnection:
             message += f": {hub_message}"
         status = response.status_code
         error_class: type[HubRejected] = HubRejected
-        if status in (401, 403):
+        if classify_status(status) is Failure.AUTH:
             error_class = HubAuthError
         elif status == 404:
             error_class = HubNotFound
@@ -205,28 +201,12 @@ class HubConnection:
 
 def _backoff_delay(attempt: int, retry_after_s: float | None) -> float | None:
     """Seconds to wait before the next attempt, or None when the Hub asks for too long a pause."""
-    exponential = min(_MAX_BACKOFF_S, _FIRST_BACKOFF_S * 2.0**attempt)
-    jittered = exponential * (0.5 + random.random() / 2)
+    jittered = _BACKOFF.delay_s(attempt)
     if retry_after_s is None:
         return jittered
     if retry_after_s > _MAX_RETRY_AFTER_S:
         return None
     return max(retry_after_s, jittered)
-
-
-def _retry_after_s(response: httpx2.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, moment.timestamp() - time.time())
 
 
 def _decoded(response: httpx2.Response) -> Any:
@@ -241,7 +221,7 @@ def _decoded(response: httpx2.Response) -> Any:
         raise _RetryableAnswer(
             f"answer is not JSON ({_status_line(response)}, {kind})",
             status=response.status_code,
-            retry_after_s=_retry_after_s(response),
+            retry_after_s=retry_after_s(response.headers),
         ) from e
 
 

@@ -1,15 +1,17 @@
 """Errors raised by the Hub client, grouped by what the caller should do about them.
 
     HubError                  base; the message names the method and path ("POST /posts: ...")
-    ├── HubUnavailable        connection refused/reset, timeout, 5xx, 408/429, or an answer that
-    │                         is not JSON (an HTML maintenance page), after the retries:
-    │                         try again later (a write goes to the outbox)
-    └── HubRejected           the Hub refused the request (4xx): retrying the same call won't help
+    ├── HubUnavailable        connection refused/reset, timeout, 408/409/429, 5xx but 501/505,
+    │                         or an answer that is not JSON (an HTML maintenance page), after
+    │                         the retries: try again later (a write goes to the outbox)
+    └── HubRejected           the Hub refused the request (other 4xx, 501, 505): retrying the
+                              same call won't help
         ├── HubAuthError      401/403: the API key is missing, wrong or lacks the right
         └── HubNotFound       404: the post, agent or route does not exist
 
 A JSON answer the client cannot understand (missing fields) is a plain
-``HubError``. Messages never contain the API key.
+``HubError``. Messages never contain the API key. ``retry_rules.classify_status``
+sorts the statuses (docs/http-status.md).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class HubUnavailable(HubError):
 
 
 class HubRejected(HubError):
-    """The Hub answered 4xx; ``hub_message`` is the reason it gave."""
+    """The Hub refused the request (4xx, 501, 505); ``hub_message`` is the reason it gave."""
 
     def __init__(
         self, message: str, *, method: str, path: str, status: int, hub_message: str

@@ -234,7 +234,10 @@ class GatewaySetup:
                 redis.close()
 
     def grants(self) -> EffectiveGrants:
-        """The capability's grants when there is one, else those of the environment block."""
+        """The capability's grants when there is one, else those of the environment block.
+
+        Never ``strict``: here a refused call is only recorded (``spec.strict_grants``
+        writes the violation to the call log); the executor ends the task."""
         if self.claims is not None:
             return self.claims.effective_grants()
         return EffectiveGrants(
@@ -262,8 +265,6 @@ class GatewaySetup:
             task_id=spec.task_id,
             agent_id=spec.agent_id,
             events=events,
-            # Strictness is the executor's to enforce: the call log tells it.
-            strict_grants=False,
             max_output_chars=spec.max_output_chars,
             can_execute_tool=tool_check(spec),
         )

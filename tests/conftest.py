@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.support.fake_redis import FakeRedisClients
 from tests.support.redis_server import RedisServer, running_redis
 from tests.support.workers import TEST_CONCURRENCY_VARIABLE
 from worker import logs
@@ -113,3 +114,11 @@ def redis_conn(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture
+def fake_redis() -> Iterator[FakeRedisClients]:
+    """Builds fakeredis clients for the test (``fake_redis()``) and closes them after it."""
+    clients = FakeRedisClients()
+    yield clients
+    clients.close()

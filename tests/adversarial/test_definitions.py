@@ -30,8 +30,8 @@ from tests.chaos.harness import (
     agent_config,
     json_lines,
     unique,
-    write_agent,
 )
+from tests.support.definitions import write_agent
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 

@@ -20,7 +20,8 @@ import pytest
 import yaml
 from mcp_types import RequestParamsMeta
 
-from tests.chaos.harness import REPO_ROOT, ChaosStack, agent_config, unique, write_agent
+from tests.chaos.harness import REPO_ROOT, ChaosStack, agent_config, unique
+from tests.support.definitions import write_agent
 from tests.support.mcp_servers import (
     RunningMcpServer,
     _running,

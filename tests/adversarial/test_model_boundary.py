@@ -23,8 +23,8 @@ from tests.chaos.harness import (
     ChaosStack,
     agent_config,
     unique,
-    write_agent,
 )
+from tests.support.definitions import write_agent
 from tests.support.workers import run_burst
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]

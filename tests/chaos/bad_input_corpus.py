@@ -30,7 +30,8 @@ from typing import Any
 
 import redis
 
-from tests.chaos.harness import AGENT, KIT_AGENT, MODEL, agent_config, write_agent
+from tests.chaos.harness import AGENT, KIT_AGENT, MODEL, agent_config
+from tests.support.definitions import write_agent
 from worker.enqueue import JOB_FUNCTION, enqueue_task
 
 ERRORS_AGENT = "agent-worker"  # ERRORS_AGENT_ID's default: posts when no agent could be loaded

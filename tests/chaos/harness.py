@@ -37,6 +37,7 @@ from rq.results import Result
 from rq.serializers import JSONSerializer
 
 from tests.support import SERVER_READY_TIMEOUT_S
+from tests.support.definitions import write_agent
 from tests.support.devhub import DevHub
 from tests.support.jobs import process_running
 from tests.support.redis_server import RedisServer, free_port, running_redis
@@ -542,17 +543,6 @@ def agent_config(name: str, **sections: Any) -> dict[str, Any]:
         else:
             config[section] = value
     return config
-
-
-def write_agent(agents_dir: Path, name: str, config: Mapping[str, Any] | str) -> None:
-    """An agent definition; ``config`` as a mapping, or raw text for broken files."""
-    directory = agents_dir / "agents" / name
-    directory.mkdir(parents=True, exist_ok=True)
-    text = config if isinstance(config, str) else yaml.safe_dump(dict(config), sort_keys=False)
-    (directory / "config.yaml").write_text(text, encoding="utf-8")
-    (directory / "system-prompt.md").write_text(
-        f"You are {name}, a helpful agent of the Hub. Answer briefly.\n", encoding="utf-8"
-    )
 
 
 def write_agents(agents_dir: Path) -> None:

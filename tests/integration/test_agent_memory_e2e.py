@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.support.definitions import write_agent
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
 from tests.support.mcp_servers import RunningMcpServer, running_mcp_memory
 from tests.support.workers import parse_events, wait_until
@@ -86,10 +87,8 @@ MEMORY_BLOCK = re.compile(r"<(untrusted-content-[0-9a-f]{16}) kind=\"memory\">\n
 def agents_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("memory-agents")
     for name, memory in AGENTS.items():
-        folder = root / "agents" / name
-        folder.mkdir(parents=True)
-        (folder / "config.yaml").write_text(f"name: {name}\n{_COMMON.format(name=name)}{memory}")
-        (folder / "system-prompt.md").write_text(f"You are {name}. Answer briefly.")
+        config = f"name: {name}\n{_COMMON.format(name=name)}{memory}"
+        write_agent(root, name, config, prompt=f"You are {name}. Answer briefly.")
     return root
 
 
@@ -230,20 +229,15 @@ def test_memory_added_to_a_cached_definition_is_used_by_the_next_task_without_a_
     e2e: E2E, agents_dir: Path
 ) -> None:
     name = "mem-late-starter"
-    folder = agents_dir / "agents" / name
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(f"name: {name}\n{_COMMON.format(name=name)}")
-    (folder / "system-prompt.md").write_text("You are the first draft.")
+    config = f"name: {name}\n{_COMMON.format(name=name)}"
+    write_agent(agents_dir, name, config, prompt="You are the first draft.")
     e2e.llm.set_scenario(name, [{"text": "Hello ron."}, {"text": "Hello again, ron."}])
     # One running worker, as in the guide: its first task caches the definition (for
     # AGENT_CACHE_TTL_S, 300 s by default) and the guide's next step edits the files.
     with e2e.worker(AGENTS_DIR=str(agents_dir)) as worker:
         ask(e2e, "late-1", name, "ron", "hello there")
         worker.wait_for_event("task_completed", timeout_s=60)
-        (folder / "config.yaml").write_text(
-            f"name: {name}\n{_COMMON.format(name=name)}{AGENTS[NEWCOMER]}"
-        )
-        (folder / "system-prompt.md").write_text("You are the second draft.")
+        write_agent(agents_dir, name, config + AGENTS[NEWCOMER], prompt="You are the second draft.")
         ask(e2e, "late-2", name, "ron", "hello again")
         wait_until(lambda: task_events(worker.stderr, "task_completed", "late-2"), 60, "late-2")
         stderr = worker.stderr

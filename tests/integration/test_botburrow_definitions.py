@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from tests.chaos import conftest as chaos_fixtures
-from tests.chaos.harness import ChaosStack, agent_config, unique, write_agent
+from tests.chaos.harness import ChaosStack, agent_config, unique
+from tests.support.definitions import write_agent
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -141,12 +142,8 @@ def test_an_official_endpoint_definition_runs_on_the_operators_endpoint(
 def test_check_json_shows_the_schema_defaults_of_a_definition_that_sets_none(
     tmp_path: Path,
 ) -> None:
-    folder = tmp_path / "agents" / "bare-agent"
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(
-        "name: bare-agent\ntype: native\nbrain: {provider: openai, model: gpt-4o-mini}\n"
-    )
-    (folder / "system-prompt.md").write_text("You are bare-agent.")
+    bare = "name: bare-agent\ntype: native\nbrain: {provider: openai, model: gpt-4o-mini}\n"
+    write_agent(tmp_path, "bare-agent", bare)
     env = {
         "PATH": str(Path(sys.executable).parent),
         "AGENTS_DIR": str(tmp_path),

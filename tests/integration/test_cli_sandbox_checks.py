@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.definitions import write_agent
+
 pytestmark = pytest.mark.integration
 
 AGENT_WORKER = str(Path(sys.executable).with_name("agent-worker"))
@@ -47,13 +49,8 @@ def test_executors_say_when_the_sandbox_is_missing_or_off() -> None:
 
 def test_check_fails_each_cli_agent_while_the_sandbox_is_missing(tmp_path: Path) -> None:
     for name, agent_type in (("cli-agent", "claude-code"), ("native-agent", "native")):
-        directory = tmp_path / "agents" / name
-        directory.mkdir(parents=True)
-        (directory / "config.yaml").write_text(
-            f"name: {name}\ntype: {agent_type}\n"
-            "brain: {provider: anthropic, model: claude-sonnet-4-5}\n"
-        )
-        (directory / "system-prompt.md").write_text("You are terse.")
+        brain = {"provider": "anthropic", "model": "claude-sonnet-4-5"}
+        write_agent(tmp_path, name, {"name": name, "type": agent_type, "brain": brain})
 
     missing = agent_worker("check", "--offline", AGENTS_DIR=str(tmp_path))
     off = agent_worker("check", "--offline", AGENTS_DIR=str(tmp_path), CLI_SANDBOX="off")

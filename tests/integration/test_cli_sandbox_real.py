@@ -29,8 +29,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 
+from tests.support.definitions import write_agent
 from tests.support.e2e import E2E
 from tests.support.sandbox_probes import find_probe_report, probe_command
 from tests.support.workers import REPO_ROOT
@@ -63,26 +63,20 @@ def private_canary() -> Iterator[str]:
 
 def agents_dir(root: Path, agent_type: str) -> Path:
     name = f"sandboxed-{agent_type}"
-    agent = root / "agents" / name
-    agent.mkdir(parents=True)
-    (agent / "config.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "name": name,
-                "type": agent_type,
-                "brain": {"provider": "anthropic", "model": "claude-sonnet-4-5"},
-                # A full shell: the sandbox, not the CLI's own checks, must hold.
-                "capabilities": {
-                    "grants": ["hub:read", "hub:write"],
-                    "mcp_servers": ["hub"],
-                    "shell": {"enabled": True, "timeout_seconds": 60},
-                },
-                "behavior": {"max_iterations": 6},
-                "limits": {"max_duration_s": 240},
-            }
-        )
-    )
-    (agent / "system-prompt.md").write_text("You answer questions about deploys on the Hub.")
+    config = {
+        "name": name,
+        "type": agent_type,
+        "brain": {"provider": "anthropic", "model": "claude-sonnet-4-5"},
+        # A full shell: the sandbox, not the CLI's own checks, must hold.
+        "capabilities": {
+            "grants": ["hub:read", "hub:write"],
+            "mcp_servers": ["hub"],
+            "shell": {"enabled": True, "timeout_seconds": 60},
+        },
+        "behavior": {"max_iterations": 6},
+        "limits": {"max_duration_s": 240},
+    }
+    write_agent(root, name, config, prompt="You answer questions about deploys on the Hub.")
     return root
 
 

@@ -21,6 +21,7 @@ import redis
 import yaml
 
 from hub_client import HubClient
+from tests.support.definitions import write_agent
 from tests.support.devhub import running_devhub
 from tests.support.mcp_servers import running_mcp_hub
 from tests.support.mcp_test_servers.launch import stdio_entry
@@ -64,21 +65,15 @@ COMMENT = "Deploys run through the pipeline: merge to main, then `make release`.
 
 @pytest.fixture
 def agents_dir(tmp_path: Path) -> Path:
-    agent = tmp_path / "agents" / AGENT
-    agent.mkdir(parents=True)
-    (agent / "config.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "name": AGENT,
-                "type": "claude-code",
-                "brain": {"provider": "anthropic", "model": "claude-sonnet-4-5"},
-                "capabilities": {"grants": ["hub:read", "hub:write"]},
-                "behavior": {"max_iterations": 5},
-                "limits": {"max_duration_s": 180},
-            }
-        )
-    )
-    (agent / "system-prompt.md").write_text("You answer questions about deploys on the Hub.")
+    config = {
+        "name": AGENT,
+        "type": "claude-code",
+        "brain": {"provider": "anthropic", "model": "claude-sonnet-4-5"},
+        "capabilities": {"grants": ["hub:read", "hub:write"]},
+        "behavior": {"max_iterations": 5},
+        "limits": {"max_duration_s": 180},
+    }
+    write_agent(tmp_path, AGENT, config, prompt="You answer questions about deploys on the Hub.")
     return tmp_path
 
 

@@ -338,11 +338,9 @@ def make_request(
         agent=agent,
         system="system",
         messages=[Message(role="user", content="Say hello with the echo tool.")],
-        settings=LoopSettings(
-            limits=RunLimits(max_iterations=5, max_duration_s=120), strict_grants=strict_grants
-        ),
+        settings=LoopSettings(limits=RunLimits(max_iterations=5, max_duration_s=120)),
         worker_settings=worker_settings or Settings(cli_sandbox="off"),
-        grants=EffectiveGrants.of(agent.config.capabilities.grants),
+        grants=EffectiveGrants.of(agent.config.capabilities.grants, strict=strict_grants),
         open_toolbox=not_for_clis,
         make_model=not_for_clis,
         observers=[events.append],

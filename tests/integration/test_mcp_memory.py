@@ -12,6 +12,7 @@ import pytest
 import redis
 from mcp_types import RequestParamsMeta
 
+from tests.support.definitions import write_agent
 from tests.support.mcp_servers import (
     RunningMcpServer,
     caller_meta,
@@ -50,17 +51,15 @@ def meta(
     return caller_meta(claimed or agent_id, task_id=task_id, step=step, capability=token)
 
 
+BRAIN = {"provider": "openai", "model": "m"}
+
+
 @pytest.fixture(scope="module")
 def agents_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("memory-server-agents")
     for name, enabled in [(NOTE_TAKER, True), (OTHER, True), (FORGETFUL, False)]:
-        folder = root / "agents" / name
-        folder.mkdir(parents=True)
-        (folder / "config.yaml").write_text(
-            f"name: {name}\nbrain: {{provider: openai, model: m}}\n"
-            f"memory: {{enabled: {str(enabled).lower()}, retrieval: {{strategy: keyword}}}}\n"
-        )
-        (folder / "system-prompt.md").write_text(f"You are {name}.")
+        memory = {"enabled": enabled, "retrieval": {"strategy": "keyword"}}
+        write_agent(root, name, {"name": name, "brain": BRAIN, "memory": memory})
     return root
 
 

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import fakeredis
 import mcp_types
 import pytest
 import redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from tests.support.fake_redis import FakeRedisClients
 from tests.support.jobs import enqueue_test_job
 from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.workers import RQ, parse_events, run_burst_worker, worker_env
@@ -204,8 +204,10 @@ def test_a_killed_pooled_server_is_withdrawn_then_restarted_for_the_next_task() 
     assert stdio_pool().child_pids() == {next_task["pid"]}
 
 
-def test_pooled_servers_survive_the_per_job_cleanup_and_go_with_the_pool() -> None:
-    redis = fakeredis.FakeRedis()
+def test_pooled_servers_survive_the_per_job_cleanup_and_go_with_the_pool(
+    fake_redis: FakeRedisClients,
+) -> None:
+    redis = fake_redis()
     config = pooled_config()
     seen = anyio.run(
         lambda: run_task(
@@ -225,6 +227,7 @@ def test_pooled_servers_survive_the_per_job_cleanup_and_go_with_the_pool() -> No
 
 def test_in_a_forked_job_process_the_pool_hands_its_children_to_the_job(
     monkeypatch: pytest.MonkeyPatch,
+    fake_redis: FakeRedisClients,
 ) -> None:
     # What rq's job process finds (forked, leading its own group): a fresh pool that lives
     # as long as its one job.
@@ -242,7 +245,7 @@ def test_in_a_forked_job_process_the_pool_hands_its_children_to_the_job(
 
     job_pool = StdioPool(job_scoped=True)
     monkeypatch.setattr("worker.tools._pool._pool", job_pool)
-    redis = fakeredis.FakeRedis()
+    redis = fake_redis()
     try:
         pid = anyio.run(
             lambda: run_task(

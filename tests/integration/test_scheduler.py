@@ -21,6 +21,7 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.serializers import JSONSerializer
 
+from tests.support.definitions import explorer, write_agent
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.workers import REPO_ROOT, parse_events, run_burst, wait_until, worker_env
 from worker.agents import AgentStore, DefinitionPolicy
@@ -51,19 +52,6 @@ class Clock:
         return self.now
 
 
-def write_agent(root: Path, name: str, *, discovery: bool = True, brain: str = "") -> None:
-    folder = root / "agents" / name
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(
-        f"name: {name}\n"
-        f"brain: {brain or '{provider: openai, model: gpt-4o-mini}'}\n"
-        "interests: {communities: [m/general], keywords: [redis]}\n"
-        f"behavior: {{discovery: {{enabled: {'true' if discovery else 'false'}}}}}\n",
-        encoding="utf-8",
-    )
-    (folder / "system-prompt.md").write_text(f"You are {name}.", encoding="utf-8")
-
-
 @pytest.fixture(scope="module")
 def devhub() -> Iterator[DevHub]:
     with running_devhub(api_key="scheduler-test-hub-key") as hub:
@@ -79,8 +67,8 @@ def hub(devhub: DevHub) -> DevHub:
 @pytest.fixture
 def agents_root(tmp_path: Path) -> Path:
     for name in ("alpha-agent", "beta-agent", "fresh-agent"):
-        write_agent(tmp_path, name)
-    write_agent(tmp_path, "quiet-agent", discovery=False)
+        write_agent(tmp_path, name, explorer(name))
+    write_agent(tmp_path, "quiet-agent", explorer("quiet-agent", discovery=False))
     return tmp_path
 
 
@@ -206,11 +194,8 @@ def test_failed_explorations_back_off_exponentially_and_a_success_resets(
     redis_conn: redis.Redis, redis_url: str, hub: DevHub, tmp_path: Path, log_stream: io.StringIO
 ) -> None:
     # The provider key this agent names is never set: every real run fails.
-    write_agent(
-        tmp_path,
-        "flaky-agent",
-        brain="{provider: openai, model: gpt-4o-mini, api_key_env: FLAKY_PROVIDER_KEY}",
-    )
+    brain = {"provider": "openai", "model": "gpt-4o-mini", "api_key_env": "FLAKY_PROVIDER_KEY"}
+    write_agent(tmp_path, "flaky-agent", explorer("flaky-agent", brain=brain))
     hub.register_agent("flaky-agent", last_activated_at=LONG_AGO)
     clock = Clock()
     # Any activation counts as stale at once, so the agent stays on the Hub's list.

@@ -15,6 +15,7 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
+from tests.support.definitions import explorer, write_agent
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.scripted_llm import running_scripted_llm
 from tests.support.workers import REPO_ROOT, run_burst, running_worker, wait_until, worker_env
@@ -26,19 +27,6 @@ from worker.task import parse_task
 pytestmark = pytest.mark.integration
 
 GHOST_TASK = {"task_id": "t-ghost", "type": "exploration", "agent_id": "ghost-agent"}
-
-
-def write_agent(root: Path, name: str, *, prompt: str = "") -> None:
-    folder = root / "agents" / name
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(
-        f"name: {name}\n"
-        "brain: {provider: openai, model: gpt-4o-mini}\n"
-        "interests: {communities: [m/general]}\n"
-        "behavior: {discovery: {enabled: true}}\n",
-        encoding="utf-8",
-    )
-    (folder / "system-prompt.md").write_text(prompt or f"You are {name}.", encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +156,12 @@ def test_status_shows_a_busy_worker_with_the_task_agent_and_step(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    write_agent(tmp_path, "busy-agent", prompt="You are busy-agent. [[scenario:busy]]")
+    write_agent(
+        tmp_path,
+        "busy-agent",
+        explorer("busy-agent"),
+        prompt="You are busy-agent. [[scenario:busy]]",
+    )
     with running_scripted_llm() as llm:
         # Step 1 calls a tool that does not exist (the loop goes on); step 2 takes its time.
         llm.set_scenario(
@@ -253,7 +246,7 @@ def test_reload_agents_drops_cached_definitions(
     redis_conn: redis.Redis, redis_url: str, tmp_path: Path
 ) -> None:
     for name in ("alpha-agent", "beta-agent", "gamma-agent"):
-        write_agent(tmp_path, name)
+        write_agent(tmp_path, name, explorer(name))
     store = AgentStore(str(tmp_path), redis=redis_conn)
     for name in ("alpha-agent", "beta-agent", "gamma-agent"):
         store.load(name)

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rq.job import JobStatus
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 
+from tests.support.definitions import write_agent
 from tests.support.e2e import E2E, task_events, user_messages
 from tests.support.promtool import PROMTOOL_MISSING, find_promtool
 from tests.support.redis_server import free_port
@@ -475,12 +476,8 @@ def test_unhealthy_budget_ends_the_task_before_any_model_call(e2e: E2E) -> None:
 
 
 def write_native_agent(agents_dir: Path, name: str, provider: str) -> None:
-    folder = agents_dir / "agents" / name
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(
-        f"name: {name}\ntype: native\nbrain: {{provider: {provider}, model: {name}}}\n"
-    )
-    (folder / "system-prompt.md").write_text(f"You are {name}.")
+    brain = {"provider": provider, "model": name}
+    write_agent(agents_dir, name, {"name": name, "type": "native", "brain": brain})
 
 
 def test_an_agent_of_a_provider_the_worker_did_not_preload_still_runs(

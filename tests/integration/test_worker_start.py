@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.support.definitions import write_agent
 from tests.support.devhub import running_devhub
 from tests.support.unprivileged import call_unprivileged
 from tests.support.workers import parse_events, run_burst, running_worker, wait_until
@@ -180,12 +181,8 @@ def test_a_mistyped_stdio_mcp_command_stops_the_worker(redis_url: str, tmp_path:
 def test_a_broken_definition_is_logged_and_fails_only_its_tasks_in_one_line(
     redis_url: str, redis_conn: redis.Redis, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "agents" / "hot-agent"
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(
-        "name: hot-agent\nbrain: {provider: openai, model: m, temperature: 9}\n"
-    )
-    (folder / "system-prompt.md").write_text("You are hot-agent.")
+    hot = "name: hot-agent\nbrain: {provider: openai, model: m, temperature: 9}\n"
+    write_agent(tmp_path, "hot-agent", hot)
     enqueue_task(redis_conn, {"task_id": "t-hot", "type": "exploration", "agent_id": "hot-agent"})
     completed = start_worker(redis_url, tmp_path, AGENTS_DIR=str(tmp_path))
     assert completed.returncode == 0, completed.stderr

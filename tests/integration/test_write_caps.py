@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.chaos import conftest as chaos_fixtures
-from tests.chaos.harness import ChaosStack, agent_config, scrape_metric, unique, write_agent
+from tests.chaos.harness import ChaosStack, agent_config, scrape_metric, unique
+from tests.support.definitions import write_agent
 from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -18,7 +18,16 @@ import pytest
 
 from hub_client import Author, Comment, HubClient, Post
 from hub_client.devhub import create_app
-from worker.agents import AgentDefinition, AgentStore, Memory, MemoryRemember, MemoryRetrieval
+from tests.support.definitions import write_agent
+from tests.support.fake_redis import FakeRedisClients
+from worker.agents import (
+    AgentDefinition,
+    AgentStore,
+    Memory,
+    MemoryRemember,
+    MemoryRetrieval,
+    RecallStrategy,
+)
 from worker.jobs import TaskRuntime, execute_task
 from worker.memory import (
     BYTES_PER_MB,
@@ -183,8 +192,8 @@ def test_similarity_applies_the_threshold_and_prefers_the_newer_of_equals() -> N
 # -- the Redis store ----------------------------------------------------------------------------
 
 
-def test_the_store_keeps_an_agent_within_its_cap_oldest_first() -> None:
-    store = RedisMemoryStore(fakeredis.FakeRedis())
+def test_the_store_keeps_an_agent_within_its_cap_oldest_first(fake_redis: FakeRedisClients) -> None:
+    store = RedisMemoryStore(fake_redis())
     records = [record(f"m-{n}", "x" * 1000, at=n) for n in range(10)]
 
     written = store.add(AGENT, records, max_bytes=5000)
@@ -195,16 +204,15 @@ def test_the_store_keeps_an_agent_within_its_cap_oldest_first() -> None:
     assert store.usage(AGENT).bytes == written.bytes
 
 
-def test_writing_a_memory_again_replaces_it_and_its_size() -> None:
-    store = RedisMemoryStore(fakeredis.FakeRedis())
+def test_writing_a_memory_again_replaces_it_and_its_size(fake_redis: FakeRedisClients) -> None:
+    store = RedisMemoryStore(fake_redis())
     store.add(AGENT, [record("m-1", "x" * 100, at=1)], max_bytes=BYTES_PER_MB)
     before = store.usage(AGENT)
     store.add(AGENT, [record("m-1", "x" * 100, at=2)], max_bytes=BYTES_PER_MB)
     assert store.usage(AGENT) == before
 
 
-def test_agents_do_not_share_memories_and_forget_leaves_no_key() -> None:
-    redis = fakeredis.FakeRedis()
+def test_agents_do_not_share_memories_and_forget_leaves_no_key(redis: fakeredis.FakeRedis) -> None:
     store = RedisMemoryStore(redis)
     store.add(AGENT, [record("m-1", "mine", at=1)], max_bytes=BYTES_PER_MB, vectors={"m-1": [1.0]})
     store.add("other-agent", [record("m-2", "theirs", at=1)], max_bytes=BYTES_PER_MB)
@@ -216,8 +224,8 @@ def test_agents_do_not_share_memories_and_forget_leaves_no_key() -> None:
     assert redis.hkeys(redis_keys.MEMORY_BYTES) == [b"other-agent"]
 
 
-def test_forgetting_by_id_frees_its_bytes() -> None:
-    store = RedisMemoryStore(fakeredis.FakeRedis())
+def test_forgetting_by_id_frees_its_bytes(fake_redis: FakeRedisClients) -> None:
+    store = RedisMemoryStore(fake_redis())
     store.add(
         AGENT, [record("m-1", "a" * 50, at=1), record("m-2", "b", at=2)], max_bytes=BYTES_PER_MB
     )
@@ -268,12 +276,10 @@ def answer(text: str) -> Turn:
 
 
 @pytest.mark.anyio
-async def test_a_task_remembers_redacted_and_the_next_one_recalls(tmp_path: Path) -> None:
-    agent_dir = tmp_path / "agents" / AGENT
-    agent_dir.mkdir(parents=True)
-    (agent_dir / "config.yaml").write_text(CONFIG)
-    (agent_dir / "system-prompt.md").write_text("You are a test agent.")
-    redis = fakeredis.FakeRedis()
+async def test_a_task_remembers_redacted_and_the_next_one_recalls(
+    tmp_path: Path, redis: fakeredis.FakeRedis
+) -> None:
+    write_agent(tmp_path, AGENT, CONFIG)
     app = create_app(api_key=HUB_KEY)
     model = ScriptedModel(
         [answer("Use 7.2: we decided to pin the redis version."), answer("Still pinned.")],
@@ -334,9 +340,12 @@ class DownEmbeddings:
 
 
 @pytest.mark.anyio
-async def test_an_endpoint_that_fails_leaves_memories_unembedded_and_recall_on_keywords() -> None:
-    redis = fakeredis.FakeRedis()
-    config = Memory(enabled=True, retrieval=MemoryRetrieval(strategy="embedding_search"))
+async def test_an_endpoint_that_fails_leaves_memories_unembedded_and_recall_on_keywords(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    config = Memory(
+        enabled=True, retrieval=MemoryRetrieval(strategy=RecallStrategy.EMBEDDING_SEARCH)
+    )
     memory = AgentMemory(RedisMemoryStore(redis), AGENT, config, embedder=DownEmbeddings())
 
     written = await memory.remember(
@@ -345,7 +354,7 @@ async def test_an_endpoint_that_fails_leaves_memories_unembedded_and_recall_on_k
     found = await memory.recall(RecallQuery(text="is the redis cache full?"), timeout_s=1)
 
     assert written.written == 1 and redis.hlen(redis_keys.memory_vectors(AGENT)) == 0
-    assert found.strategy == "keyword" and "ConnectError" in found.fallback
+    assert found.strategy is RecallStrategy.KEYWORD and "ConnectError" in found.fallback
     assert [item.record.id for item in found.items] == ["m-1"]
 
 
@@ -393,12 +402,15 @@ async def test_an_endpoint_reporting_no_usage_is_counted_by_estimate_not_as_free
 
 
 @pytest.mark.anyio
-async def test_recall_and_remember_return_what_their_embeddings_calls_spent() -> None:
+async def test_recall_and_remember_return_what_their_embeddings_calls_spent(
+    fake_redis: FakeRedisClients,
+) -> None:
     endpoint, calls = embeddings_endpoint({"prompt_tokens": 9, "total_tokens": 9})
     config = Memory(
-        enabled=True, retrieval=MemoryRetrieval(strategy="embedding_search", relevance_threshold=0)
+        enabled=True,
+        retrieval=MemoryRetrieval(strategy=RecallStrategy.EMBEDDING_SEARCH, relevance_threshold=0),
     )
-    memory = AgentMemory(RedisMemoryStore(fakeredis.FakeRedis()), AGENT, config, endpoint)
+    memory = AgentMemory(RedisMemoryStore(fake_redis()), AGENT, config, endpoint)
 
     written = await memory.remember(
         [record("m-1", "ron said: the redis cache is full", at=1)], timeout_s=5
@@ -406,14 +418,17 @@ async def test_recall_and_remember_return_what_their_embeddings_calls_spent() ->
     found = await memory.recall(RecallQuery(text="is the redis cache full?"), timeout_s=5)
 
     assert written.embedding_tokens == 9 and found.embedding_tokens == 9 and len(calls) == 2
-    assert found.strategy == "embedding_search"
+    assert found.strategy is RecallStrategy.EMBEDDING_SEARCH
 
 
 @pytest.mark.anyio
-async def test_an_embeddings_call_the_tasks_tokens_cannot_hold_is_not_made() -> None:
+async def test_an_embeddings_call_the_tasks_tokens_cannot_hold_is_not_made(
+    redis: fakeredis.FakeRedis,
+) -> None:
     endpoint, calls = embeddings_endpoint({"prompt_tokens": 9, "total_tokens": 9})
-    config = Memory(enabled=True, retrieval=MemoryRetrieval(strategy="embedding_search"))
-    redis = fakeredis.FakeRedis()
+    config = Memory(
+        enabled=True, retrieval=MemoryRetrieval(strategy=RecallStrategy.EMBEDDING_SEARCH)
+    )
     memory = AgentMemory(RedisMemoryStore(redis), AGENT, config, endpoint)
 
     written = await memory.remember(
@@ -428,6 +443,6 @@ async def test_an_embeddings_call_the_tasks_tokens_cannot_hold_is_not_made() -> 
     assert calls == []
     assert written.written == 1 and written.embedding_tokens == 0
     assert redis.hlen(redis_keys.memory_vectors(AGENT)) == 0
-    assert found.strategy == "keyword" and found.embedding_tokens == 0
+    assert found.strategy is RecallStrategy.KEYWORD and found.embedding_tokens == 0
     assert "max_tokens leaves 0 token(s)" in found.fallback
     assert [item.record.id for item in found.items] == ["m-1"]

@@ -9,10 +9,11 @@ from pathlib import Path
 import fakeredis
 import httpx2
 import pytest
-import redis
 
 import worker.agents._store as store_module
-from worker.agents import AgentConfig, AgentDefinition, AgentStore, Skill
+from tests.support.definitions import write_agent
+from tests.support.fake_redis import FakeRedisClients
+from worker.agents import AgentConfig, AgentDefinition, AgentStore, RecallStrategy, Skill
 from worker.agents._sources import DirectorySource
 from worker.exceptions import AgentConfigError, InvalidTask
 
@@ -86,17 +87,6 @@ cache_ttl: 60
 
 def skill_text(name: str, description: str, body: str) -> str:
     return f"---\nname: {name}\ndescription: {description}\nversion: 1.0.0\n---\n\n{body}\n"
-
-
-def write_agent(
-    root: Path, name: str, config: str, prompt: str | None = "You are a test agent."
-) -> Path:
-    agent_dir = root / "agents" / name
-    agent_dir.mkdir(parents=True, exist_ok=True)
-    (agent_dir / "config.yaml").write_text(config)
-    if prompt is not None:
-        (agent_dir / "system-prompt.md").write_text(prompt)
-    return agent_dir
 
 
 def write_skill(root: Path, name: str, text: str) -> Path:
@@ -524,11 +514,6 @@ def test_list_agents_lists_directories_with_a_config(tmp_path: Path) -> None:
 # -- the cache -----------------------------------------------------------------
 
 
-@pytest.fixture
-def fake_redis() -> redis.Redis:
-    return fakeredis.FakeRedis()
-
-
 def make_cached_agent(root: Path, name: str = "cached-agent") -> Path:
     agent_dir = write_agent(
         root, name, config_with_skills(name, ["memo-skill"]), prompt="Remember me."
@@ -553,18 +538,18 @@ def config_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_cached_definition_is_used_while_its_files_are_unchanged_until_invalidated(
-    tmp_path: Path, fake_redis: redis.Redis, config_reads: list[str]
+    tmp_path: Path, redis: fakeredis.FakeRedis, config_reads: list[str]
 ) -> None:
     make_cached_agent(tmp_path)
-    store = AgentStore(str(tmp_path), redis=fake_redis, ttl_s=300)
+    store = AgentStore(str(tmp_path), redis=redis, ttl_s=300)
     first = store.load("cached-agent")
     second = store.load("cached-agent")
 
     assert second == first and len(config_reads) == 1
     assert second.full_system_prompt() == first.full_system_prompt()
-    assert 0 < fake_redis.ttl("agent-worker:agent:cached-agent") <= 300
+    assert 0 < redis.ttl("agent-worker:agent:cached-agent") <= 300
     assert store.invalidate("cached-agent") == 1
-    assert fake_redis.exists("agent-worker:agent:cached-agent") == 0
+    assert redis.exists("agent-worker:agent:cached-agent") == 0
     store.load("cached-agent")
     assert len(config_reads) == 2
 
@@ -574,10 +559,10 @@ def test_a_cached_definition_is_used_while_its_files_are_unchanged_until_invalid
                "skills/memo-skill/SKILL.md"]
 )  # fmt: skip
 def test_an_edited_file_of_a_cached_definition_is_read_by_the_next_load(
-    tmp_path: Path, fake_redis: redis.Redis, edited: str
+    tmp_path: Path, redis: fakeredis.FakeRedis, edited: str
 ) -> None:
     make_cached_agent(tmp_path)
-    store = AgentStore(str(tmp_path), redis=fake_redis, ttl_s=300)
+    store = AgentStore(str(tmp_path), redis=redis, ttl_s=300)
     before = store.load("cached-agent")
     path = tmp_path / edited
     # A same-size edit within the same clock tick still changes the inode (an editor's
@@ -589,17 +574,17 @@ def test_an_edited_file_of_a_cached_definition_is_read_by_the_next_load(
     replacement.write_text(text)
     replacement.replace(path)
 
-    after = AgentStore(str(tmp_path), redis=fake_redis, ttl_s=300).load("cached-agent")
+    after = AgentStore(str(tmp_path), redis=redis, ttl_s=300).load("cached-agent")
 
     assert after != before
     assert store.load("cached-agent") == after
 
 
 def test_a_cached_agent_whose_files_are_gone_is_unknown(
-    tmp_path: Path, fake_redis: redis.Redis
+    tmp_path: Path, redis: fakeredis.FakeRedis
 ) -> None:
     agent_dir = make_cached_agent(tmp_path)
-    store = AgentStore(str(tmp_path), redis=fake_redis, ttl_s=300)
+    store = AgentStore(str(tmp_path), redis=redis, ttl_s=300)
     store.load("cached-agent")
     for path in agent_dir.iterdir():
         path.unlink()
@@ -609,44 +594,46 @@ def test_a_cached_agent_whose_files_are_gone_is_unknown(
 
 
 def test_cache_is_shared_by_stores_on_the_same_redis(
-    tmp_path: Path, fake_redis: redis.Redis, config_reads: list[str]
+    tmp_path: Path, redis: fakeredis.FakeRedis, config_reads: list[str]
 ) -> None:
     make_cached_agent(tmp_path)
-    AgentStore(str(tmp_path), redis=fake_redis).load("cached-agent")
+    AgentStore(str(tmp_path), redis=redis).load("cached-agent")
 
-    other_process_store = AgentStore(str(tmp_path), redis=fake_redis)
+    other_process_store = AgentStore(str(tmp_path), redis=redis)
 
     assert other_process_store.load("cached-agent").system_prompt == "Remember me."
     assert len(config_reads) == 1
 
 
 def test_entries_cached_for_another_source_are_not_used(
-    tmp_path: Path, fake_redis: redis.Redis
+    tmp_path: Path, redis: fakeredis.FakeRedis
 ) -> None:
     make_cached_agent(tmp_path / "one")
-    AgentStore(str(tmp_path / "one"), redis=fake_redis).load("cached-agent")
+    AgentStore(str(tmp_path / "one"), redis=redis).load("cached-agent")
 
     with pytest.raises(InvalidTask, match="unknown agent"):
-        AgentStore(str(tmp_path / "two"), redis=fake_redis).load("cached-agent")
+        AgentStore(str(tmp_path / "two"), redis=redis).load("cached-agent")
 
 
-def test_invalidate_all_drops_every_cached_agent(tmp_path: Path, fake_redis: redis.Redis) -> None:
+def test_invalidate_all_drops_every_cached_agent(
+    tmp_path: Path, redis: fakeredis.FakeRedis
+) -> None:
     make_cached_agent(tmp_path, "first-agent")
     make_cached_agent(tmp_path, "second-agent")
-    fake_redis.set("unrelated", "kept")
-    store = AgentStore(str(tmp_path), redis=fake_redis)
+    redis.set("unrelated", "kept")
+    store = AgentStore(str(tmp_path), redis=redis)
     store.load("first-agent")
     store.load("second-agent")
 
     assert store.invalidate() == 2
-    assert fake_redis.keys("agent-worker:agent:*") == []
-    assert fake_redis.get("unrelated") == b"kept"
+    assert redis.keys("agent-worker:agent:*") == []
+    assert redis.get("unrelated") == b"kept"
     assert store.invalidate() == 0
     assert store.invalidate("first-agent") == 0
 
 
 def test_agent_cache_ttl_only_shortens_the_store_ttl(
-    tmp_path: Path, fake_redis: redis.Redis
+    tmp_path: Path, redis: fakeredis.FakeRedis
 ) -> None:
     write_agent(
         tmp_path, "fresh-agent", MINIMAL_CONFIG.format(name="fresh-agent") + "cache_ttl: 60\n"
@@ -654,42 +641,40 @@ def test_agent_cache_ttl_only_shortens_the_store_ttl(
     write_agent(
         tmp_path, "lazy-agent", MINIMAL_CONFIG.format(name="lazy-agent") + "cache_ttl: 3600\n"
     )
-    store = AgentStore(str(tmp_path), redis=fake_redis, ttl_s=300)
+    store = AgentStore(str(tmp_path), redis=redis, ttl_s=300)
     store.load("fresh-agent")
     store.load("lazy-agent")
 
-    assert 0 < fake_redis.ttl("agent-worker:agent:fresh-agent") <= 60
-    assert 60 < fake_redis.ttl("agent-worker:agent:lazy-agent") <= 300
+    assert 0 < redis.ttl("agent-worker:agent:fresh-agent") <= 60
+    assert 60 < redis.ttl("agent-worker:agent:lazy-agent") <= 300
 
 
 def test_damaged_cache_entry_is_read_again_from_the_source(
-    tmp_path: Path, fake_redis: redis.Redis
+    tmp_path: Path, redis: fakeredis.FakeRedis
 ) -> None:
     make_cached_agent(tmp_path)
-    fake_redis.set("agent-worker:agent:cached-agent", b"{not json")
+    redis.set("agent-worker:agent:cached-agent", b"{not json")
 
-    definition = AgentStore(str(tmp_path), redis=fake_redis).load("cached-agent")
+    definition = AgentStore(str(tmp_path), redis=redis).load("cached-agent")
 
     assert definition.system_prompt == "Remember me."
-    cached = json.loads(fake_redis.get("agent-worker:agent:cached-agent") or b"")
+    cached = json.loads(redis.get("agent-worker:agent:cached-agent") or b"")
     assert cached["system_prompt"] == "Remember me."
 
 
-def test_definitions_load_while_redis_is_down(tmp_path: Path) -> None:
+def test_definitions_load_while_redis_is_down(tmp_path: Path, fake_redis: FakeRedisClients) -> None:
     server = fakeredis.FakeServer()
     server.connected = False
     make_cached_agent(tmp_path)
 
-    definition = AgentStore(str(tmp_path), redis=fakeredis.FakeRedis(server=server)).load(
-        "cached-agent"
-    )
+    definition = AgentStore(str(tmp_path), redis=fake_redis(server=server)).load("cached-agent")
 
     assert definition.skills[0].name == "memo-skill"
 
 
-def test_errors_are_not_cached(tmp_path: Path, fake_redis: redis.Redis) -> None:
+def test_errors_are_not_cached(tmp_path: Path, redis: fakeredis.FakeRedis) -> None:
     agent_dir = write_agent(tmp_path, "fixed-agent", "name: fixed-agent\n")
-    store = AgentStore(str(tmp_path), redis=fake_redis)
+    store = AgentStore(str(tmp_path), redis=redis)
     with pytest.raises(AgentConfigError):
         store.load("fixed-agent")
 
@@ -726,14 +711,14 @@ def test_without_redis_invalidate_drops_the_memo(tmp_path: Path, config_reads: l
 
 
 def test_ttl_zero_disables_caching(
-    tmp_path: Path, fake_redis: redis.Redis, config_reads: list[str]
+    tmp_path: Path, redis: fakeredis.FakeRedis, config_reads: list[str]
 ) -> None:
     make_cached_agent(tmp_path)
-    store = AgentStore(str(tmp_path), redis=fake_redis, ttl_s=0)
+    store = AgentStore(str(tmp_path), redis=redis, ttl_s=0)
     store.load("cached-agent")
     store.load("cached-agent")
 
-    assert fake_redis.keys("*") == []
+    assert redis.keys("*") == []
     assert len(config_reads) == 2
 
 
@@ -813,3 +798,22 @@ def test_demo_agent_loads_from_the_demo_tree() -> None:
     assert [skill.name for skill in definition.skills] == ["hub-etiquette"]
     assert "Skill: hub-etiquette" in definition.full_system_prompt()
     assert definition.system_prompt.strip()
+
+
+def test_a_memory_strategy_is_read_as_its_enum_and_an_unknown_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    brain = "brain: {provider: openai, model: gpt-4o-mini}\n"
+    write_agent(tmp_path, "recent-agent", f"name: recent-agent\n{brain}{RECENT_MEMORY}")
+    write_agent(tmp_path, "vector-agent", f"name: vector-agent\n{brain}{VECTOR_MEMORY}")
+
+    recent = AgentStore(str(tmp_path), ttl_s=0).load("recent-agent")
+
+    assert recent.config.memory.retrieval.strategy is RecallStrategy.RECENT
+    message = load_error(tmp_path, "vector-agent")
+    assert "memory.retrieval.strategy" in message
+    assert "'embedding_search', 'keyword' or 'recent'" in message
+
+
+RECENT_MEMORY = "memory: {enabled: true, retrieval: {strategy: recent}}\n"
+VECTOR_MEMORY = "memory: {enabled: true, retrieval: {strategy: vectors}}\n"

@@ -41,9 +41,10 @@ NUMBER = {"type": "object", "properties": {"n": {"type": "integer"}}, "required"
 class AllowedToolsToolbox(ToolboxWrapper):
     """A toolbox narrowed by a task's allowed_tools, as McpToolbox narrows it."""
 
-    def __init__(self, inner: LocalToolbox, allowed: set[str]) -> None:
+    def __init__(self, inner: LocalToolbox, allowed: set[str], *, strict: bool = False) -> None:
         super().__init__(inner)
         self._allowed = allowed
+        self._strict = strict
 
     def offered(self) -> Sequence[ToolSpec]:
         return [spec for spec in self._inner.offered() if spec.name in self._allowed]
@@ -51,11 +52,11 @@ class AllowedToolsToolbox(ToolboxWrapper):
     def resolve(self, name: str) -> Resolution:
         resolution = self._inner.resolve(name)
         if resolution is not None and name not in self._allowed:
-            return NotAllowed(name=name)
+            return NotAllowed(name=name, strict=self._strict)
         return resolution
 
 
-def tools() -> LocalToolbox:
+def tools(*, strict: bool = False) -> LocalToolbox:
     return LocalToolbox(
         [
             LocalTool(name="double", function=lambda n: str(2 * n), input_schema=NUMBER),
@@ -65,6 +66,7 @@ def tools() -> LocalToolbox:
             ),
         ],
         grants=set(),
+        strict=strict,
     )
 
 
@@ -91,7 +93,6 @@ async def run(
     turns: list[Turn],
     toolbox: Any,
     *,
-    strict: bool = False,
     metrics: JobMetrics | None = None,
     can_execute_tool: CanExecuteTool | None = None,
 ) -> tuple[RunResult, ScriptedModel]:
@@ -100,7 +101,7 @@ async def run(
         model=model,
         toolbox=toolbox,
         system="s",
-        settings=LoopSettings(strict_grants=strict),
+        settings=LoopSettings(),
         task_id="t-1",
         agent_id="agent-a",
         observers=[metrics_observer(metrics or JobMetrics(), "agent-a")],
@@ -149,10 +150,8 @@ async def test_a_tool_outside_allowed_tools_is_not_offered_and_refused_when_call
 
 
 async def test_under_strict_grants_a_call_outside_allowed_tools_ends_the_task() -> None:
-    box = AllowedToolsToolbox(tools(), allowed={"read"})
-    result, model = await run(
-        [Turn(tool_calls=[("double", {"n": 2})]), Turn(text="never")], box, strict=True
-    )
+    box = AllowedToolsToolbox(tools(strict=True), allowed={"read"}, strict=True)
+    result, model = await run([Turn(tool_calls=[("double", {"n": 2})]), Turn(text="never")], box)
     assert result.outcome is Outcome.AUTONOMY_VIOLATION
     assert "outside the task's allowed_tools" in result.detail
     assert len(model.requests) == 1
@@ -166,7 +165,7 @@ async def test_a_missing_grant_is_refused_and_under_strict_grants_ends_the_task(
     assert tool_results(model) == ["Error: Missing grant a:w"]
     [denied] = log_lines("grant_denied")
     assert (denied["reason"], denied["required_grant"]) == ("missing_grant", "a:w")
-    strict, _ = await run([Turn(tool_calls=[("admin", {"n": 1})])], tools(), strict=True)
+    strict, _ = await run([Turn(tool_calls=[("admin", {"n": 1})])], tools(strict=True))
     assert strict.outcome is Outcome.AUTONOMY_VIOLATION
 
 
@@ -280,9 +279,10 @@ def test_the_worker_caps_distinct_values_of_free_form_labels() -> None:
     assert len(values) <= 257 and "other" in values
 
 
-async def test_invalid_tasks_count_under_one_agent_and_type_label() -> None:
+async def test_invalid_tasks_count_under_one_agent_and_type_label(
+    redis: fakeredis.FakeRedis,
+) -> None:
     key = "hub-key-for-labels-0123"
-    redis = fakeredis.FakeRedis()
     metrics = JobMetrics()
     transport = httpx2.ASGITransport(app=create_app(api_key=key))
 

@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support.definitions import write_agent
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.operations import run_checks
 from worker.settings import Settings
@@ -194,15 +195,8 @@ def test_a_public_value_this_worker_cannot_run_is_one_line_of_check_saying_so(
     section, _, field = key.rpartition(".")
     (document[section] if section else document)[field] = value
     jsonschema.Draft202012Validator(public_schema).validate(document)  # the format allows it
-    folder = tmp_path / "agents" / "demo-agent"
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(document))
-    (folder / "system-prompt.md").write_text("You are the demo agent.")
-    skill = tmp_path / "skills" / "hub-etiquette"
-    skill.mkdir(parents=True)
-    (skill / "SKILL.md").write_text(
-        "---\nname: hub-etiquette\ndescription: Be kind\n---\nBe kind.\n"
-    )
+    document["capabilities"]["skills"] = []  # the demo's skill is not written here
+    write_agent(tmp_path, "demo-agent", document)
 
     done = subprocess.run(
         [AGENT_WORKER, "check", "--offline"],

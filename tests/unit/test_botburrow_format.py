@@ -14,19 +14,13 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from tests.support.definitions import write_agent
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.agents._definition import AgentDefinition
 from worker.enqueue import _SCRIPT_SOURCE, current_schemas, parse_task_input
 from worker.exceptions import AgentConfigError, InvalidTask
 from worker.operations._checks import main as check_main
 from worker.task import parse_task
-
-
-def write_agent(root: Path, name: str, config: str) -> None:
-    folder = root / "agents" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(config, encoding="utf-8")
-    (folder / "system-prompt.md").write_text("Hi.", encoding="utf-8")
 
 
 def load(root: Path, name: str, *, strict: bool = False) -> AgentDefinition:
@@ -153,9 +147,8 @@ def test_the_cli_input_takes_notification_type_and_names_a_bad_one() -> None:
     ]
 
 
-def test_a_non_python_hub_enqueues_it_through_the_lua_script() -> None:
+def test_a_non_python_hub_enqueues_it_through_the_lua_script(redis: fakeredis.FakeRedis) -> None:
     # What the README's section for other languages says to do, by hand: EVALSHA with the hash.
-    redis = fakeredis.FakeRedis()
     sha = redis.script_load(_SCRIPT_SOURCE)
     data = zlib.compress(json.dumps(["worker.jobs.run_task", None, [MENTION], {}]).encode())
     fields = {

@@ -53,9 +53,7 @@ def lines_of(stream: io.StringIO) -> list[dict[str, Any]]:
 
 
 def observe_one_of_each(executor_name: str | None) -> None:
-    observe = log_observer(
-        task_id="t-1", agent_id="agent-a", executor=executor_name, strict_grants=True
-    )
+    observe = log_observer(task_id="t-1", agent_id="agent-a", executor=executor_name)
     observe(
         LlmCalled(
             step=1,
@@ -68,7 +66,7 @@ def observe_one_of_each(executor_name: str | None) -> None:
         )
     )
     observe(ToolCalled(step=1, tool="hub__get_thread", server="hub", outcome="ok", duration_s=0.5))
-    observe(GrantDenied(step=1, tool="hub__create_post", required_grant="hub:write"))
+    observe(GrantDenied(step=1, tool="hub__create_post", required_grant="hub:write", strict=True))
 
 
 def test_native_lines_carry_the_fields_they_always_had(log_stream: io.StringIO) -> None:

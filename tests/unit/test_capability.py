@@ -113,8 +113,9 @@ def test_the_key_is_a_secret_the_worker_redacts(monkeypatch: pytest.MonkeyPatch)
     assert KEY not in repr(Settings())
 
 
-def test_a_resumed_task_gets_a_capability_that_ends_at_its_kept_deadline() -> None:
-    redis = fakeredis.FakeRedis()
+def test_a_resumed_task_gets_a_capability_that_ends_at_its_kept_deadline(
+    redis: fakeredis.FakeRedis,
+) -> None:
     # The first run fixed a deadline 5 s out; this re-run's agent allows 600 s.
     kept = fix_task_deadline(redis, "t-1", 5.0).epoch_s
     config = AgentConfig.model_validate(

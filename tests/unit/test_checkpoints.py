@@ -101,8 +101,9 @@ def test_version_1_records_read_as_the_same_entries() -> None:
     assert entry_from_json(VERSION_1[1].encode()) == TOOL  # Redis hands back bytes
 
 
-def test_a_journal_mixing_both_versions_replays_to_the_same_state() -> None:
-    redis = fakeredis.FakeRedis()
+def test_a_journal_mixing_both_versions_replays_to_the_same_state(
+    redis: fakeredis.FakeRedis,
+) -> None:
     key = redis_keys.checkpoint("t-1")
     # An upgrade mid-task: the old worker wrote the first two, the new one the rest.
     redis.rpush(key, VERSION_1[0], VERSION_1[1], entry_to_json(STEER), entry_to_json(CLOSING))
@@ -137,8 +138,7 @@ def test_a_record_that_is_no_entry_is_refused(garbage: str) -> None:
         entry_from_json(garbage)
 
 
-def test_a_corrupt_record_cuts_the_journal_there_and_is_logged() -> None:
-    redis = fakeredis.FakeRedis()
+def test_a_corrupt_record_cuts_the_journal_there_and_is_logged(redis: fakeredis.FakeRedis) -> None:
     key = redis_keys.checkpoint("t-1")
     redis.rpush(key, VERSION_1[0], entry_to_json(TOOL), "{garbage", entry_to_json(STEER))
     stream = io.StringIO()
@@ -152,8 +152,7 @@ def test_a_corrupt_record_cuts_the_journal_there_and_is_logged() -> None:
     assert (line["event"], line["task"], line["position"]) == ("checkpoint_corrupt", "t-1", 2)
 
 
-def test_appended_entries_are_stored_in_the_current_version() -> None:
-    redis = fakeredis.FakeRedis()
+def test_appended_entries_are_stored_in_the_current_version(redis: fakeredis.FakeRedis) -> None:
     journal = RedisJournal(redis, "t-1")
     for entry in ENTRIES:
         journal.append(entry)

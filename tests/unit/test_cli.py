@@ -47,13 +47,6 @@ TASK = {"task_id": "t-1", "type": "exploration", "agent_id": "demo-agent"}
 
 
 @pytest.fixture
-def redis() -> Iterator[fakeredis.FakeRedis]:
-    client = fakeredis.FakeRedis()
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def clean_redis_url() -> Iterator[None]:
     before = os.environ.get("REDIS_URL")
     yield

@@ -11,20 +11,13 @@ from pathlib import Path
 import fakeredis
 import pytest
 
+from tests.support.definitions import write_agent
 from worker.agents import AgentStore
 from worker.operations import CheckReport, Severity, check_at_start, run_checks
 from worker.operations._checks import main
 from worker.settings import Settings
 
 DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
-
-
-def write_agent(root: Path, name: str, config: str, *, prompt: bool = True) -> None:
-    folder = root / "agents" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(config, encoding="utf-8")
-    if prompt:
-        (folder / "system-prompt.md").write_text(f"You are {name}.", encoding="utf-8")
 
 
 def good_config(name: str, extra: str = "") -> str:
@@ -78,7 +71,7 @@ def test_broken_definitions_name_file_and_field_and_only_concern_their_agent(
         "hot-agent",
         "name: hot-agent\nbrain: {provider: openai, model: m, temperature: 9}\n",
     )
-    write_agent(tmp_path, "mute-agent", good_config("mute-agent"), prompt=False)
+    write_agent(tmp_path, "mute-agent", good_config("mute-agent"), prompt=None)
     write_agent(tmp_path, "typo-agent", good_config("typo-agent", "behaviour: {}\n"))
     report = offline(agents_dir=str(tmp_path))
     errors = {p.agent: p.line() for p in report.errors}
@@ -196,10 +189,9 @@ def test_check_at_start_stops_on_fleet_errors_only(
 
 
 def test_a_definition_warning_is_logged_once_at_start_not_again_by_the_first_task(
-    tmp_path: Path, log_stream: io.StringIO
+    tmp_path: Path, log_stream: io.StringIO, redis: fakeredis.FakeRedis
 ) -> None:
     write_agent(tmp_path, "typo-agent", good_config("typo-agent", "behaviour: {}\n"))
-    redis = fakeredis.FakeRedis()
     config = Settings(agents_dir=str(tmp_path), hub_url="http://127.0.0.1:9")
 
     check_at_start(config, timeout_s=0.5, agent_cache=redis)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+import fakeredis
 import pytest
 
 from tests.unit.test_jobs import Harness
@@ -57,8 +58,10 @@ async def budget_endpoint_down(harness: Harness) -> None:
 
 
 @pytest.mark.anyio
-async def test_unreachable_budget_runs_the_task_by_default_and_counts_it() -> None:
-    h = Harness([Turn(text="Explored.")])
+async def test_unreachable_budget_runs_the_task_by_default_and_counts_it(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="Explored.")], redis=redis)
     await budget_endpoint_down(h)
     verdict = await h.run({"task_id": "b-1", "type": "exploration", "agent_id": "demo-agent"})
     assert verdict.report.outcome is Outcome.COMPLETED
@@ -69,8 +72,9 @@ async def test_unreachable_budget_runs_the_task_by_default_and_counts_it() -> No
 @pytest.mark.anyio
 async def test_budget_unreachable_refuse_requeues_before_any_llm_call(
     log_stream: io.StringIO,
+    redis: fakeredis.FakeRedis,
 ) -> None:
-    h = Harness([Turn(text="never")])
+    h = Harness([Turn(text="never")], redis=redis)
     h.settings = h.settings.model_copy(update={"budget_unreachable": "refuse"})
     await budget_endpoint_down(h)
     verdict = await h.run({"task_id": "b-2", "type": "exploration", "agent_id": "demo-agent"})

@@ -17,6 +17,7 @@ from rq.queue import Queue
 from rq.registry import StartedJobRegistry
 from rq.timeouts import JobTimeoutException, TimerDeathPenalty, UnixSignalDeathPenalty
 
+from tests.support.fake_redis import FakeRedisClients
 from tests.support.workers import TEST_CONCURRENCY_VARIABLE, with_test_concurrency
 from worker.coordination import (
     LeaseLost,
@@ -32,11 +33,6 @@ from worker.coordination import (
 from worker.daemon import AgentWorker
 from worker.daemon._concurrent import InFlightJob, JobThreadDeathPenalty
 from worker.redis_io import keys as redis_keys
-
-
-@pytest.fixture
-def redis() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis()
 
 
 def test_a_forked_job_process_holds_leases_as_host_and_pid() -> None:
@@ -109,8 +105,8 @@ async def test_a_forked_job_process_still_stops_when_its_worker_is_gone(
         await control.poll()
 
 
-def test_rqs_timeout_reaches_a_job_thread_through_a_timer() -> None:
-    worker = AgentWorker(["agents"], connection=fakeredis.FakeRedis())
+def test_rqs_timeout_reaches_a_job_thread_through_a_timer(fake_redis: FakeRedisClients) -> None:
+    worker = AgentWorker(["agents"], connection=fake_redis())
     seen: list[type] = []
     outcome: list[str] = []
 
@@ -135,9 +131,11 @@ def test_rqs_timeout_reaches_a_job_thread_through_a_timer() -> None:
     assert outcome == ["Task exceeded maximum timeout value (1 seconds)"]
 
 
-def test_a_new_worker_runs_one_job_at_a_time_until_it_reads_its_settings() -> None:
+def test_a_new_worker_runs_one_job_at_a_time_until_it_reads_its_settings(
+    fake_redis: FakeRedisClients,
+) -> None:
     # `rq info` and Worker.all() build the class: no settings read, nothing started.
-    worker = AgentWorker(["agents"], connection=fakeredis.FakeRedis())
+    worker = AgentWorker(["agents"], connection=fake_redis())
     assert worker.concurrency == 1 and not worker.concurrent
     started = [t.name for t in threading.enumerate() if t.name.startswith(("job ", "heartbeats"))]
     assert started == []
@@ -180,8 +178,8 @@ def test_a_forked_job_process_lease_is_never_taken_over(redis: fakeredis.FakeRed
     assert rerun.holder() == lease_holder(4242)
 
 
-def test_rqs_stop_job_cancels_a_task_running_in_a_job_thread() -> None:
-    connection = fakeredis.FakeRedis()
+def test_rqs_stop_job_cancels_a_task_running_in_a_job_thread(fake_redis: FakeRedisClients) -> None:
+    connection = fake_redis()
     worker = AgentWorker(["agents"], connection=connection)
     worker.concurrency = 4
     job = Job.create("worker.jobs.run_task", args=[{}], id="t-1", connection=connection)

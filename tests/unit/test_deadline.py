@@ -59,8 +59,7 @@ async def run_loop(
 # --- the deadline in Redis -------------------------------------------------------------------
 
 
-def test_the_first_start_fixes_the_deadline_and_re_runs_keep_it() -> None:
-    redis = fakeredis.FakeRedis()
+def test_the_first_start_fixes_the_deadline_and_re_runs_keep_it(redis: fakeredis.FakeRedis) -> None:
     first = fix_task_deadline(redis, "t-1", 60, clock=lambda: 1000.0)
     assert first.first_start and first.epoch_s == 1060.0
     again = fix_task_deadline(redis, "t-1", 60, clock=lambda: 1050.0)  # a re-run 50 s later
@@ -68,16 +67,16 @@ def test_the_first_start_fixes_the_deadline_and_re_runs_keep_it() -> None:
     assert 0 < redis.ttl(redis_keys.task_deadline("t-1")) <= 60 + 86_400
 
 
-def test_a_re_run_can_tighten_the_deadline_never_extend_it() -> None:
-    redis = fakeredis.FakeRedis()
+def test_a_re_run_can_tighten_the_deadline_never_extend_it(redis: fakeredis.FakeRedis) -> None:
     fix_task_deadline(redis, "t-1", 300, clock=lambda: 1000.0)
     tightened = fix_task_deadline(redis, "t-1", 10, clock=lambda: 1100.0)
     assert tightened.epoch_s == 1110.0
     assert fix_task_deadline(redis, "t-1", 900, clock=lambda: 1100.0).epoch_s == 1300.0
 
 
-def test_a_damaged_deadline_counts_from_now_and_a_forgotten_one_starts_afresh() -> None:
-    redis = fakeredis.FakeRedis()
+def test_a_damaged_deadline_counts_from_now_and_a_forgotten_one_starts_afresh(
+    redis: fakeredis.FakeRedis,
+) -> None:
     redis.set(redis_keys.task_deadline("t-1"), "soon")
     assert fix_task_deadline(redis, "t-1", 30, clock=lambda: 500.0).epoch_s == 530.0
     forget_task_deadline(redis, "t-1")
@@ -94,8 +93,9 @@ def exploration(**constraints: Any) -> Task:
     return parse_task(raw)
 
 
-def test_rq_timeout_never_takes_a_tasks_looser_value_over_the_agents() -> None:
-    redis = fakeredis.FakeRedis()
+def test_rq_timeout_never_takes_a_tasks_looser_value_over_the_agents(
+    redis: fakeredis.FakeRedis,
+) -> None:
     agents = AgentStore(str(DEMO_AGENTS), redis=redis)  # demo-agent: max_duration_s 120
     assert (
         run_timeout_s(redis, exploration(max_duration_s=86_400), grace_s=60, agents=agents) == 180
@@ -104,22 +104,21 @@ def test_rq_timeout_never_takes_a_tasks_looser_value_over_the_agents() -> None:
     assert run_timeout_s(redis, exploration(), grace_s=60, agents=agents) == 180
 
 
-def test_rq_timeout_never_waits_on_an_http_source() -> None:
-    redis = fakeredis.FakeRedis()
+def test_rq_timeout_never_waits_on_an_http_source(redis: fakeredis.FakeRedis) -> None:
     remote = AgentStore("http://127.0.0.1:9/definitions", redis=redis)  # nothing listens
     task = exploration(max_duration_s=86_400)
     # Not cached: the job process alone holds the task to the agent's limit.
     assert run_timeout_s(redis, task, grace_s=60, agents=remote) == 86_460
 
 
-def test_rq_timeout_without_the_agent_uses_the_task_or_the_default() -> None:
-    redis = fakeredis.FakeRedis()
+def test_rq_timeout_without_the_agent_uses_the_task_or_the_default(
+    redis: fakeredis.FakeRedis,
+) -> None:
     assert run_timeout_s(redis, exploration(max_duration_s=100), grace_s=60) == 160
     assert run_timeout_s(redis, exploration(), grace_s=60) == 360
 
 
-def test_rq_timeout_of_a_re_run_is_what_is_left_of_its_deadline() -> None:
-    redis = fakeredis.FakeRedis()
+def test_rq_timeout_of_a_re_run_is_what_is_left_of_its_deadline(redis: fakeredis.FakeRedis) -> None:
     fix_task_deadline(redis, "t-1", 300, clock=lambda: 1000.0)
     task = exploration(max_duration_s=300)
     assert run_timeout_s(redis, task, grace_s=60, now=1250.0) == 110
@@ -207,8 +206,10 @@ async def test_every_tool_call_context_carries_the_tasks_deadline() -> None:
 # --- the job: re-runs continue against the first run's deadline ------------------------------
 
 
-async def test_a_re_run_continues_against_the_deadline_the_first_run_fixed() -> None:
-    h = Harness([Turn(text="Answer.")])
+async def test_a_re_run_continues_against_the_deadline_the_first_run_fixed(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="Answer.")], redis=redis)
     post_id = await h.seed_post()
     h.redis.set(redis_keys.task_deadline("t-1"), repr(time.time() + 20))  # an earlier run's
     verdict = await h.run(notification(post_id))
@@ -218,8 +219,10 @@ async def test_a_re_run_continues_against_the_deadline_the_first_run_fixed() -> 
     assert read_task_deadline(h.redis, "t-1") is None  # ended for good: forgotten
 
 
-async def test_a_re_run_after_the_deadline_ends_deadline_keeping_earlier_usage() -> None:
-    h = Harness([Turn(text="never asked")])
+async def test_a_re_run_after_the_deadline_ends_deadline_keeping_earlier_usage(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="never asked")], redis=redis)
     post_id = await h.seed_post()
     h.redis.set(redis_keys.task_deadline("t-1"), repr(time.time() - 5))
     RedisJournal(h.redis, "t-1").append(
@@ -242,9 +245,11 @@ async def test_a_re_run_after_the_deadline_ends_deadline_keeping_earlier_usage()
     assert consumption["outcome"] == "deadline" and consumption["tokens_input"] == 300
 
 
-async def test_a_requeue_that_would_land_past_the_deadline_ends_deadline() -> None:
+async def test_a_requeue_that_would_land_past_the_deadline_ends_deadline(
+    redis: fakeredis.FakeRedis,
+) -> None:
     unavailable = ModelUnavailable("503 x5", provider="openai", model="m", retry_after_s=7)
-    h = Harness([Turn(error=unavailable)])
+    h = Harness([Turn(error=unavailable)], redis=redis)
     post_id = await h.seed_post()
     # The first requeue waits 30 s; the task has 20 s in all.
     verdict = await h.run(notification(post_id, constraints={"max_duration_s": 20}))
@@ -254,9 +259,11 @@ async def test_a_requeue_that_would_land_past_the_deadline_ends_deadline() -> No
     assert read_task_deadline(h.redis, "t-1") is None
 
 
-async def test_a_requeue_within_the_deadline_keeps_the_deadline_for_the_next_run() -> None:
+async def test_a_requeue_within_the_deadline_keeps_the_deadline_for_the_next_run(
+    redis: fakeredis.FakeRedis,
+) -> None:
     unavailable = ModelUnavailable("503 x5", provider="openai", model="m")
-    h = Harness([Turn(error=unavailable)])
+    h = Harness([Turn(error=unavailable)], redis=redis)
     post_id = await h.seed_post()
     verdict = await h.run(notification(post_id))  # the demo agent has 120 s
     assert verdict.report.outcome is Outcome.REQUEUED
@@ -277,8 +284,10 @@ class RecordingTransport(httpx2.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-async def test_hub_calls_before_the_loop_get_the_time_left_as_their_timeout() -> None:
-    h = Harness([Turn(text="Answer.")])
+async def test_hub_calls_before_the_loop_get_the_time_left_as_their_timeout(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="Answer.")], redis=redis)
     post_id = await h.seed_post()
     recording = RecordingTransport(httpx2.ASGITransport(app=h.app))
     h.hub = lambda: HubClient("http://devhub", HUB_KEY, transport=recording)  # type: ignore[method-assign]

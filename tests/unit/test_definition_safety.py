@@ -16,6 +16,8 @@ import pytest
 
 import worker.models._factory as factory
 from hub_client import AgentSummary
+from tests.support.definitions import write_agent
+from tests.support.fake_redis import FakeRedisClients
 from worker.agents import AgentConfig, AgentDefinition, AgentStore, DefinitionPolicy
 from worker.agents._sources import MAX_FILE_BYTES
 from worker.exceptions import AgentConfigError, ConfigurationError
@@ -26,14 +28,6 @@ from worker.settings import Settings, load_settings
 
 CONFIG = "name: {name}\nbrain: {{provider: openai, model: gpt-4o-mini}}\n"
 CANARY = "canary-4b1d9e"
-
-
-def write_agent(root: Path, name: str, config: str | None = None, prompt: str = "Hi.") -> Path:
-    folder = root / "agents" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(config or CONFIG.format(name=name), encoding="utf-8")
-    (folder / "system-prompt.md").write_text(prompt, encoding="utf-8")
-    return folder
 
 
 def load_error(root: Path | str, agent_id: str, policy: DefinitionPolicy | None = None) -> str:
@@ -335,7 +329,7 @@ def test_skill_front_matter_is_bounded_too(tmp_path: Path) -> None:
 
 
 def test_cache_entry_over_the_size_bound_is_not_stored(
-    tmp_path: Path, log_stream: io.StringIO
+    tmp_path: Path, log_stream: io.StringIO, redis: fakeredis.FakeRedis
 ) -> None:
     write_agent(tmp_path, "big-agent", prompt="é" * 500_000)  # 1 MB of UTF-8
     skill_names = [f"s{n}" for n in range(3)]
@@ -346,7 +340,6 @@ def test_cache_entry_over_the_size_bound_is_not_stored(
         (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: d\n---\n{body}\n")
     config = CONFIG.format(name="big-agent") + f"capabilities: {{skills: {skill_names}}}\n"
     (tmp_path / "agents" / "big-agent" / "config.yaml").write_text(config)
-    redis = fakeredis.FakeRedis()
     store = AgentStore(str(tmp_path), redis=redis, ttl_s=300, policy=DefinitionPolicy())
 
     assert len(store.load("big-agent").skills) == 3
@@ -392,10 +385,9 @@ def test_unknown_key_warns_with_its_path_and_a_suggestion(
 
 
 def test_warnings_are_logged_once_per_read_and_survive_the_cache(
-    tmp_path: Path, log_stream: io.StringIO
+    tmp_path: Path, log_stream: io.StringIO, redis: fakeredis.FakeRedis
 ) -> None:
     write_agent(tmp_path, "typo-agent", CONFIG.format(name="typo-agent") + "behaviour: {}\n")
-    redis = fakeredis.FakeRedis()
     first = AgentStore(str(tmp_path), redis=redis, policy=DefinitionPolicy())
     second = AgentStore(str(tmp_path), redis=redis, policy=DefinitionPolicy())
 
@@ -662,11 +654,12 @@ def test_bad_provider_base_urls_name_the_variable(
     assert "pw" not in caught.value.message
 
 
-def test_cached_definition_is_not_used_under_other_rules(tmp_path: Path) -> None:
+def test_cached_definition_is_not_used_under_other_rules(
+    tmp_path: Path, redis: fakeredis.FakeRedis
+) -> None:
     brain_agent(
         tmp_path, f"{{provider: openai, model: m, api_base: '{LOCAL_LLM}', api_key_env: K}}"
     )
-    redis = fakeredis.FakeRedis()
     lenient = allowing(provider_base_urls=[LOCAL_LLM], agent_key_envs=["K"])
     AgentStore(str(tmp_path), redis=redis, policy=lenient).load("brainy-agent")
 
@@ -699,8 +692,8 @@ def definition(brain: dict[str, Any]) -> AgentDefinition:
     return AgentDefinition(config=config, system_prompt="Hi.")
 
 
-async def call_once(agent: AgentDefinition, config: Settings) -> None:
-    model = make_model(agent, config, fakeredis.FakeRedis())
+async def call_once(agent: AgentDefinition, config: Settings, redis: fakeredis.FakeRedis) -> None:
+    model = make_model(agent, config, redis)
     request = ModelRequest(system="s", messages=[Message(role="user", content="hi")])
     with pytest.raises(Exception):  # noqa: B017 - the 401; what was sent is the point
         await model.complete(request)
@@ -708,7 +701,7 @@ async def call_once(agent: AgentDefinition, config: Settings) -> None:
 
 @pytest.mark.anyio
 async def test_agent_endpoint_gets_the_agent_key_never_the_workers(
-    monkeypatch: pytest.MonkeyPatch, wire: list[httpx2.Request]
+    monkeypatch: pytest.MonkeyPatch, wire: list[httpx2.Request], redis: fakeredis.FakeRedis
 ) -> None:
     monkeypatch.setenv("LOCAL_LLM_KEY", AGENT_KEY)
     config = isolated_settings(
@@ -720,7 +713,7 @@ async def test_agent_endpoint_gets_the_agent_key_never_the_workers(
         {"provider": "openai", "model": "m", "api_base": LOCAL_LLM, "api_key_env": "LOCAL_LLM_KEY"}
     )
 
-    await call_once(agent, config)
+    await call_once(agent, config, redis)
 
     assert wire, "the model sent nothing"
     assert {str(request.url.host) for request in wire} == {"llm.internal"}
@@ -728,10 +721,12 @@ async def test_agent_endpoint_gets_the_agent_key_never_the_workers(
 
 
 @pytest.mark.anyio
-async def test_operator_endpoint_gets_the_worker_key(wire: list[httpx2.Request]) -> None:
+async def test_operator_endpoint_gets_the_worker_key(
+    wire: list[httpx2.Request], redis: fakeredis.FakeRedis
+) -> None:
     config = isolated_settings(openai_api_key=WORKER_KEY, openai_base_url=LOCAL_LLM)
 
-    await call_once(definition({"provider": "openai", "model": "m"}), config)
+    await call_once(definition({"provider": "openai", "model": "m"}), config, redis)
 
     assert {request.headers["authorization"] for request in wire} == {f"Bearer {WORKER_KEY}"}
     assert {str(request.url.host) for request in wire} == {"llm.internal"}
@@ -740,7 +735,7 @@ async def test_operator_endpoint_gets_the_worker_key(wire: list[httpx2.Request])
 @pytest.mark.anyio
 @pytest.mark.parametrize("operator_base_url", [None, LOCAL_LLM])
 async def test_the_public_endpoint_with_the_providers_key_goes_to_the_operators_endpoint(
-    wire: list[httpx2.Request], operator_base_url: str | None
+    wire: list[httpx2.Request], operator_base_url: str | None, redis: fakeredis.FakeRedis
 ) -> None:
     # OPENAI_BASE_URL, when set, stands in for the public endpoint the definition names.
     config = isolated_settings(openai_api_key=WORKER_KEY, openai_base_url=operator_base_url)
@@ -753,7 +748,7 @@ async def test_the_public_endpoint_with_the_providers_key_goes_to_the_operators_
         }
     )
 
-    await call_once(agent, config)
+    await call_once(agent, config, redis)
 
     expected_host = "llm.internal" if operator_base_url else "api.openai.com"
     assert {str(request.url.host) for request in wire} == {expected_host}
@@ -762,7 +757,10 @@ async def test_the_public_endpoint_with_the_providers_key_goes_to_the_operators_
 
 @pytest.mark.anyio
 async def test_an_allow_listed_endpoint_never_gets_the_operators_key(
-    monkeypatch: pytest.MonkeyPatch, wire: list[httpx2.Request]
+    monkeypatch: pytest.MonkeyPatch,
+    wire: list[httpx2.Request],
+    fake_redis: FakeRedisClients,
+    redis: fakeredis.FakeRedis,
 ) -> None:
     # Its own key only, whatever the operator's key variables hold.
     monkeypatch.setenv("LOCAL_LLM_KEY", AGENT_KEY)
@@ -774,15 +772,15 @@ async def test_an_allow_listed_endpoint_never_gets_the_operators_key(
         agent_key_envs=["LOCAL_LLM_KEY"],
     )
     listed = {"provider": "openai", "model": "m", "api_base": LOCAL_LLM}
-    await call_once(definition({**listed, "api_key_env": "LOCAL_LLM_KEY"}), config)
+    await call_once(definition({**listed, "api_key_env": "LOCAL_LLM_KEY"}), config, redis)
     with pytest.raises(AgentConfigError, match="OPENAI_API_KEY is the worker's own secret"):
         make_model(
             definition({**listed, "api_key_env": "OPENAI_API_KEY"}),
             config,
-            fakeredis.FakeRedis(),
+            fake_redis(),
         )
     with pytest.raises(AgentConfigError, match=r"needs brain\.api_key_env"):
-        make_model(definition(listed), config, fakeredis.FakeRedis())
+        make_model(definition(listed), config, fake_redis())
 
     assert {request.headers["authorization"] for request in wire} == {f"Bearer {AGENT_KEY}"}
 
@@ -790,13 +788,14 @@ async def test_an_allow_listed_endpoint_never_gets_the_operators_key(
 @pytest.mark.anyio
 async def test_an_anthropic_agent_on_its_own_endpoint_never_gets_the_openai_key(
     wire: list[httpx2.Request],
+    redis: fakeredis.FakeRedis,
 ) -> None:
     config = isolated_settings(openai_api_key=WORKER_KEY, anthropic_api_key="sk-ant-worker")
     agent = definition(
         {"provider": "anthropic", "model": "m", "api_base": "https://api.anthropic.com"}
     )
 
-    await call_once(agent, config)
+    await call_once(agent, config, redis)
 
     assert {str(request.url.host) for request in wire} == {"api.anthropic.com"}
     assert {request.headers["authorization"] for request in wire} == {"Bearer sk-ant-worker"}
@@ -805,6 +804,7 @@ async def test_an_anthropic_agent_on_its_own_endpoint_never_gets_the_openai_key(
 
 def test_make_model_refuses_a_definition_that_skipped_the_load_check(
     wire: list[httpx2.Request],
+    fake_redis: FakeRedisClients,
 ) -> None:
     # A definition built without the store (or cached under older rules).
     config = isolated_settings(openai_api_key=WORKER_KEY)
@@ -813,7 +813,7 @@ def test_make_model_refuses_a_definition_that_skipped_the_load_check(
         make_model(
             definition({"provider": "openai", "model": "m", "api_base": EVIL}),
             config,
-            fakeredis.FakeRedis(),
+            fake_redis(),
         )
     assert wire == []
 
@@ -834,6 +834,7 @@ def test_factory_never_pairs_the_worker_key_with_another_endpoint() -> None:
 
 def test_agent_key_variable_holding_a_copy_of_a_worker_secret_is_refused(
     monkeypatch: pytest.MonkeyPatch,
+    fake_redis: FakeRedisClients,
 ) -> None:
     monkeypatch.setenv("LOCAL_LLM_KEY", "canary-hub-key")
     config = isolated_settings(
@@ -847,7 +848,7 @@ def test_agent_key_variable_holding_a_copy_of_a_worker_secret_is_refused(
     )
 
     with pytest.raises(AgentConfigError) as caught:
-        make_model(agent, config, fakeredis.FakeRedis())
+        make_model(agent, config, fake_redis())
 
     assert "is one of the worker's own secrets" in caught.value.message
     assert "canary-hub-key" not in caught.value.message
@@ -905,7 +906,7 @@ class StoreWithABug(AgentStore):
 
 
 def test_scheduler_skips_each_hostile_definition_and_explores_the_rest(
-    tmp_path: Path, log_stream: io.StringIO
+    tmp_path: Path, log_stream: io.StringIO, redis: fakeredis.FakeRedis
 ) -> None:
     explorer = CONFIG + "behavior: {{discovery: {{enabled: true}}}}\n"
     write_agent(tmp_path, "good-agent", explorer.format(name="good-agent"))
@@ -916,7 +917,6 @@ def test_scheduler_skips_each_hostile_definition_and_explores_the_rest(
     os.mkfifo(fifo_folder / "system-prompt.md")
     write_agent(tmp_path, "buggy-agent")
     write_agent(tmp_path, "later-agent", explorer.format(name="later-agent"))
-    redis = fakeredis.FakeRedis()
     store = StoreWithABug(str(tmp_path), redis=redis, ttl_s=0, policy=DefinitionPolicy())
     hub = StaleHub(
         "deep-agent", "good-agent", "bomb-agent", "fifo-agent", "buggy-agent", "later-agent"

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import fakeredis
 import pytest
 
 from tests.unit.test_jobs import Harness, notification
@@ -35,8 +36,8 @@ MCP_CONFIG = """servers:
 class HubHarness(Harness):
     """The demo agent with two hub tools that act on the in-process devhub."""
 
-    def __init__(self, tmp_path: Path) -> None:
-        super().__init__([])
+    def __init__(self, tmp_path: Path, *, redis: fakeredis.FakeRedis) -> None:
+        super().__init__([], redis=redis)
         config = tmp_path / "mcp.yaml"
         config.write_text(MCP_CONFIG)
         self.settings = Settings(
@@ -71,8 +72,10 @@ def error_posts(state: dict[str, Any]) -> list[dict[str, Any]]:
     return [post for post in state["posts"] if post["community"] == "m/agent-errors"]
 
 
-async def test_a_reply_posted_through_a_tool_completes_the_task_once(tmp_path: Path) -> None:
-    h = HubHarness(tmp_path)
+async def test_a_reply_posted_through_a_tool_completes_the_task_once(
+    tmp_path: Path, redis: fakeredis.FakeRedis
+) -> None:
+    h = HubHarness(tmp_path, redis=redis)
     post_id = await h.seed_post()
     call = ("hub__create_comment", {"post_id": post_id, "content": REPLY})
     h.script([Turn(tool_calls=[call]), Turn(tool_calls=[call])])  # the second: the closing turn
@@ -89,8 +92,9 @@ async def test_a_reply_posted_through_a_tool_completes_the_task_once(tmp_path: P
 
 async def test_an_exploration_repeating_its_feed_read_closes_with_an_answer(
     tmp_path: Path,
+    redis: fakeredis.FakeRedis,
 ) -> None:
-    h = HubHarness(tmp_path)
+    h = HubHarness(tmp_path, redis=redis)
     read = ("hub__get_feed", {"limit": 5})
     summary = "Nothing in the feed needs me today; one question about scaling is answered."
     h.script([*(Turn(tool_calls=[read]) for _ in range(4)), Turn(text=summary)])

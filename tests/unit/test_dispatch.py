@@ -87,7 +87,6 @@ async def test_each_way_a_call_ends_is_its_outcome_in_record_event_and_log(
             agent_id="agent-a",
             # The per-call log line comes from the run's log observer, as in the loop.
             events=EventBus([events.append, log_observer(task_id="t-1", agent_id="agent-a")]),
-            strict_grants=False,
             max_output_chars=1000,
             can_execute_tool=lambda tool, _: "not today" if tool == "vetoed" else None,
         )

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import fakeredis
 import pytest
 
 from hub_client import BudgetHealth, HubUnavailable, Post
+from tests.support.definitions import write_agent
 from tests.unit.test_jobs import Harness, notification
 from worker.agents import AgentDefinition, AgentStore
 from worker.exceptions import ConfigurationError
@@ -79,8 +81,8 @@ async def run_with(
         return await execute_task(task, runtime)
 
 
-async def test_the_toolbox_opens_while_the_hub_is_read() -> None:
-    harness = Harness([Turn(text="Scale out with more workers.")])
+async def test_the_toolbox_opens_while_the_hub_is_read(redis: fakeredis.FakeRedis) -> None:
+    harness = Harness([Turn(text="Scale out with more workers.")], redis=redis)
     post_id = await harness.seed_post()
     probe = ToolboxProbe(harness)
 
@@ -90,8 +92,10 @@ async def test_the_toolbox_opens_while_the_hub_is_read() -> None:
     assert probe.opened and probe.closed
 
 
-async def test_an_unhealthy_budget_closes_the_toolbox_opened_early() -> None:
-    harness = Harness([Turn(text="never")])
+async def test_an_unhealthy_budget_closes_the_toolbox_opened_early(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    harness = Harness([Turn(text="never")], redis=redis)
     await harness.dev("budget", {"agent_id": "demo-agent", "healthy": False})
     probe = ToolboxProbe(harness)
 
@@ -104,8 +108,8 @@ async def test_an_unhealthy_budget_closes_the_toolbox_opened_early() -> None:
     assert probe.closed
 
 
-async def test_a_requeued_task_closes_the_toolbox_opened_early() -> None:
-    harness = Harness([Turn(text="never")])
+async def test_a_requeued_task_closes_the_toolbox_opened_early(redis: fakeredis.FakeRedis) -> None:
+    harness = Harness([Turn(text="never")], redis=redis)
     post_id = await harness.seed_post()
     probe = ToolboxProbe(harness)
 
@@ -116,8 +120,10 @@ async def test_a_requeued_task_closes_the_toolbox_opened_early() -> None:
     assert probe.closed
 
 
-async def test_a_task_that_ends_first_cancels_a_toolbox_still_opening() -> None:
-    harness = Harness([Turn(text="never")])
+async def test_a_task_that_ends_first_cancels_a_toolbox_still_opening(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    harness = Harness([Turn(text="never")], redis=redis)
     await harness.dev("budget", {"agent_id": "demo-agent", "healthy": False})
     probe = ToolboxProbe(harness)
     probe.may_open = anyio.Event()  # the servers never answer
@@ -131,8 +137,10 @@ async def test_a_task_that_ends_first_cancels_a_toolbox_still_opening() -> None:
     assert probe.opening.is_set() and probe.closed and not probe.opened
 
 
-async def test_a_toolbox_that_fails_to_open_fails_the_task_as_the_executor_would() -> None:
-    harness = Harness([Turn(text="never")])
+async def test_a_toolbox_that_fails_to_open_fails_the_task_as_the_executor_would(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    harness = Harness([Turn(text="never")], redis=redis)
     post_id = await harness.seed_post()
     probe = ToolboxProbe(harness, fail=ConfigurationError("MCP_CONFIG: server 'kit' is broken"))
 
@@ -143,16 +151,17 @@ async def test_a_toolbox_that_fails_to_open_fails_the_task_as_the_executor_would
     assert harness.model.requests == []
 
 
-async def test_a_cli_agent_never_opens_the_workers_toolbox(tmp_path: Path) -> None:
-    agent_dir = tmp_path / "agents" / "cli-agent"
-    agent_dir.mkdir(parents=True)
-    (agent_dir / "config.yaml").write_text(
+async def test_a_cli_agent_never_opens_the_workers_toolbox(
+    tmp_path: Path, redis: fakeredis.FakeRedis
+) -> None:
+    write_agent(
+        tmp_path,
+        "cli-agent",
         "name: cli-agent\ntype: claude-code\n"
         "brain: {provider: anthropic, model: claude-sonnet-4-5}\n"
-        "behavior: {discovery: {enabled: true}}\n"
+        "behavior: {discovery: {enabled: true}}\n",
     )
-    (agent_dir / "system-prompt.md").write_text("You are terse.")
-    harness = Harness([])
+    harness = Harness([], redis=redis)
     probe = ToolboxProbe(harness)
     async with harness.hub() as hub:
         runtime = harness.runtime(hub)

@@ -17,6 +17,7 @@ from rq.registry import FinishedJobRegistry, ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 from rq.utils import utcparse
 
+from tests.support.fake_redis import FakeRedisClients
 from worker.enqueue import (
     JOB_FUNCTION,
     REPORT_SCHEMA_FILE,
@@ -42,11 +43,6 @@ NOTIFICATION = {
 TIMESTAMP_FIELDS = {b"created_at", b"enqueued_at"}
 
 
-@pytest.fixture
-def redis() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis()
-
-
 def task(**changes: Any) -> dict[str, Any]:
     return {**NOTIFICATION, **changes}
 
@@ -58,9 +54,8 @@ def job_call(redis: fakeredis.FakeRedis, job_id: str) -> list[Any]:
     return call
 
 
-def rq_written_hash(**enqueue_kwargs: Any) -> dict[Any, Any]:
-    """What rq 3.0 itself writes for the same job, for comparison."""
-    rq_redis = fakeredis.FakeRedis()
+def rq_written_hash(rq_redis: fakeredis.FakeRedis, **enqueue_kwargs: Any) -> dict[Any, Any]:
+    """What rq 3.0 itself writes for the same job (on another Redis), for comparison."""
     queue = Queue("agents", connection=rq_redis, serializer=JSONSerializer)
     wire = parse_task(NOTIFICATION).model_dump(mode="json", exclude_none=True)
     delay = enqueue_kwargs.pop("delay", None)
@@ -80,12 +75,14 @@ def rq_written_hash(**enqueue_kwargs: Any) -> dict[Any, Any]:
     return fields
 
 
-def test_job_hash_is_the_one_rq_writes_for_a_json_job(redis: fakeredis.FakeRedis) -> None:
+def test_job_hash_is_the_one_rq_writes_for_a_json_job(
+    redis: fakeredis.FakeRedis, fake_redis: FakeRedisClients
+) -> None:
     result = enqueue_task(redis, NOTIFICATION)
 
     assert (result.task_id, result.enqueued, result.status) == ("t-8c1f", True, "enqueued")
     ours: dict[Any, Any] = redis.hgetall("rq:job:t-8c1f")
-    theirs = rq_written_hash()
+    theirs = rq_written_hash(fake_redis())
     assert set(ours) == set(theirs)
     for field in set(ours) - TIMESTAMP_FIELDS:
         assert ours[field] == theirs[field], field
@@ -109,13 +106,15 @@ def test_rq_reads_back_the_job_with_the_json_serializer(redis: fakeredis.FakeRed
     assert job.origin == "agents"
 
 
-def test_delayed_high_priority_job_matches_rq_enqueue_in(redis: fakeredis.FakeRedis) -> None:
+def test_delayed_high_priority_job_matches_rq_enqueue_in(
+    redis: fakeredis.FakeRedis, fake_redis: FakeRedisClients
+) -> None:
     before = time.time()
     result = enqueue_task(redis, task(priority="high"), delay_s=30)
 
     assert (result.enqueued, result.status) == (True, "scheduled")
     ours: dict[Any, Any] = redis.hgetall("rq:job:t-8c1f")
-    theirs = rq_written_hash(delay=timedelta(seconds=30), at_front=True)
+    theirs = rq_written_hash(fake_redis(), delay=timedelta(seconds=30), at_front=True)
     assert set(ours) == set(theirs)
     for field in set(ours) - TIMESTAMP_FIELDS:
         if field != b"data":  # the task differs by its priority field only

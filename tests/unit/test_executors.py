@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.support.fake_clis import install_fake_cli, read_record, set_scenario
+from worker._spawn import ignore_spawn
 from worker.agents import AgentConfig, AgentDefinition
 from worker.exceptions import (
     AgentConfigError,
@@ -191,16 +192,15 @@ def make_request(
         messages=[Message(role="user", content=PROMPT)],
         settings=LoopSettings(
             limits=RunLimits(max_iterations=max_iterations, max_duration_s=max_duration_s),
-            strict_grants=strict_grants,
             deadline_epoch=deadline_epoch,
         ),
         worker_settings=worker_settings or make_settings(),
-        grants=EffectiveGrants.of(agent.config.capabilities.grants),
+        grants=EffectiveGrants.of(agent.config.capabilities.grants, strict=strict_grants),
         open_toolbox=no_toolbox,
         make_model=no_model,
         observers=observers or [],
         control=control,
-        on_spawn=spawned.append if spawned is not None else None,
+        on_spawn=spawned.append if spawned is not None else ignore_spawn,
     )
 
 

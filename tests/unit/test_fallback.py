@@ -289,8 +289,8 @@ def test_no_shared_pool_outside_an_event_loop() -> None:
 @pytest.mark.anyio
 async def test_a_rate_limiter_gates_every_attempt_of_every_model_in_the_chain(
     sent: list[httpx2.Request],
+    redis: fakeredis.FakeRedis,
 ) -> None:
-    redis = fakeredis.FakeRedis()
     model = create_model(
         "openai",
         "primary",

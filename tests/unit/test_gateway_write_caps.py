@@ -96,9 +96,8 @@ def test_the_caps_and_the_redis_url_travel_in_the_secrets_file_only(tmp_path: Pa
 
 @pytest.mark.anyio
 async def test_the_gateway_holds_the_caps_shared_with_native_tasks_and_tells_the_worker(
-    tmp_path: Path, log_stream: Any
+    tmp_path: Path, log_stream: Any, redis: fakeredis.FakeRedis
 ) -> None:
-    redis = fakeredis.FakeRedis()
     gateway_spec = spec(tmp_path)
     # A native task of the same agent already wrote one of the two comments of the day.
     native = WriteLedger(redis, agent_id="cli-agent", task_id="t-native", caps=CAPS)

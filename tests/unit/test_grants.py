@@ -4,7 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from worker.agents import AgentConfig, AgentDefinition
 from worker.exceptions import AgentConfigError, ConfigurationError
+from worker.pipeline._runtime import effective_grants
+from worker.settings import Settings
 from worker.tools._grants import (
     EffectiveGrants,
     GrantPolicy,
@@ -147,3 +150,28 @@ def test_effective_grants_of_validates_patterns() -> None:
     assert EffectiveGrants.of(["hub:*"]).covers("hub:read")
     with pytest.raises(ValueError, match="grant must look like"):
         EffectiveGrants.of(["hub"])
+
+
+@pytest.mark.parametrize(
+    ("operator_strict", "definition_strict", "strict"),
+    [(False, False, False), (True, False, True), (False, True, True), (True, True, True)],
+)
+def test_a_tasks_grants_are_strict_under_the_operators_switch_or_the_definitions(
+    operator_strict: bool, definition_strict: bool, strict: bool
+) -> None:
+    agent = AgentDefinition(
+        config=AgentConfig.model_validate(
+            {
+                "name": "strict-agent",
+                "brain": {"provider": "openai", "model": "m"},
+                "capabilities": {"grants": ["hub:read"]},
+                "behavior": {"strict_grants": definition_strict},
+            }
+        ),
+        system_prompt="s",
+    )
+
+    grants = effective_grants(Settings(strict_grants=operator_strict), agent)
+
+    assert grants.strict is strict
+    assert grants.allowed == frozenset({"hub:read"})

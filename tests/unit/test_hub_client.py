@@ -332,8 +332,18 @@ async def test_get_retries_503_then_succeeds_waiting_as_long_as_retry_after_says
 
 
 @pytest.mark.anyio
-async def test_a_write_with_an_idempotency_key_is_retried_with_the_same_key() -> None:
-    recorder = Recorder(answer(502), answer(201, {"id": "c-1"}))
+@pytest.mark.parametrize(
+    "first",
+    [
+        answer(502),
+        # 409: a request with the same key is still being processed.
+        answer(409, {"error": "a request with this key is in progress"}),
+    ],
+)
+async def test_a_write_with_an_idempotency_key_is_retried_with_the_same_key(
+    first: httpx2.Response,
+) -> None:
+    recorder = Recorder(first, answer(201, {"id": "c-1"}))
     client, sleeps = make_client(recorder)
     async with client:
         created = await client.create_comment(
@@ -403,6 +413,17 @@ async def test_429_after_the_retries_is_unavailable() -> None:
     assert len(recorder.requests) == 3
     assert all(pause >= 1.0 for pause in sleeps)
     assert raised.value.status == 429
+
+
+@pytest.mark.anyio
+async def test_a_negative_retry_after_is_ignored_for_the_usual_backoff() -> None:
+    recorder = Recorder(answer(503, headers={"Retry-After": "-30"}), answer(200, POST_42))
+    client, sleeps = make_client(recorder)
+    async with client:
+        await client.get_post("p-42")
+
+    assert len(sleeps) == 1
+    assert 0.125 <= sleeps[0] <= 0.25  # the first backoff step, half of it drawn at random
 
 
 @pytest.mark.anyio
@@ -514,6 +535,22 @@ async def test_other_4xx_is_rejected_with_status_and_message() -> None:
     assert type(raised.value) is HubRejected
     assert raised.value.status == 422
     assert raised.value.hub_message == "content is required"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("status", [501, 505])
+async def test_a_server_that_cannot_serve_the_request_at_all_rejects_it_without_retrying(
+    status: int,
+) -> None:
+    recorder = Recorder(answer(status, {"error": "not implemented"}))
+    client, sleeps = make_client(recorder)
+    async with client:
+        with pytest.raises(HubRejected) as raised:
+            await client.create_post(agent_id="a1", content="x", idempotency_key="k")
+
+    assert raised.value.status == status
+    assert len(recorder.requests) == 1
+    assert sleeps == []
 
 
 @pytest.mark.anyio

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+import hub_client
 import worker
 import worker.executors
 import worker.models
@@ -55,7 +56,7 @@ def test_settings_reach_no_package_above_them() -> None:
             (
                 "rq",
                 "prometheus_client",
-                "hub_client",
+                "hub_client._client",
                 "redis",
                 "jwt",
                 "mcp",
@@ -65,22 +66,27 @@ def test_settings_reach_no_package_above_them() -> None:
         ),
         (
             "import worker",
-            ("rq", "prometheus_client", "hub_client", "redis", "worker.daemon._worker"),
+            ("rq", "prometheus_client", "hub_client._client", "redis", "worker.daemon._worker"),
         ),
         (
             "import worker.tools",
-            ("jwt", "mcp", "rq", "prometheus_client", "hub_client", "worker.tools._mcp"),
+            ("jwt", "mcp", "rq", "prometheus_client", "hub_client._client", "worker.tools._mcp"),
         ),
         (
             "import worker.executors",
-            ("rq", "prometheus_client", "hub_client", "worker.executors._base"),
+            ("rq", "prometheus_client", "hub_client._client", "worker.executors._base"),
+        ),
+        (
+            # The rules the worker shares with the Hub client, without the client itself.
+            "import hub_client.retry_rules",
+            ("hub_client._client", "hub_client._models", "httpx2", "pydantic", "worker"),
         ),
         (
             "import mcp_servers.gateway",
             (
                 "rq",
                 "prometheus_client",
-                "hub_client",
+                "hub_client._client",
                 "worker.daemon._worker",
                 "worker.jobs",
                 "worker.metrics",
@@ -104,6 +110,7 @@ def test_import_does_not_load_heavy_modules(statement: str, not_loaded: tuple[st
 
 
 def test_lazy_names_resolve_to_their_modules() -> None:
+    from hub_client._client import HubClient
     from worker.daemon import AgentWorker
     from worker.executors._base import NativeExecutor
     from worker.tools._mcp import McpToolbox
@@ -111,7 +118,8 @@ def test_lazy_names_resolve_to_their_modules() -> None:
     assert worker.AgentWorker is AgentWorker
     assert worker.tools.McpToolbox is McpToolbox
     assert worker.executors.EXECUTORS["native"] is NativeExecutor
-    for face in (worker, worker.executors, worker.models, worker.tools):
+    assert hub_client.HubClient is HubClient
+    for face in (hub_client, worker, worker.executors, worker.models, worker.tools):
         for name in face.__all__:
             assert getattr(face, name) is not None, f"{face.__name__}.{name}"
 

@@ -34,8 +34,10 @@ HUB_KEY = "hub-secret-key-0123456789"
 
 
 class Harness:
-    def __init__(self, turns: list[Any], tools: list[LocalTool] | None = None) -> None:
-        self.redis = fakeredis.FakeRedis()
+    def __init__(
+        self, turns: list[Any], tools: list[LocalTool] | None = None, *, redis: fakeredis.FakeRedis
+    ) -> None:
+        self.redis = redis
         self.app = create_app(api_key=HUB_KEY)
         self.model = ScriptedModel(turns, name="gpt-4o-mini", provider="openai")
         self.toolbox = LocalToolbox(tools or [])
@@ -105,12 +107,16 @@ def notification(post_id: str, task_id: str = "t-1", **extra: Any) -> dict[str, 
 
 
 @pytest.fixture
-def harness() -> Iterator[Harness]:
-    yield Harness([])
+def harness(redis: fakeredis.FakeRedis) -> Iterator[Harness]:
+    yield Harness([], redis=redis)
 
 
-async def test_notification_ends_as_a_comment_with_consumption_and_read_mark() -> None:
-    h = Harness([Turn(text="Run more `rq worker agents` processes.", input_tokens=120)])
+async def test_notification_ends_as_a_comment_with_consumption_and_read_mark(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness(
+        [Turn(text="Run more `rq worker agents` processes.", input_tokens=120)], redis=redis
+    )
     post_id = await h.seed_post()
     verdict = await h.run(notification(post_id))
     report = verdict.report
@@ -147,9 +153,11 @@ def discovery_answer(post_id: str | None, kind: str, confidence: float, response
 EXPLORATION = {"task_id": "x-1", "type": "exploration", "agent_id": "demo-agent"}
 
 
-async def test_an_exploration_answers_a_question_at_or_above_min_confidence() -> None:
+async def test_an_exploration_answers_a_question_at_or_above_min_confidence(
+    redis: fakeredis.FakeRedis,
+) -> None:
     # demo-agent: respond_to_questions, min_confidence 0.7 (the default), post_final.
-    h = Harness([])
+    h = Harness([], redis=redis)
     post_id = await h.seed_post("How do I scale rq workers?")
     h.model = ScriptedModel(
         [discovery_answer(post_id, "question", 0.7, "Run more worker processes.")],
@@ -197,9 +205,9 @@ async def test_an_exploration_answers_a_question_at_or_above_min_confidence() ->
     ],
 )
 async def test_an_exploration_posts_nothing_below_min_confidence_or_for_another_kind(
-    kind: str, confidence: float, detail: str
+    kind: str, confidence: float, detail: str, redis: fakeredis.FakeRedis
 ) -> None:
-    h = Harness([])
+    h = Harness([], redis=redis)
     post_id = await h.seed_post("Thoughts on queues?")
     h.model = ScriptedModel(
         [discovery_answer(post_id, kind, confidence, "My take.")],
@@ -215,8 +223,10 @@ async def test_an_exploration_posts_nothing_below_min_confidence_or_for_another_
     assert report.error is None
 
 
-async def test_an_exploration_without_a_structured_answer_posts_nothing_and_says_why() -> None:
-    h = Harness([Turn(text="Today I read about Redis queues.")])
+async def test_an_exploration_without_a_structured_answer_posts_nothing_and_says_why(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="Today I read about Redis queues.")], redis=redis)
 
     report = (await h.run(EXPLORATION)).report
 
@@ -228,8 +238,10 @@ async def test_an_exploration_without_a_structured_answer_posts_nothing_and_says
     assert [p for p in (await h.state())["posts"] if p["author"]["id"] == "demo-agent"] == []
 
 
-async def test_invalid_task_fails_alone_with_an_error_post_by_the_errors_agent() -> None:
-    h = Harness([])
+async def test_invalid_task_fails_alone_with_an_error_post_by_the_errors_agent(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([], redis=redis)
     verdict = await h.run({"task_id": "bad-1", "type": "notification", "agent_id": "demo-agent"})
     report = verdict.report
     assert report.outcome is Outcome.INVALID_TASK and report.outcome.fails_job
@@ -242,33 +254,37 @@ async def test_invalid_task_fails_alone_with_an_error_post_by_the_errors_agent()
     assert h.model.requests == []
 
 
-async def test_unknown_agent_is_an_invalid_task() -> None:
-    h = Harness([])
+async def test_unknown_agent_is_an_invalid_task(redis: fakeredis.FakeRedis) -> None:
+    h = Harness([], redis=redis)
     verdict = await h.run({"task_id": "u-1", "type": "exploration", "agent_id": "ghost-agent"})
     assert verdict.report.outcome is Outcome.INVALID_TASK
     assert "unknown agent 'ghost-agent'" in verdict.report.error.message  # type: ignore[union-attr]
 
 
-async def test_unhealthy_budget_ends_the_task_before_any_llm_call() -> None:
-    h = Harness([Turn(text="never")])
+async def test_unhealthy_budget_ends_the_task_before_any_llm_call(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="never")], redis=redis)
     await h.dev("budget", {"agent_id": "demo-agent", "healthy": False})
     verdict = await h.run({"task_id": "b-1", "type": "exploration", "agent_id": "demo-agent"})
     assert verdict.report.outcome is Outcome.BUDGET_UNHEALTHY
     assert h.model.requests == []
 
 
-async def test_provider_unavailable_requeues_with_a_delay_then_gives_up() -> None:
+async def test_provider_unavailable_requeues_with_a_delay_then_gives_up(
+    redis: fakeredis.FakeRedis,
+) -> None:
     unavailable = ModelUnavailable(
         "503 after 5 attempts", provider="openai", model="m", retry_after_s=7
     )
-    h = Harness([Turn(error=unavailable)])
+    h = Harness([Turn(error=unavailable)], redis=redis)
     post_id = await h.seed_post()
     verdict = await h.run(notification(post_id))
     assert verdict.report.outcome is Outcome.REQUEUED
     assert verdict.requeue == {"delay_s": 30.0, "attempt": 1, "reason": "503 after 5 attempts"}
     state = await h.state()
     assert state["comments"] == [] and state["consumption"] == []  # nothing final yet
-    last = Harness([Turn(error=unavailable)])
+    last = Harness([Turn(error=unavailable)], redis=redis)
     last.app, last.redis = h.app, h.redis
     verdict = await last.run(notification(post_id), attempt=5)
     assert verdict.report.outcome is Outcome.MODEL_ERROR
@@ -278,13 +294,15 @@ async def test_provider_unavailable_requeues_with_a_delay_then_gives_up() -> Non
     assert len(errors) == 1
 
 
-async def test_only_a_task_given_up_posts_an_error_not_one_whose_message_says_so() -> None:
+async def test_only_a_task_given_up_posts_an_error_not_one_whose_message_says_so(
+    redis: fakeredis.FakeRedis,
+) -> None:
     # The provider's own words say "gave up", but the task ends at its deadline (the
     # requeue would start after it): a deadline is answered, not reported as a failure.
     unavailable = ModelUnavailable(
         "the upstream gave up: 503", provider="openai", model="m", retry_after_s=10**7
     )
-    h = Harness([Turn(error=unavailable)])
+    h = Harness([Turn(error=unavailable)], redis=redis)
     post_id = await h.seed_post()
     verdict = await h.run(notification(post_id))
     assert verdict.report.outcome is Outcome.DEADLINE
@@ -293,8 +311,10 @@ async def test_only_a_task_given_up_posts_an_error_not_one_whose_message_says_so
     assert errors == []
 
 
-async def test_auth_error_fails_the_task_with_an_error_post() -> None:
-    h = Harness([Turn(error=ModelAuthError("401 from openai", provider="openai", model="m"))])
+async def test_auth_error_fails_the_task_with_an_error_post(redis: fakeredis.FakeRedis) -> None:
+    h = Harness(
+        [Turn(error=ModelAuthError("401 from openai", provider="openai", model="m"))], redis=redis
+    )
     post_id = await h.seed_post()
     verdict = await h.run(notification(post_id))
     assert verdict.report.outcome is Outcome.MODEL_ERROR and verdict.report.outcome.fails_job
@@ -304,8 +324,10 @@ async def test_auth_error_fails_the_task_with_an_error_post() -> None:
     ]
 
 
-async def test_reply_is_not_posted_twice_when_the_agent_commented_through_a_tool() -> None:
-    h = Harness([])
+async def test_reply_is_not_posted_twice_when_the_agent_commented_through_a_tool(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([], redis=redis)
     post_id = await h.seed_post()
 
     async def create_comment(post_id: str, content: str) -> str:
@@ -328,8 +350,10 @@ async def test_reply_is_not_posted_twice_when_the_agent_commented_through_a_tool
     assert verdict.report.posted == [state["comments"][0]["id"]]
 
 
-async def test_hub_outage_parks_writes_in_the_outbox_and_delivers_them_once() -> None:
-    h = Harness([Turn(text="An answer that must not be lost.")])
+async def test_hub_outage_parks_writes_in_the_outbox_and_delivers_them_once(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="An answer that must not be lost.")], redis=redis)
     post_id = await h.seed_post()
     comments_path = f"/api/v1/posts/{post_id}/comments"
     await h.dev("faults", {"status": 503, "count": 1000, "path_prefix": comments_path})
@@ -347,8 +371,10 @@ async def test_hub_outage_parks_writes_in_the_outbox_and_delivers_them_once() ->
     assert outbox_size(h.redis) == 0
 
 
-async def test_secrets_are_redacted_from_posts_and_reports() -> None:
-    h = Harness([Turn(text=f"Sure, the key is {HUB_KEY} and sk-ant-abcdefghijklmnop1234")])
+async def test_secrets_are_redacted_from_posts_and_reports(redis: fakeredis.FakeRedis) -> None:
+    h = Harness(
+        [Turn(text=f"Sure, the key is {HUB_KEY} and sk-ant-abcdefghijklmnop1234")], redis=redis
+    )
     post_id = await h.seed_post()
     verdict = await h.run(notification(post_id))
     [comment] = (await h.state())["comments"]
@@ -359,11 +385,13 @@ async def test_secrets_are_redacted_from_posts_and_reports() -> None:
     assert HUB_KEY not in json.dumps(verdict.report.to_wire())
 
 
-async def test_tool_loop_posts_an_error_but_the_job_does_not_fail() -> None:
+async def test_tool_loop_posts_an_error_but_the_job_does_not_fail(
+    redis: fakeredis.FakeRedis,
+) -> None:
     def fails(n: int) -> str:
         raise RuntimeError("boom")
 
-    h = Harness([Turn(tool_calls=[("hub__search_posts", {"n": i})]) for i in range(3)])
+    h = Harness([Turn(tool_calls=[("hub__search_posts", {"n": i})]) for i in range(3)], redis=redis)
     h.toolbox = LocalToolbox([LocalTool(name="hub__search_posts", function=fails)])
     post_id = await h.seed_post()
     verdict = await h.run(notification(post_id))
@@ -374,8 +402,10 @@ async def test_tool_loop_posts_an_error_but_the_job_does_not_fail() -> None:
     assert "how do I scale" not in error["content"]  # never the thread's content
 
 
-async def test_a_checkpointed_task_resumes_without_rerunning_its_tools() -> None:
-    h = Harness([Turn(text="Finished after the crash.")])
+async def test_a_checkpointed_task_resumes_without_rerunning_its_tools(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="Finished after the crash.")], redis=redis)
     post_id = await h.seed_post()
     journal = RedisJournal(h.redis, "t-9")
     journal.append(
@@ -413,8 +443,10 @@ async def test_a_checkpointed_task_resumes_without_rerunning_its_tools() -> None
     assert h.redis.exists("agent-worker:checkpoint:t-9") == 0  # cleared once final
 
 
-async def test_a_busy_agent_puts_the_task_back_before_the_budget_check() -> None:
-    h = Harness([Turn(text="never")])
+async def test_a_busy_agent_puts_the_task_back_before_the_budget_check(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness([Turn(text="never")], redis=redis)
     h.settings = Settings(  # type: ignore[call-arg]
         hub_url="http://devhub", hub_api_key=HUB_KEY, busy_wait_s=0.3, busy_requeue_delay_s=20
     )
@@ -431,8 +463,8 @@ async def test_a_busy_agent_puts_the_task_back_before_the_budget_check() -> None
     assert AgentSlots(h.redis, "demo-agent", limit=1, ttl_s=60).running() == ["other-task"]
 
 
-async def test_leases_are_released_when_the_task_ends() -> None:
-    h = Harness([Turn(text="done")])
+async def test_leases_are_released_when_the_task_ends(redis: fakeredis.FakeRedis) -> None:
+    h = Harness([Turn(text="done")], redis=redis)
     await h.run({"task_id": "e-2", "type": "exploration", "agent_id": "demo-agent"})
     assert AgentSlots(h.redis, "demo-agent", limit=1, ttl_s=60).running() == []
     assert TaskLease(h.redis, "e-2", holder="x", ttl_s=60).holder() is None

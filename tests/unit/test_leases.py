@@ -49,11 +49,6 @@ def wait_for(condition: Any, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.fixture
-def redis() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis()
-
-
 # --- leases --------------------------------------------------------------------------------
 
 

@@ -60,7 +60,7 @@ def make_toolbox(**extra: Any) -> LocalToolbox:
             name="admin", function=double, input_schema=NUMBER_SCHEMA, required_grant="admin:write"
         ),
     ]
-    return LocalToolbox(tools, grants=extra.get("grants", set()))
+    return LocalToolbox(tools, grants=extra.get("grants", set()), strict=extra.get("strict", False))
 
 
 class FakeClock:
@@ -336,7 +336,7 @@ async def test_missing_grant_is_never_executed_and_reported() -> None:
 async def test_missing_grant_under_strict_grants_is_an_autonomy_violation() -> None:
     result, _, box = await run(
         [Turn(tool_calls=[("admin", {"n": 1})]), Turn(text="never reached")],
-        settings=LoopSettings(strict_grants=True),
+        toolbox=make_toolbox(strict=True),
     )
     assert box.calls == []
     assert result.outcome is Outcome.AUTONOMY_VIOLATION

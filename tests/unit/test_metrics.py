@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
 from redis import Redis
 
+from tests.support.fake_redis import FakeRedisClients
 from tests.support.redis_server import free_port
 from worker import logs
 from worker.metrics import (
@@ -61,8 +62,8 @@ def server() -> fakeredis.FakeServer:
 
 
 @pytest.fixture
-def redis(server: fakeredis.FakeServer) -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis(server=server)
+def redis(server: fakeredis.FakeServer, fake_redis: FakeRedisClients) -> fakeredis.FakeRedis:
+    return fake_redis(server=server)
 
 
 @pytest.fixture
@@ -104,12 +105,12 @@ def value(metrics: WorkerMetrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
-def test_every_contract_metric_has_its_name_type_and_labels() -> None:
+def test_every_contract_metric_has_its_name_type_and_labels(fake_redis: FakeRedisClients) -> None:
     metrics = WorkerMetrics()
     server = fakeredis.FakeServer()
     # One agent with a memory, so that agent_memory_bytes has a series to show its label.
-    fakeredis.FakeRedis(server=server).hset(redis_keys.MEMORY_BYTES, "devops-agent", 2048)
-    metrics.watch_queues(lambda: fakeredis.FakeRedis(server=server), ["agents"])
+    fake_redis(server=server).hset(redis_keys.MEMORY_BYTES, "devops-agent", 2048)
+    metrics.watch_queues(lambda: fake_redis(server=server), ["agents"])
     recorded = JobMetrics()
     one_of_each(recorded)
     recorded.apply_locally(metrics)
@@ -380,9 +381,9 @@ def test_port_zero_disables_the_server() -> None:
     assert start_metrics_server(0, fakeredis.FakeRedis) is None
 
 
-def test_real_redis_client_type_is_accepted() -> None:
+def test_real_redis_client_type_is_accepted(fake_redis: FakeRedisClients) -> None:
     # The factory contract is "returns a redis.Redis"; fakeredis is one.
-    assert isinstance(fakeredis.FakeRedis(), Redis)
+    assert isinstance(fake_redis(), Redis)
 
 
 def test_embeddings_tokens_count_as_input_tokens_of_the_embeddings_model(

@@ -171,8 +171,8 @@ def agents_with_a_leaky_prompt(tmp_path: Path) -> Path:
 
 async def test_a_task_sends_the_model_nothing_secret_and_tool_results_as_untrusted(
     agents_with_a_leaky_prompt: Path,
+    redis: fakeredis.FakeRedis,
 ) -> None:
-    redis = fakeredis.FakeRedis()
     app = create_app(api_key=CANARY)
     model = ScriptedModel(
         [Turn(tool_calls=[("lookup", {"q": "x"})]), Turn(text="Here is my answer.")],

@@ -17,6 +17,7 @@ import httpx2
 import pytest
 
 from hub_client import HubClient
+from tests.support.fake_redis import FakeRedisClients
 from worker.hub_writes import HubWriter, OutboxItem, drain, outbox_size, park
 from worker.operations import (
     dead_letter_count,
@@ -106,11 +107,6 @@ def make_due(redis: fakeredis.FakeRedis) -> None:
 def events(stream: io.StringIO, name: str) -> list[dict[str, object]]:
     lines = [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
     return [line for line in lines if line["event"] == name]
-
-
-@pytest.fixture
-def redis() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis()
 
 
 # --- the writer: the one path of a task's Hub writes ---------------------------------------------
@@ -325,11 +321,11 @@ async def test_a_hanging_hub_cannot_hold_settling_past_the_writers_budget(
 
 @pytest.mark.parametrize("answer", [status(503), status(422)], ids=["to-park", "to-bury"])
 async def test_the_writer_says_what_is_lost_when_redis_is_down_too_but_never_raises(
-    answer: Handler, log_stream: io.StringIO
+    answer: Handler, log_stream: io.StringIO, fake_redis: FakeRedisClients
 ) -> None:
     server = fakeredis.FakeServer()
     server.connected = False
-    redis = fakeredis.FakeRedis(server=server)
+    redis = fake_redis(server=server)
     async with hub_answering({"/": answer}, []) as hub:
         writer = HubWriter(hub, redis, task_id="t-1")
         assert await writer.write(consumption("t-1")) is None

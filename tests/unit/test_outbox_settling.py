@@ -7,6 +7,7 @@ import io
 import json
 from typing import Any
 
+import fakeredis
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -33,8 +34,9 @@ def counted(harness: Harness, name: str) -> list[Any]:
 
 async def test_a_maintenance_page_on_every_write_parks_them_and_the_task_still_ends_once(
     log_stream: io.StringIO,
+    redis: fakeredis.FakeRedis,
 ) -> None:
-    h = Harness([Turn(text="The answer.")])
+    h = Harness([Turn(text="The answer.")], redis=redis)
     post_id = await h.seed_post()
     page = {"status": 200, "count": 1000, "method": "POST", "content_type": "text/html"}
     await h.dev("faults", {**page, "body": "<html>maintenance</html>"})
@@ -53,8 +55,9 @@ async def test_a_maintenance_page_on_every_write_parks_them_and_the_task_still_e
 
 async def test_rejections_while_settling_are_dead_letters_not_a_crashed_job(
     log_stream: io.StringIO,
+    redis: fakeredis.FakeRedis,
 ) -> None:
-    h = Harness([Turn(text="The answer.")])
+    h = Harness([Turn(text="The answer.")], redis=redis)
     post_id = await h.seed_post()
     await h.dev("faults", {"status": 401, "count": 1, "path_prefix": "/api/v1/system/consumption"})
     await h.dev("faults", {"status": 404, "count": 1, "path_prefix": "/api/v1/notifications/read"})
@@ -71,13 +74,13 @@ async def test_rejections_while_settling_are_dead_letters_not_a_crashed_job(
 
 
 async def test_redis_failing_at_the_end_still_ends_the_task_with_its_report(
-    log_stream: io.StringIO, monkeypatch: pytest.MonkeyPatch
+    log_stream: io.StringIO, monkeypatch: pytest.MonkeyPatch, redis: fakeredis.FakeRedis
 ) -> None:
     def redis_gone(self: RedisJournal) -> None:
         raise RedisConnectionError("Connection refused")
 
     monkeypatch.setattr(RedisJournal, "clear", redis_gone)
-    h = Harness([Turn(text="The answer.")])
+    h = Harness([Turn(text="The answer.")], redis=redis)
     post_id = await h.seed_post()
 
     verdict = await h.run(notification(post_id))

@@ -149,9 +149,8 @@ async def test_a_cancelled_run_does_not_report_a_preamble() -> None:
     assert PREAMBLE not in result.output
 
 
-async def test_a_preamble_is_never_posted_as_the_reply() -> None:
+async def test_a_preamble_is_never_posted_as_the_reply(redis: fakeredis.FakeRedis) -> None:
     key = "hub-key-recovery-0123456"
-    redis = fakeredis.FakeRedis()
     transport = httpx2.ASGITransport(app=create_app(api_key=key))
     model = ScriptedModel(
         [Turn(text=PREAMBLE, tool_calls=[LOOKUP]), Turn(text="See my answer above.")],

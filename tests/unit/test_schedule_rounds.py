@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry
 from rq.serializers import JSONSerializer
 
 from hub_client import AgentSummary, HubUnavailable
+from tests.support.definitions import explorer, write_agent
 from worker.agents import AgentStore
 from worker.enqueue import JOB_FUNCTION
 from worker.operations import (
@@ -67,30 +67,11 @@ class Clock:
         self.now += seconds
 
 
-def write_agent(root: Path, name: str, *, discovery: bool = True) -> None:
-    folder = root / "agents" / name
-    folder.mkdir(parents=True)
-    (folder / "config.yaml").write_text(
-        f"name: {name}\n"
-        "brain: {provider: openai, model: gpt-4o-mini}\n"
-        f"behavior: {{discovery: {{enabled: {'true' if discovery else 'false'}}}}}\n",
-        encoding="utf-8",
-    )
-    (folder / "system-prompt.md").write_text(f"You are {name}.", encoding="utf-8")
-
-
-@pytest.fixture
-def redis() -> Iterator[fakeredis.FakeRedis]:
-    server = fakeredis.FakeRedis()
-    yield server
-    server.close()
-
-
 @pytest.fixture
 def agents_root(tmp_path: Path) -> Path:
     for name in ("alpha-agent", "beta-agent", "gamma-agent"):
-        write_agent(tmp_path, name)
-    write_agent(tmp_path, "quiet-agent", discovery=False)
+        write_agent(tmp_path, name, explorer(name))
+    write_agent(tmp_path, "quiet-agent", explorer("quiet-agent", discovery=False))
     return tmp_path
 
 
@@ -182,10 +163,7 @@ def test_round_enqueues_stale_agents_in_hub_order_and_skips_discovery_off(
 def test_unknown_or_broken_definitions_are_skipped_and_logged(
     redis: fakeredis.FakeRedis, agents_root: Path, log_stream: io.StringIO
 ) -> None:
-    broken = agents_root / "agents" / "broken-agent"
-    broken.mkdir()
-    (broken / "config.yaml").write_text("name: broken-agent\nbrain: {provider: nobody}\n")
-    (broken / "system-prompt.md").write_text("x")
+    write_agent(agents_root, "broken-agent", "name: broken-agent\nbrain: {provider: nobody}\n")
     hub = FakeHub("ghost-agent", "broken-agent", "Not An Id", "alpha-agent")
 
     result = make_scheduler(redis, agents_root, hub, Clock()).run_round()

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from tests.support.fake_clis import install_fake_cli, read_record
+from tests.support.fake_redis import FakeRedisClients
 from tests.support.redis_server import free_port
 from tests.support.tracing import CONTENT_ATTRIBUTES, recorded_spans
 from worker import logs
@@ -191,8 +192,8 @@ def job_task(redis: fakeredis.FakeRedis, task_id: str) -> dict[str, Any]:
 
 def test_enqueue_writes_its_publish_span_as_the_tasks_creation_context(
     spans: InMemorySpanExporter,
+    redis: fakeredis.FakeRedis,
 ) -> None:
-    redis = fakeredis.FakeRedis()
     tracer = trace.get_tracer("producer")
     with tracer.start_as_current_span("hub handles a mention") as hub_span:
         enqueue_task(redis, task())
@@ -206,8 +207,9 @@ def test_enqueue_writes_its_publish_span_as_the_tasks_creation_context(
     assert job_task(redis, "t-1")["traceparent"].startswith(f"00-{trace_id}-{span_id}-")
 
 
-def test_a_producers_own_context_rides_untouched(spans: InMemorySpanExporter) -> None:
-    redis = fakeredis.FakeRedis()
+def test_a_producers_own_context_rides_untouched(
+    spans: InMemorySpanExporter, redis: fakeredis.FakeRedis
+) -> None:
     enqueue_task(redis, task(traceparent=TRACEPARENT, tracestate="hub=1"))
     assert spans.get_finished_spans() == ()
     wire = job_task(redis, "t-1")
@@ -215,9 +217,9 @@ def test_a_producers_own_context_rides_untouched(spans: InMemorySpanExporter) ->
 
 
 @pytest.mark.parametrize("bad", ["00-short-00f067aa0ba902b7-01", "not a traceparent"])
-def test_a_malformed_traceparent_is_an_invalid_task(bad: str) -> None:
+def test_a_malformed_traceparent_is_an_invalid_task(bad: str, fake_redis: FakeRedisClients) -> None:
     with pytest.raises(Exception, match="traceparent"):
-        enqueue_task(fakeredis.FakeRedis(), task(traceparent=bad))
+        enqueue_task(fake_redis(), task(traceparent=bad))
 
 
 @dataclass
@@ -230,8 +232,8 @@ class FakeJob:
 
 def test_the_first_run_continues_the_producers_trace_and_a_rerun_links_to_it(
     spans: InMemorySpanExporter,
+    redis: fakeredis.FakeRedis,
 ) -> None:
-    redis = fakeredis.FakeRedis()
     wire = task(traceparent=TRACEPARENT)
     first_job, rerun_job = FakeJob("t-1"), FakeJob("t-1")
     with processing(first_job, wire, redis):
@@ -367,7 +369,6 @@ def dispatcher() -> ToolDispatcher:
         task_id="t-1",
         agent_id="agent-a",
         events=EventBus(),
-        strict_grants=False,
         max_output_chars=1000,
     )
 
@@ -538,9 +539,9 @@ def test_log_lines_inside_a_span_name_it_and_others_do_not(spans: InMemorySpanEx
 
 def test_a_tasks_duration_carries_its_trace_as_an_exemplar_on_the_metrics_endpoint(
     spans: InMemorySpanExporter,
+    redis: fakeredis.FakeRedis,
 ) -> None:
     in_job, parent = JobMetrics(), WorkerMetrics()
-    redis = fakeredis.FakeRedis()
     with trace.get_tracer("t").start_as_current_span("invoke_agent agent-a") as span:
         in_job.task_finished(
             agent="agent-a",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import fakeredis
 import pytest
 
 from hub_client import Author, Comment, Post
@@ -39,7 +38,7 @@ FORGED_CLOSINGS = [
 
 
 def agent() -> AgentDefinition:
-    return AgentStore(str(DEMO_AGENTS), redis=fakeredis.FakeRedis()).load("demo-agent")
+    return AgentStore(str(DEMO_AGENTS)).load("demo-agent")
 
 
 def thread_with(content: str) -> Post:

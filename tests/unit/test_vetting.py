@@ -53,11 +53,6 @@ def write_job(redis: fakeredis.FakeRedis, data: bytes, meta: Any = None) -> str:
     return "rq:job:t-1"
 
 
-@pytest.fixture
-def redis() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis()
-
-
 def test_a_zlib_bomb_is_refused_without_expanding_it() -> None:
     bomb = zlib_bomb(200 * 1_048_576)  # 200 MB of zeros in ~200 KB
     assert len(bomb) < 1_048_576

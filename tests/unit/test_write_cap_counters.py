@@ -56,11 +56,6 @@ class RecordingToolbox:
         return self.answer
 
 
-@pytest.fixture
-def redis() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis()
-
-
 def ledger(
     redis: fakeredis.FakeRedis, task_id: str = "t-1", clock: Clock | None = None, **caps: Any
 ) -> WriteLedger:

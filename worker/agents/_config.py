@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+from enum import StrEnum
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -325,10 +326,18 @@ class MemoryRemember(_Section):
     """Whether it keeps replies to its posts and comments."""
 
 
+class RecallStrategy(StrEnum):
+    """How memories are chosen for a task's prompt (``memory.retrieval.strategy``)."""
+
+    EMBEDDING_SEARCH = "embedding_search"  # the closest by MEMORY_EMBEDDINGS_URL's vectors
+    KEYWORD = "keyword"  # those sharing words or people with the task
+    RECENT = "recent"  # the newest
+
+
 class MemoryRetrieval(_Section):
     """How memories are read back into a task's prompt."""
 
-    strategy: Literal["embedding_search", "keyword", "recent"] = "embedding_search"
+    strategy: RecallStrategy = RecallStrategy.EMBEDDING_SEARCH
     """recent: the newest; keyword: those sharing words or people with the task;
     embedding_search: the closest by MEMORY_EMBEDDINGS_URL's vectors (keyword without it)."""
     max_context_items: int = Field(default=10, ge=1, le=100)

@@ -16,12 +16,13 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 from redis import Redis
 
+from worker._spawn import SpawnHook
 from worker.logs import log_event
 from worker.redis_io import keys as redis_keys
 
@@ -51,7 +52,7 @@ def register_child_process(redis: Redis, job_id: str, pid: int) -> None:
     _record(redis, job_id, _EXECUTION.get(), pid)
 
 
-def child_process_recorder(redis: Redis, job_id: str) -> Callable[[int], None]:
+def child_process_recorder(redis: Redis, job_id: str) -> SpawnHook:
     """``register_child_process`` for the run calling this now, for an ``on_spawn`` hook
     that may fire on another thread (a pooled server starts on the pool's)."""
     execution_id = _EXECUTION.get()

@@ -11,8 +11,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from worker._spawn import SpawnHook, ignore_spawn
 from worker.agents import AgentDefinition
-from worker.hub_writes import RefusalHandler
+from worker.hub_writes import RefusalHandler, ignore_refusals
 from worker.loop import (
     CanExecuteTool,
     ControlSource,
@@ -51,10 +52,10 @@ class ExecutionRequest:
     journal: Journal | None = None
     resume: Sequence[JournalEntry] = field(default_factory=list)
     # Called with the pid of every process the executor starts (killed after a hard crash).
-    on_spawn: Callable[[int], None] | None = None
+    on_spawn: SpawnHook = ignore_spawn
     # Told of each Hub write a CLI's gateway held back for a write cap (the native loop's
-    # toolbox tells its own); None: nobody logs or counts them.
-    on_write_refused: RefusalHandler | None = None
+    # toolbox tells its own).
+    on_write_refused: RefusalHandler = ignore_refusals
     # The operator's CAN_EXECUTE_TOOL check (CLI executors: the gateway loads it itself).
     can_execute_tool: CanExecuteTool | None = None
     # The nonce of the untrusted-content blocks in ``system`` and ``messages`` (the CLI

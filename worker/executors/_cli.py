@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from hub_client.retry_rules import Failure, classify_status
 from worker.agents import AgentDefinition
 from worker.exceptions import (
     AutonomyViolation,
     ConfigurationError,
     ExecutorError,
     ModelAuthError,
+    ModelError,
     ModelRequestError,
     ModelUnavailable,
     TaskFailed,
@@ -181,6 +183,7 @@ class CliExecutor(Executor):
             provider=request.agent.config.brain.provider,
             model=request.agent.config.brain.model,
             messages=request.messages,
+            strict_grants=request.grants.strict,
             events=EventBus(
                 [
                     *request.observers,
@@ -188,7 +191,6 @@ class CliExecutor(Executor):
                         task_id=request.task.task_id,
                         agent_id=request.agent.config.name,
                         executor=self.name,
-                        strict_grants=request.settings.strict_grants,
                     ),
                 ]
             ),
@@ -456,21 +458,17 @@ def model_error(
 ) -> WorkerError:
     """The error for a provider failure a CLI reported with its HTTP status.
 
-    Same classes as the native models, so the worker reacts the same way: 401/403 fail
-    the task (model_error), 429/5xx put it back in the queue (requeued).
+    The status means what it means to the native models (``classify_status``), so the
+    worker reacts the same way: transient ones requeue the task, 401/403 and refusals
+    fail it (model_error). A failure the CLI gave no status for is the executor's.
     """
     where = f"{executor}: {access.provider} model {access.model!r}"
     text = f"{where} failed: {message}" if message else f"{where} failed"
     if status is None:
         return ExecutorError(text)
-    if status in (401, 403):
-        return ModelAuthError(
-            f"{text} (HTTP {status})", provider=access.provider, model=access.model
-        )
-    if status in (408, 409, 429) or status >= 500:
-        return ModelUnavailable(
-            f"{text} (HTTP {status})", provider=access.provider, model=access.model
-        )
-    return ModelRequestError(
-        f"{text} (HTTP {status})", provider=access.provider, model=access.model
-    )
+    error_class: type[ModelError] = {
+        Failure.TRANSIENT: ModelUnavailable,
+        Failure.AUTH: ModelAuthError,
+        Failure.REFUSED: ModelRequestError,
+    }[classify_status(status)]
+    return error_class(f"{text} (HTTP {status})", provider=access.provider, model=access.model)

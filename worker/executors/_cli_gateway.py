@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from worker._spawn import SpawnHook
 from worker.executors._base import ExecutionRequest
 from worker.executors._gateway_link import GatewaySpec
 from worker.executors._gateway_secrets import (
@@ -90,7 +91,7 @@ def task_gateway(
         denied_grants=tuple(sorted(grants.denied)),
         allowed_tools=tuple(allowed_tools) if allowed_tools is not None else None,
         servers=tuple(config.capabilities.server_names) or None,
-        strict_grants=request.settings.strict_grants,
+        strict_grants=grants.strict,
         deadline_epoch_s=deadline_epoch_s,
         tool_timeout_s=request.settings.tool_timeout_cap_s,
         max_output_chars=request.settings.tool_output_max_chars,
@@ -128,7 +129,7 @@ class GatewayProcess:
 
 @asynccontextmanager
 async def running_gateway(
-    gateway: TaskGateway, socket_path: Path, *, on_spawn: Callable[[int], None] | None
+    gateway: TaskGateway, socket_path: Path, *, on_spawn: SpawnHook
 ) -> AsyncIterator[GatewayProcess]:
     """Start the task's gateway on ``socket_path``; stop its process group (and with it the
     stdio servers it did not move out) on the way out. The CLI starts meanwhile: its
@@ -149,8 +150,7 @@ async def running_gateway(
         start_new_session=True,
     )
     try:
-        if on_spawn is not None:
-            on_spawn(process.pid)
+        on_spawn(process.pid)
         assert process.stdin is not None
         await process.stdin.send(json.dumps(gateway.secrets).encode("utf-8"))
         await process.stdin.aclose()

@@ -18,6 +18,8 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from worker._spawn import SpawnHook, ignore_spawn
+
 # Why the executor stopped a CLI before it finished, or None to let it run on.
 StopCheck = Callable[[], Awaitable[str | None]]
 
@@ -69,7 +71,7 @@ async def run_cli_process(
     cwd: Path,
     stdin_data: bytes | None,
     timeout_s: float,
-    on_spawn: Callable[[int], None] | None = None,
+    on_spawn: SpawnHook = ignore_spawn,
     should_stop: StopCheck | None = None,
     poll_interval_s: float = 0.5,
     max_stdout_bytes: int = 32 * 1024 * 1024,
@@ -95,8 +97,7 @@ async def run_cli_process(
     stderr = _Capture(max_stderr_bytes, keep_tail=True)
     stopped: str | None = None
     try:
-        if on_spawn is not None:
-            on_spawn(group)
+        on_spawn(group)
         async with anyio.create_task_group() as pumps:
             readers_done = _ReadersDone(count=2)
             assert process.stdout is not None and process.stderr is not None

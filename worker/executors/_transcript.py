@@ -77,6 +77,8 @@ class RunContext:
     model: str
     messages: Sequence[Message]
     events: EventBus
+    # The agent's grants are strict: a refused call ended the run.
+    strict_grants: bool = False
 
 
 def run_result(
@@ -200,5 +202,6 @@ def _emit(context: RunContext, state: LoopState, activity: GatewayActivity) -> N
                 tool=denial.tool,
                 required_grant=denial.required_grant,
                 reason=reason,
+                strict=context.strict_grants,
             )
         )

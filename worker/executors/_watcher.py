@@ -59,15 +59,11 @@ class CliWatcher:
         if self._call_log is None:
             return
         more, self._offset = read_call_log(self._call_log, offset=self._offset)
-        on_spawn = self._request.on_spawn
-        if on_spawn is not None:
-            # Registered at once: after a hard crash the worker parent kills them. (The
-            # gateway itself was registered when the executor started it.)
-            for pid in more.server_pids:
-                on_spawn(pid)
-        on_write_refused = self._request.on_write_refused
-        if on_write_refused is not None:
-            # Logged and counted as the native loop's are, while the CLI still runs.
-            for refusal, via in more.refusals:
-                on_write_refused(refusal, via)
+        # Registered at once: after a hard crash the worker parent kills them. (The
+        # gateway itself was registered when the executor started it.)
+        for pid in more.server_pids:
+            self._request.on_spawn(pid)
+        # Logged and counted as the native loop's are, while the CLI still runs.
+        for refusal, via in more.refusals:
+            self._request.on_write_refused(refusal, via)
         merge(self.activity, more)

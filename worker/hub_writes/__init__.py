@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         WriteLedger,
         WriteRefused,
         counted_refusals,
+        ignore_refusals,
         note_refusal,
     )
 
@@ -68,6 +69,7 @@ _LAZY = {
     "WriteLedger": _WRITE_CAPS,
     "WriteRefused": _WRITE_CAPS,
     "counted_refusals": _WRITE_CAPS,
+    "ignore_refusals": _WRITE_CAPS,
     "note_refusal": _WRITE_CAPS,
 }
 
@@ -93,6 +95,7 @@ __all__ = [
     "counted_refusals",
     "drain",
     "drain_outbox_now",
+    "ignore_refusals",
     "note_refusal",
     "outbox_size",
     "park",

@@ -8,8 +8,8 @@ item carries its idempotency key, so a second delivery creates nothing.
 
 Every item is on its own: a failed attempt counts against that item only
 (``attempts``), and after ``max_attempts`` it becomes a dead letter. What the
-Hub rejects (a 4xx other than 408/429) becomes a dead letter at once. Dead
-letters wait in a hash (id = idempotency key) for an operator to replay or
+Hub rejects (``HubRejected``: a 4xx but 408/409/429, a 501 or 505) becomes a dead
+letter at once. Dead letters wait in a hash (id = idempotency key) for an operator to replay or
 drop them (``agent-worker dead-letters``, see ``worker.operations``).
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -27,6 +26,7 @@ import anyio
 from redis import Redis
 
 from hub_client import ConsumptionRecord, HubClient, HubRejected, HubUnavailable
+from hub_client.retry_rules import Backoff, Jitter
 from worker.coordination import fence_revoked_run
 from worker.logs import log_event
 from worker.redis_io import keys as redis_keys
@@ -39,6 +39,7 @@ DeadLetterHook = Callable[[str], None]
 
 CLAIM_LEASE_S = 60.0
 MAX_BACKOFF_S = 300.0
+_BACKOFF = Backoff(first_s=2.0, max_s=MAX_BACKOFF_S, jitter=Jitter.HALF)
 DEFAULT_MAX_ATTEMPTS = 30
 # A round stops after this many items in a row found no Hub at all: the rest wait.
 _ROUND_GIVES_UP_AFTER = 3
@@ -188,7 +189,7 @@ class HubWriter:
 
     def _park(self, item: OutboxItem, exc: Exception) -> None:
         try:
-            park(self._redis, item, delay_s=_backoff(item.attempts))
+            park(self._redis, item, delay_s=_BACKOFF.delay_s(item.attempts))
         except Exception as redis_error:  # Redis down too: say what is lost, never raise
             self._lost(item, exc, redis_error)
             return
@@ -320,7 +321,10 @@ async def _deliver_one(
             return "dead", False
         with redis.pipeline() as pipe:
             pipe.zrem(redis_keys.OUTBOX, raw)
-            pipe.zadd(redis_keys.OUTBOX, {failed.encode(): time.time() + _backoff(failed.attempts)})
+            pipe.zadd(
+                redis_keys.OUTBOX,
+                {failed.encode(): time.time() + _BACKOFF.delay_s(failed.attempts)},
+            )
             pipe.execute()
         return "deferred", isinstance(exc, HubUnavailable) and exc.status is None
     redis.zrem(redis_keys.OUTBOX, raw)
@@ -350,17 +354,13 @@ def _release(redis: Redis, members: list[bytes]) -> None:
 
 
 def _rejected(exc: BaseException) -> bool:
-    """The Hub refused the request itself (4xx other than 408/429): retrying cannot help."""
+    """The Hub refused the request itself (``HubRejected``): retrying cannot help."""
     return isinstance(exc, HubRejected)
 
 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return text if text else type(exc).__name__
-
-
-def _backoff(attempts: int) -> float:
-    return float(min(MAX_BACKOFF_S, 2.0 * 2**attempts) * random.uniform(0.5, 1.0))
 
 
 def drain_outbox_now(redis: Redis, *, limit: int = 50) -> DrainResult:

@@ -269,6 +269,10 @@ def note_refusal(
 RefusalHandler = Callable[[WriteRefused, str], None]
 
 
+def ignore_refusals(refusal: WriteRefused, via: str) -> None:
+    """The handler where nobody logs or counts refusals (an executor run on its own)."""
+
+
 def counted_refusals(*, agent_id: str, task_id: str, metrics: JobMetrics) -> RefusalHandler:
     """The worker's handler: every refusal logged and counted (``note_refusal``)."""
 
@@ -334,5 +338,6 @@ __all__ = [
     "WriteLedger",
     "WriteRefused",
     "counted_refusals",
+    "ignore_refusals",
     "note_refusal",
 ]

@@ -55,7 +55,6 @@ class LoopSettings:
     max_same_call_repeats: int = 3
     max_consecutive_error_steps: int = 3
     require_done_tool: bool = False
-    strict_grants: bool = False
     tool_output_max_chars: int = 20_000
     context_budget_chars: int = 200_000
     llm_timeout_cap_s: float = 120.0

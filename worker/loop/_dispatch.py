@@ -63,7 +63,6 @@ class ToolDispatcher:
         task_id: str,
         agent_id: str,
         events: EventBus,
-        strict_grants: bool,
         max_output_chars: int,
         can_execute_tool: CanExecuteTool | None = None,
     ) -> None:
@@ -71,7 +70,6 @@ class ToolDispatcher:
         self._task_id = task_id
         self._agent_id = agent_id
         self._events = events
-        self._strict = strict_grants
         self._max_chars = max_output_chars
         self._can_execute = can_execute_tool
         # Per tool name: its validator, or None once its schema proved broken.
@@ -112,11 +110,11 @@ class ToolDispatcher:
         if resolution is None:
             return DispatchResult(ToolOutcome.UNKNOWN_TOOL, f"Error: Unknown tool '{call.name}'")
         if isinstance(resolution, MissingGrant):
-            self._deny(step, resolution.name, required_grant=resolution.required_grant)
+            self._deny(step, resolution)
             message = f"Error: Missing grant {resolution.required_grant}"
             return DispatchResult(ToolOutcome.MISSING_GRANT, message)
         if isinstance(resolution, NotAllowed):
-            self._deny(step, resolution.name, required_grant="")
+            self._deny(step, resolution)
             message = f"Error: Tool '{resolution.name}' is not allowed in this task"
             return DispatchResult(ToolOutcome.NOT_ALLOWED, message)
         server = resolution.server
@@ -156,20 +154,28 @@ class ToolDispatcher:
         outcome = ToolOutcome.ERROR if result.is_error else ToolOutcome.OK
         return DispatchResult(outcome, result.content, server)
 
-    def _deny(self, step: int, tool: str, *, required_grant: str) -> None:
-        """A call outside the agent's grants ("" grant: outside the task's allowed_tools)."""
+    def _deny(self, step: int, refused: MissingGrant | NotAllowed) -> None:
+        """A call outside the agent's grants or the task's allowed_tools; under strict
+        grants (the toolbox says so in ``refused``) it ends the run."""
+        required_grant = refused.required_grant if isinstance(refused, MissingGrant) else ""
         reason = ToolOutcome.MISSING_GRANT if required_grant else ToolOutcome.NOT_ALLOWED
         self._events.emit(
-            GrantDenied(step=step, tool=tool, required_grant=required_grant, reason=reason)
+            GrantDenied(
+                step=step,
+                tool=refused.name,
+                required_grant=required_grant,
+                reason=reason,
+                strict=refused.strict,
+            )
         )
-        if self._strict:
+        if refused.strict:
             without = (
                 f"without grant {required_grant!r}"
                 if required_grant
                 else "outside the task's allowed_tools"
             )
             raise AutonomyViolation(
-                f"agent {self._agent_id!r} called {tool!r} {without} (strict grants)"
+                f"agent {self._agent_id!r} called {refused.name!r} {without} (strict grants)"
             )
 
     def _parse_arguments(

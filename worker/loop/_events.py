@@ -54,6 +54,7 @@ class GrantDenied:
     tool: str
     required_grant: str  # "" when the task's allowed_tools left the tool out
     reason: str = "missing_grant"  # or "not_allowed"
+    strict: bool = False  # the agent's grants are strict: the refusal ends the run
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
@@ -93,13 +94,11 @@ class EventBus:
                 )
 
 
-def log_observer(
-    *, task_id: str, agent_id: str, executor: str | None = None, strict_grants: bool = False
-) -> LoopObserver:
+def log_observer(*, task_id: str, agent_id: str, executor: str | None = None) -> LoopObserver:
     """The observer that logs each model call, tool call and refused call of one run.
 
     ``executor`` names a CLI executor whose transcript the events come from (the native
-    loop leaves it out); ``strict_grants`` says whether a refused call ends the run.
+    loop leaves it out).
     """
     who: dict[str, Any] = {"task": task_id, "agent": agent_id}
     if executor is not None:
@@ -137,7 +136,7 @@ def log_observer(
                 tool=event.tool,
                 required_grant=event.required_grant or None,
                 reason=event.reason,
-                strict=strict_grants,
+                strict=event.strict,
             )
 
     return observe

@@ -105,9 +105,7 @@ class AgentLoop:
         self.events = EventBus(
             [
                 *observers,
-                log_observer(
-                    task_id=task_id, agent_id=agent_id, strict_grants=settings.strict_grants
-                ),
+                log_observer(task_id=task_id, agent_id=agent_id),
             ]
         )
         self._control = control
@@ -128,7 +126,6 @@ class AgentLoop:
             task_id=task_id,
             agent_id=agent_id,
             events=self.events,
-            strict_grants=settings.strict_grants,
             max_output_chars=settings.tool_output_max_chars,
             can_execute_tool=can_execute_tool,
         )
@@ -309,7 +306,7 @@ class AgentLoop:
             if timeout_s <= 0:
                 # Out of time: the calls left get an error result (every call the model made
                 # needs one) and the next limit check winds the run down.
-                self._skip_pending(state, DEADLINE_SKIPPED_TOOL)
+                self._skip_pending(state, ToolOutcome.DEADLINE, DEADLINE_SKIPPED_TOOL)
                 return AskModel()
             earlier = self._reads.earlier(call) if self._read_only(call.name) else None
             if earlier is not None:
@@ -324,7 +321,9 @@ class AgentLoop:
             rules = self._settings.call_rules
             closing = rules.closing_after(record) if rules is not None else None
             if closing is not None:
-                self._skip_pending(state, CLOSED_SKIPPED_TOOL.format(reason=closing.reason))
+                self._skip_pending(
+                    state, ToolOutcome.REFUSED, CLOSED_SKIPPED_TOOL.format(reason=closing.reason)
+                )
                 return Close(closing)
         failed = sum(1 for record in records if record.is_error)
         self.events.emit(StepFinished(step=step, tool_calls=len(records), failed_tool_calls=failed))
@@ -344,14 +343,15 @@ class AgentLoop:
 
     def _loop_guard_tripped(self, state: LoopState, detail: str) -> Close:
         """A loop guard stopped the tools: close, and end as tool_loop only without an answer."""
-        self._skip_pending(state, CLOSED_SKIPPED_TOOL.format(reason="a tool loop was stopped"))
+        skipped = CLOSED_SKIPPED_TOOL.format(reason="a tool loop was stopped")
+        self._skip_pending(state, ToolOutcome.REFUSED, skipped)
         reason = f"The worker stopped your tool calls: {detail}."
         return Close(Closing(reason=reason), silent_outcome=Outcome.TOOL_LOOP)
 
-    def _skip_pending(self, state: LoopState, content: str) -> None:
-        """Give every call of the last step that has not run an error result, unrun."""
+    def _skip_pending(self, state: LoopState, outcome: ToolOutcome, content: str) -> None:
+        """Give every call of the last step that has not run an error result, unrun:
+        ``outcome`` DEADLINE when time ran out, REFUSED when the loop closed the tools."""
         step = state.steps[-1]
-        outcome = ToolOutcome.DEADLINE if content == DEADLINE_SKIPPED_TOOL else ToolOutcome.REFUSED
         for call in step.pending_calls:
             record = ToolCallRecord(
                 call_id=call.id,

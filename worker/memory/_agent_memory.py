@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from worker.agents import Memory
+from worker.agents import Memory, RecallStrategy
 from worker.memory._embeddings import (
     Embedded,
     Embedder,
@@ -47,7 +47,7 @@ class Recall:
     endpoint or its endpoint failed: ``fallback`` says why), and what it took."""
 
     items: list[Recalled]
-    strategy: str
+    strategy: RecallStrategy
     duration_ms: float
     fallback: str = ""
     candidates: int = 0
@@ -68,10 +68,12 @@ class AgentMemory:
         self._embedder = embedder
 
     @property
-    def strategy(self) -> str:
+    def strategy(self) -> RecallStrategy:
         """The strategy recall uses: embedding_search falls back to keyword without an endpoint."""
         wanted = self.config.retrieval.strategy
-        return "keyword" if wanted == "embedding_search" and self._embedder is None else wanted
+        if wanted is RecallStrategy.EMBEDDING_SEARCH and self._embedder is None:
+            return RecallStrategy.KEYWORD
+        return wanted
 
     @property
     def max_bytes(self) -> int:
@@ -86,21 +88,21 @@ class AgentMemory:
         strategy, fallback = self.strategy, ""
         items: list[Recalled] = []
         spent = _Spent()
-        if strategy == "recent":
+        if strategy is RecallStrategy.RECENT:
             candidates = len(items := rank_recent(self._store.newest(self.agent, limit), limit))
         else:
             ids = self._store.newest_ids(self.agent, SEARCH_WINDOW)
             candidates = len(ids)
-            if strategy == "embedding_search" and ids:
+            if strategy is RecallStrategy.EMBEDDING_SEARCH and ids:
                 try:
                     items = await self._by_similarity(
                         ids, query, timeout_s=timeout_s, allowance=token_allowance, spent=spent
                     )
                 except EmbeddingsUnavailable as exc:
-                    strategy, fallback = "keyword", str(exc)
-            if strategy == "keyword" and ids:
+                    strategy, fallback = RecallStrategy.KEYWORD, str(exc)
+            if strategy is RecallStrategy.KEYWORD and ids:
                 items = rank_by_keywords(self._store.records(self.agent, ids), query, limit)
-        if self.config.retrieval.strategy == "embedding_search" and self._embedder is None:
+        if retrieval.strategy is RecallStrategy.EMBEDDING_SEARCH and self._embedder is None:
             fallback = fallback or "MEMORY_EMBEDDINGS_URL is not set"
         return Recall(
             items=items,
@@ -126,7 +128,7 @@ class AgentMemory:
             return Written(written=0, evicted=0, bytes=self._store.usage(self.agent).bytes)
         vectors: dict[str, list[float]] = {}
         spent = _Spent()
-        if self.strategy == "embedding_search":
+        if self.strategy is RecallStrategy.EMBEDDING_SEARCH:
             try:
                 embedded = await self._embed(
                     [record.text for record in records],

@@ -11,6 +11,7 @@ import httpx2
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import MessageParam, ToolParam
 
+from hub_client.retry_rules import retry_after_s
 from worker.exceptions import ModelError
 from worker.models._prices import PriceTable
 from worker.models._retry import (
@@ -19,7 +20,6 @@ from worker.models._retry import (
     RetryPolicy,
     connection_failure,
     error_detail,
-    retry_after_s,
 )
 from worker.models._types import (
     Message,

@@ -16,6 +16,7 @@ from openai.types.chat import (
     ChatCompletionToolUnionParam,
 )
 
+from hub_client.retry_rules import retry_after_s
 from worker.exceptions import ModelError
 from worker.models._prices import PriceTable
 from worker.models._retry import (
@@ -24,7 +25,6 @@ from worker.models._retry import (
     RetryPolicy,
     connection_failure,
     error_detail,
-    retry_after_s,
 )
 from worker.models._types import (
     Message,

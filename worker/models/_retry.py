@@ -2,26 +2,26 @@
 
 Layers, as in httpx: ``RetryingModel.complete`` → ``call_with_retries`` → a
 provider's ``_request_once``. The single request raises ``AttemptFailed`` for
-anything HTTP-shaped; ``call_with_retries`` retries 408/429/5xx and connection
-errors with exponential backoff and full jitter, honours ``Retry-After``, never
-waits past the caller's remaining budget, and turns the rest into the
-``ModelError`` tree (401/403 → ModelAuthError, other 4xx → ModelRequestError,
-retries spent → ModelUnavailable carrying the provider's last pause hint).
+anything HTTP-shaped; ``call_with_retries`` retries what ``classify_status`` calls
+transient (408/409/429, 5xx but 501/505, connection errors; docs/http-status.md) with
+exponential backoff and full jitter, honours ``Retry-After``, never waits past the
+caller's remaining budget, and turns the rest into the ``ModelError`` tree (401/403 →
+ModelAuthError, other 4xx and 501/505 → ModelRequestError, retries spent →
+ModelUnavailable carrying the provider's last pause hint).
 """
 
 from __future__ import annotations
 
-import random
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import ClassVar, Protocol, TypeVar
 
 import anyio
 
+from hub_client.retry_rules import Backoff, Failure, Jitter, classify_status
 from worker import logs
 from worker.exceptions import ContextTooLong, ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models._prices import PriceTable
@@ -30,10 +30,6 @@ from worker.tracing import note_retry, traced_chat
 
 T = TypeVar("T")
 
-# 429, 408 and 5xx are passing trouble; 501 and 505 say the request will never work.
-_RETRYABLE_STATUSES = frozenset({408, 429})
-_PERMANENT_SERVER_STATUSES = frozenset({501, 505})
-_AUTH_STATUSES = frozenset({401, 403})
 # The SDK treats a zero timeout as "fail at once"; the loop's own deadline is the real guard.
 _MIN_ATTEMPT_TIMEOUT_S = 1.0
 _DETAIL_MAX_CHARS = 300
@@ -56,8 +52,12 @@ class RetryPolicy:
 
     def backoff_s(self, retry_number: int) -> float:
         """Exponential backoff with full jitter for the n-th retry (1-based)."""
-        ceiling = min(self.max_delay_s, self.base_delay_s * 2 ** (retry_number - 1))
-        return random.uniform(0.0, ceiling) if self.jitter else ceiling
+        backoff = Backoff(
+            first_s=self.base_delay_s,
+            max_s=self.max_delay_s,
+            jitter=Jitter.FULL if self.jitter else Jitter.NONE,
+        )
+        return backoff.delay_s(retry_number - 1)
 
 
 class AttemptFailed(Exception):
@@ -72,10 +72,13 @@ class AttemptFailed(Exception):
         self.retry_after_s = retry_after_s
 
     @property
+    def kind(self) -> Failure:
+        """What the status means (docs/http-status.md); no status is a connection error."""
+        return classify_status(self.status)
+
+    @property
     def retryable(self) -> bool:
-        if self.status is None or self.status in _RETRYABLE_STATUSES:
-            return True
-        return self.status >= 500 and self.status not in _PERMANENT_SERVER_STATUSES
+        return self.kind is Failure.TRANSIENT
 
     def describe(self) -> str:
         if self.status is None:
@@ -135,7 +138,7 @@ async def call_with_retries(
 def _raise_if_permanent(failure: AttemptFailed, *, provider: str, model: str) -> None:
     if failure.retryable:
         return
-    if failure.status in _AUTH_STATUSES:
+    if failure.kind is Failure.AUTH:
         raise ModelAuthError(
             f"{provider} model {model!r} rejected the credentials: {failure.describe()}",
             provider=provider,
@@ -188,32 +191,6 @@ def _stop_reason(
     if remaining is not None and delay >= remaining:
         return f"next wait {delay:g}s would pass the remaining budget of {max(remaining, 0):.1f}s"
     return None
-
-
-def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """The server's pause hint: ``retry-after-ms``, else ``Retry-After`` in seconds or as a date."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            value = float(millis) / 1000
-        except ValueError:
-            value = -1.0
-        if value >= 0:
-            return value
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    raw = raw.strip()
-    try:
-        seconds = float(raw)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(raw)
-        except (TypeError, ValueError):
-            return None
-        wall_now = time.time() if now is None else now
-        return max(when.timestamp() - wall_now, 0.0)
-    return seconds if seconds >= 0 else None
 
 
 def error_detail(body: object, fallback: str, *, secret: str) -> str:

@@ -23,8 +23,9 @@ from dataclasses import replace
 
 import httpx2
 
+from hub_client.retry_rules import Failure, classify_status
 from worker._network import client_ssl_context, shown_url
-from worker.agents import AgentDefinition
+from worker.agents import AgentDefinition, RecallStrategy
 from worker.exceptions import ConfigurationError, WorkerError
 from worker.operations._check_report import CheckReport, Problem, Severity
 from worker.settings import Settings
@@ -94,7 +95,7 @@ def _probe_model_endpoint(
         return Problem(
             severity=Severity.WARNING, subject="", message=f"{message} ({type(exc).__name__})"
         )
-    if status in (401, 403):
+    if classify_status(status) is Failure.AUTH:
         message = f"brain: the model endpoint {shown_url(root)} refuses {key_variable}"
         return Problem(severity=Severity.ERROR, subject="", message=f"{message} (HTTP {status})")
     return None
@@ -171,7 +172,7 @@ def check_memory(
             )
         if config.memory_embeddings_url is not None:
             continue
-        if memory.enabled and memory.retrieval.strategy == "embedding_search":
+        if memory.enabled and memory.retrieval.strategy is RecallStrategy.EMBEDDING_SEARCH:
             report.warning(
                 f"agents/{name}/config.yaml",
                 "memory.retrieval.strategy: embedding_search needs MEMORY_EMBEDDINGS_URL, "

@@ -15,6 +15,7 @@ import httpx2
 from redis import Redis
 from redis.exceptions import RedisError
 
+from hub_client.retry_rules import Failure, classify_status
 from worker._network import client_ssl_context, shown_url
 from worker.redis_io import access_refusal
 
@@ -70,7 +71,7 @@ def probe_hub(hub_url: str, api_key: str | None, *, timeout_s: float) -> HubProb
     except httpx2.HTTPError as exc:
         message = f"the Hub at {shown_url(hub_url)} does not answer ({type(exc).__name__})"
         return HubProblem(message, key_refused=False)
-    if response.status_code in (401, 403):
+    if classify_status(response.status_code) is Failure.AUTH:
         held = "HUB_API_KEY" if api_key else "no HUB_API_KEY (unset)"
         message = f"the Hub at {shown_url(hub_url)} refuses {held} (HTTP {response.status_code})"
         return HubProblem(message, key_refused=True)
@@ -96,7 +97,7 @@ def probe_mcp_server(
                 client.delete(url, headers={**request_headers, "mcp-session-id": session})
     except httpx2.HTTPError as exc:
         return f"{shown_url(url)} does not answer ({type(exc).__name__})"
-    if status in (401, 403):
+    if classify_status(status) is Failure.AUTH:
         held = "MCP_AUTH_TOKEN" if auth_token else "no MCP_AUTH_TOKEN (unset)"
         return f"{shown_url(url)} refuses {held} (HTTP {status})"
     if status >= 300:

@@ -33,6 +33,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from hub_client import AgentSummary, HubClient
+from hub_client.retry_rules import Backoff
 from worker.agents import AgentStore
 from worker.enqueue import (
     DEFAULT_QUEUE,
@@ -76,8 +77,7 @@ class ScheduleConfig:
 
     def backoff_s(self, failures: int) -> float:
         """How long an agent waits after its ``failures``-th failure in a row."""
-        # The exponent is capped so a long failure streak cannot overflow a float.
-        return float(min(self.interval_s * 2 ** min(failures, 40), self.max_backoff_s))
+        return Backoff(first_s=self.interval_s, max_s=self.max_backoff_s).delay_s(failures)
 
     @property
     def lock_ttl_s(self) -> float:

@@ -178,7 +178,6 @@ def loop_settings(
         max_same_call_repeats=s.max_same_call_repeats,
         max_consecutive_error_steps=s.max_consecutive_error_steps,
         require_done_tool=cfg.behavior.require_done_tool,
-        strict_grants=s.strict_grants or cfg.behavior.strict_grants,
         tool_output_max_chars=s.tool_output_max_chars,
         context_budget_chars=s.context_budget_chars,
         llm_timeout_cap_s=s.llm_timeout_s,

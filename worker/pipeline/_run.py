@@ -20,6 +20,7 @@ import anyio
 import httpx2
 
 from hub_client import BudgetHealth, HubClient, HubError, HubUnavailable
+from hub_client.retry_rules import Backoff
 from worker._network import client_ssl_context
 from worker.agents import AgentDefinition
 from worker.coordination import (
@@ -238,7 +239,7 @@ class TaskRun:
             )
             return Outcome.MODEL_ERROR
         hint = getattr(exc, "retry_after_s", None) or 0.0
-        delay = max(hint, self._rt.settings.requeue_delay_s * 2**attempt)
+        delay = max(hint, Backoff(first_s=self._rt.settings.requeue_delay_s).delay_s(attempt))
         self._state.error = exc
         if self._state.deadline is not None and self._state.deadline.passed_by(delay):
             # The next run would start at or after the deadline: end here instead.

@@ -6,7 +6,7 @@ import importlib
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from redis import Redis
 
 from hub_client import HubClient
 from worker._network import client_ssl_context
+from worker._spawn import SpawnHook, ignore_spawn
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
 from worker.coordination import read_task_deadline
 from worker.daemon import child_process_recorder, job_attempt
@@ -67,7 +68,7 @@ class TaskRuntime:
     open_toolbox: ToolboxOpener
     attempt: int = 0
     hub: HubClient | None = None
-    on_spawn: Callable[[int], None] | None = None
+    on_spawn: SpawnHook = ignore_spawn
     # The rq job id, when running under rq: metrics then go to the worker parent via Redis.
     job_id: str | None = None
     # rq kills the job at its timeout: the loop winds down before that (timeout - grace).
@@ -165,14 +166,16 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
 
 
 def effective_grants(config: Settings, agent: AgentDefinition) -> EffectiveGrants:
-    """The agent's requested grants as GRANT_POLICY caps them (read once per process)."""
+    """The agent's requested grants as GRANT_POLICY caps them (read once per process),
+    strict under STRICT_GRANTS or the definition's ``behavior.strict_grants``."""
     policy = _grant_policy(config.grant_policy)
-    return policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
+    grants = policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
+    return replace(grants, strict=config.strict_grants or agent.config.behavior.strict_grants)
 
 
 def toolbox_opener(
     config: Settings,
-    on_spawn: Callable[[int], None] | None = None,
+    on_spawn: SpawnHook = ignore_spawn,
     deadline_cap_s: float | None = None,
     redis: Redis | None = None,
 ) -> ToolboxOpener:
@@ -238,7 +241,7 @@ def build_runtime(
     deadline_cap_s: float | None = None,
 ) -> TaskRuntime:
     config = settings()
-    on_spawn = child_process_recorder(redis, job_id) if job_id else None
+    on_spawn = child_process_recorder(redis, job_id) if job_id else ignore_spawn
     return TaskRuntime(
         settings=config,
         redis=redis,

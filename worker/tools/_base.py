@@ -53,17 +53,21 @@ class Granted:
 
 @dataclass(slots=True, kw_only=True, frozen=True)
 class MissingGrant:
-    """The tool exists, but the agent does not hold ``required_grant``."""
+    """The tool exists, but the agent does not hold ``required_grant``; ``strict``: the
+    agent's grants are strict, so the call ends the task."""
 
     name: str
     required_grant: str
+    strict: bool = False
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
 class NotAllowed:
-    """The tool exists, but the task's ``constraints.allowed_tools`` leaves it out."""
+    """The tool exists, but the task's ``constraints.allowed_tools`` leaves it out;
+    ``strict``: the agent's grants are strict, so the call ends the task."""
 
     name: str
+    strict: bool = False
 
 
 Resolution = Granted | MissingGrant | NotAllowed | None

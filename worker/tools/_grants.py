@@ -96,15 +96,20 @@ def _intersection(first: str, second: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class EffectiveGrants:
-    """What one agent may call: any ``allowed`` pattern covers it and no ``denied`` one does."""
+    """What one agent may call: any ``allowed`` pattern covers it and no ``denied`` one does.
+
+    ``strict`` (STRICT_GRANTS, or the definition's ``behavior.strict_grants``): a call
+    outside them ends the task as an autonomy violation instead of being refused.
+    """
 
     allowed: frozenset[str]
     denied: frozenset[str] = field(default_factory=frozenset)
+    strict: bool = False
 
     @classmethod
-    def of(cls, grants: Iterable[str]) -> EffectiveGrants:
+    def of(cls, grants: Iterable[str], *, strict: bool = False) -> EffectiveGrants:
         """Grants taken as they are (no policy); each must be a valid pattern."""
-        return cls(allowed=frozenset(check_grant_pattern(grant) for grant in grants))
+        return cls(allowed=frozenset(check_grant_pattern(grant) for grant in grants), strict=strict)
 
     def covers(self, required: str) -> bool:
         if any(grant_covers(denied, required) for denied in self.denied):

@@ -26,11 +26,15 @@ class LocalTool:
 
 
 class LocalToolbox:
-    """Offers local tools whose grant is in ``grants`` (None = every tool granted)."""
+    """Offers local tools whose grant is in ``grants`` (None = every tool granted); with
+    ``strict``, a call to one outside them ends the task."""
 
-    def __init__(self, tools: Sequence[LocalTool], *, grants: set[str] | None = None) -> None:
+    def __init__(
+        self, tools: Sequence[LocalTool], *, grants: set[str] | None = None, strict: bool = False
+    ) -> None:
         self._tools = {tool.name: tool for tool in tools}
         self._grants = grants
+        self._strict = strict
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self._specs = {
             tool.name: ToolSpec(
@@ -56,7 +60,9 @@ class LocalToolbox:
         if tool is None:
             return None
         if not self._granted(tool):
-            return MissingGrant(name=name, required_grant=tool.required_grant or "")
+            return MissingGrant(
+                name=name, required_grant=tool.required_grant or "", strict=self._strict
+            )
         return Granted(spec=self._specs[name], server="local")
 
     async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:

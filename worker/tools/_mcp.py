@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -50,6 +50,7 @@ from mcp.client import Client, Transport
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from worker._spawn import SpawnHook, ignore_spawn
 from worker._task_groups import background_task_group
 from worker.exceptions import ToolFailed, ToolNotFound, ToolServerDown
 from worker.logs import log_event
@@ -105,7 +106,7 @@ class McpToolbox:
         capability: str | None,
         max_result_bytes: int,
         connect_timeout_s: float,
-        on_spawn: Callable[[int], None] | None,
+        on_spawn: SpawnHook,
         tool_list_ttl_s: float,
     ) -> None:
         self._grants = grants
@@ -139,7 +140,7 @@ class McpToolbox:
         capability: str | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         connect_timeout_s: float = 10.0,
-        on_spawn: Callable[[int], None] | None = None,
+        on_spawn: SpawnHook = ignore_spawn,
         tool_list_ttl_s: float = DEFAULT_TOOL_LIST_TTL_S,
     ) -> AsyncIterator[McpToolbox]:
         """Connect for one task; every session and child process is closed on exit.
@@ -196,12 +197,13 @@ class McpToolbox:
         link = self._links.get(server_name)
         # A server we did not connect to cannot tell us whether the tool exists: trust the map.
         exists = None if link is None or link.client is None else tool in link.listed
+        strict = self._grants.strict
         if self._allowed_tools is not None and name not in self._allowed_tools:
-            return None if exists is False else NotAllowed(name=name)
+            return None if exists is False else NotAllowed(name=name, strict=strict)
         if not self._grants.covers(required_grant):
-            return (
-                None if exists is False else MissingGrant(name=name, required_grant=required_grant)
-            )
+            if exists is False:
+                return None
+            return MissingGrant(name=name, required_grant=required_grant, strict=strict)
         if link is None or not exists or (link.down_reason is not None and link.told):
             return None
         return Granted(spec=link.listed[tool], server=server_name)

@@ -47,7 +47,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from concurrent.futures import CancelledError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -59,6 +59,8 @@ from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
+from hub_client.retry_rules import Backoff
+from worker._spawn import SpawnHook, ignore_spawn
 from worker.logs import log_event
 from worker.tools._config import McpServerConfig
 from worker.tools._forks import in_job_process
@@ -69,7 +71,7 @@ from worker.tools._transports import stdio_streams
 # A server that ran this long before it exited was healthy: its crash count starts over.
 HEALTHY_AFTER_S = 60.0
 MAX_BACKOFF_S = 30.0
-_FIRST_BACKOFF_S = 0.5
+_CRASH_BACKOFF = Backoff(first_s=0.5, max_s=MAX_BACKOFF_S)
 # Stopping closes each server's stdin, waits, then kills its group (about 4 s at worst).
 _CLOSE_TIMEOUT_S = 10.0
 
@@ -91,8 +93,8 @@ class _Crashes:
     def record(self, uptime_s: float) -> None:
         self.in_a_row = 1 if uptime_s >= HEALTHY_AFTER_S else self.in_a_row + 1
         # The first crash restarts at once: one bad call should not cost the next task.
-        delay = 0.0 if self.in_a_row < 2 else _FIRST_BACKOFF_S * 2 ** (self.in_a_row - 2)
-        self.retry_at = time.monotonic() + min(delay, MAX_BACKOFF_S)
+        delay = 0.0 if self.in_a_row < 2 else _CRASH_BACKOFF.delay_s(self.in_a_row - 2)
+        self.retry_at = time.monotonic() + delay
 
     def check(self, name: str) -> None:
         wait_s = self.retry_at - time.monotonic()
@@ -124,14 +126,13 @@ class _PooledServer:
     # Cancels the start-up: a server stuck before answering ``initialize``.
     _start: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
-    async def run(self, pids: set[int], on_spawn: Callable[[int], None] | None) -> None:
+    async def run(self, pids: set[int], on_spawn: SpawnHook) -> None:
         """Hold the server open until it exits or the pool closes; ``pids`` tracks it."""
 
         def spawned(pid: int) -> None:
             self.pid = pid
             pids.add(pid)
-            if on_spawn is not None:
-                on_spawn(pid)
+            on_spawn(pid)
 
         transport = stdio_streams(
             self.name,
@@ -238,7 +239,7 @@ class StdioPool:
         *,
         max_result_bytes: int,
         start_timeout_s: float,
-        on_spawn: Callable[[int], None] | None = None,
+        on_spawn: SpawnHook = ignore_spawn,
     ) -> PooledSession:
         """From a task's loop: a session on the running server, which starts if need be.
 
@@ -247,7 +248,7 @@ class StdioPool:
         hears of a server started now only when the pool lives as long as the job
         (``job_scoped``).
         """
-        spawn_hook = on_spawn if self.job_scoped else None
+        spawn_hook = on_spawn if self.job_scoped else ignore_spawn
         server = await self.run(
             self._ready_server(name, config, max_result_bytes, start_timeout_s, spawn_hook)
         )
@@ -321,7 +322,7 @@ class StdioPool:
         config: McpServerConfig,
         max_result_bytes: int,
         start_timeout_s: float,
-        on_spawn: Callable[[int], None] | None,
+        on_spawn: SpawnHook,
     ) -> _PooledServer:
         key = (name, config.identity(name), max_result_bytes)
         server = self._servers.get(key)
@@ -348,7 +349,7 @@ class StdioPool:
         key: _ServerKey,
         server: _PooledServer,
         start_timeout_s: float,
-        on_spawn: Callable[[int], None] | None,
+        on_spawn: SpawnHook,
     ) -> None:
         log_event("mcp_pooled_server_starting", server=server.name)
         try:

@@ -28,6 +28,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
 from worker._network import client_ssl_context
+from worker._spawn import SpawnHook
 from worker.logs import log_event
 from worker.tools._config import McpServerConfig
 
@@ -270,7 +271,7 @@ async def stdio_streams(
     server: McpServerConfig,
     *,
     max_result_bytes: int,
-    on_spawn: Callable[[int], None] | None,
+    on_spawn: SpawnHook,
     on_exit: Callable[[], None],
 ) -> AsyncIterator[_Streams]:
     """Run a stdio server in its own session and bridge its pipes to the MCP session.
@@ -291,8 +292,7 @@ async def stdio_streams(
     )
     bridge = _StdioBridge(name, process, max_line_bytes=max_result_bytes + _ENVELOPE_BYTES)
     try:
-        if on_spawn is not None:
-            on_spawn(process.pid)
+        on_spawn(process.pid)
         async with anyio.create_task_group() as pumps:
             pumps.start_soon(bridge.read_stdout, max_result_bytes, on_exit)
             pumps.start_soon(bridge.write_stdin)
