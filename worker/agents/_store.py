@@ -89,7 +89,8 @@ class AgentStore:
 
     def cached(self, agent_id: str) -> AgentDefinition | None:
         """The cached definition, or None; never reads the source (for callers that must
-        not wait on an HTTP source, like the worker parent)."""
+        not wait on an HTTP source, like the worker parent): a directory's files are only
+        stat'ed, to tell an edited one."""
         _check_agent_id(agent_id)
         return self._cached(agent_id)
 
