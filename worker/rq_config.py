@@ -17,12 +17,16 @@ import sys
 from typing import Any
 
 from redis import Redis
-from redis.exceptions import RedisError
 
 from worker._network import shown_url
 from worker.exceptions import ConfigurationError
 from worker.logs import log_event
-from worker.redis_io import access_refusal, connect, patient_redis_retry, rq_connection_settings
+from worker.redis_io import (
+    check_redis_access,
+    connect,
+    patient_redis_retry,
+    rq_connection_settings,
+)
 from worker.settings import Settings, settings_or_exit
 
 
@@ -44,26 +48,23 @@ def _wait_for_redis(connection: Redis, settings: Settings) -> None:
     """PING, waiting out an outage; a refusal is a ConfigurationError, a Redis still
     unreachable after REDIS_PATIENCE_S one ``redis_unavailable`` line and exit status 1."""
     connection.set_retry(patient_redis_retry(settings.redis_patience_s))
-    try:
-        connection.ping()
-    except RedisError as exc:
-        refusal = access_refusal(exc)
-        if refusal is not None:
-            raise ConfigurationError(refusal) from None
-        if settings.redis_sentinels:
-            variable, where = "REDIS_SENTINELS", settings.redis_sentinels
-        else:
-            variable, where = "REDIS_URL", shown_url(settings.redis_url)
-        log_event(
-            "redis_unavailable",
-            "error",
-            variable=variable,
-            redis=where,
-            waited_s=settings.redis_patience_s,
-            error=type(exc).__name__,
-            detail=str(exc),
-        )
-        raise SystemExit(1) from None
+    outage = check_redis_access(connection)
+    if outage is None:
+        return
+    if settings.redis_sentinels:
+        variable, where = "REDIS_SENTINELS", settings.redis_sentinels
+    else:
+        variable, where = "REDIS_URL", shown_url(settings.redis_url)
+    log_event(
+        "redis_unavailable",
+        "error",
+        variable=variable,
+        redis=where,
+        waited_s=settings.redis_patience_s,
+        error=type(outage).__name__,
+        detail=str(outage),
+    )
+    raise SystemExit(1)
 
 
 _CONNECTION = _connection_settings()
