@@ -22,11 +22,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
+import httpx2
+
 from bench._report import Summary, Table
+from worker.dev.scripted_endpoint import ScriptedEndpoint
 from worker.exceptions import ExecutorError
 from worker.executors._cli_gateway import gateway_command, gateway_python_path
+from worker.executors._egress import ModelRoute, model_forwarder
 from worker.executors._gateway_link import GatewaySpec
+from worker.executors._provider import ProviderAccess
 from worker.executors._sandbox import HELPER, Sandbox, SandboxLimits, find_sandbox
+from worker.executors._seccomp import seccomp_descriptor
 from worker.settings import Settings
 
 RELAY_PORT = 18080
@@ -44,22 +51,29 @@ def benchmark(*, quick: bool = False) -> list[Table]:
     except ExecutorError as exc:  # the table says why there is nothing to measure
         table.notes.append(f"not measured: {exc}")
         return [table]
-    with run_directory(sandbox) as (workspace, private):
+    with run_directory(sandbox) as (workspace, private), seccomp_descriptor() as seccomp_fd:
         limits = SandboxLimits.of(settings, 60)
+        fds = (seccomp_fd,)
         bare = [sandbox.python, "-c", "pass"]
         table.add("python3 -c pass, unconfined (the floor)", *timed(runs, bare).cells())
         plain = sandbox.command(
-            ["/bin/true"], workspace=workspace, private=private, relays={}, limits=limits
+            ["/bin/true"],
+            workspace=workspace,
+            private=private,
+            relays={},
+            limits=limits,
+            seccomp_fd=seccomp_fd,
         )
-        table.add("bwrap + helper, then true", *timed(runs, plain, sandbox.uid).cells())
+        table.add("bwrap + helper, then true", *timed(runs, plain, sandbox.uid, fds).cells())
         relayed = sandbox.command(
             ["/bin/true"],
             workspace=workspace,
             private=private,
             relays={RELAY_PORT: private / "model.sock"},
             limits=limits,
+            seccomp_fd=seccomp_fd,
         )
-        relay_row = timed(runs, relayed, sandbox.uid)
+        relay_row = timed(runs, relayed, sandbox.uid, fds)
         table.add("bwrap + helper + model relay, then true", *relay_row.cells())
         with echo_socket(private / "gateway.sock"):
             helper, gateway_socket = str(private / HELPER.name), str(private / "gateway.sock")
@@ -77,14 +91,67 @@ def benchmark(*, quick: bool = False) -> list[Table]:
         "added per task: the bwrap + helper + relay row minus the floor, plus the bridge "
         "(once per MCP connection); the gateway starts while the CLI does"
     )
-    return [table]
+    return [table, relay_table(runs * 4)]
+
+
+def relay_table(requests: int) -> Table:
+    """One Messages API call to a local endpoint, straight and through the model relay (the
+    key swapped on the way): what the relay adds to each model call of a sandboxed CLI."""
+    table = Table(
+        f"model relay per model call (ms, {requests} calls on one connection)",
+        ["path", "median", "min-max"],
+    )
+    with ScriptedEndpoint() as endpoint, tempfile.TemporaryDirectory() as directory:
+        endpoint.set_scenario("default", [{"text": "ok"}] * (2 * requests))
+        base_url = endpoint.anthropic_base_url
+        access = ProviderAccess(
+            provider="anthropic", model="m", api_key="sk-bench-key", base_url=base_url
+        )
+        socket_path = Path(directory) / "model.sock"
+
+        async def measure() -> tuple[Summary, Summary]:
+            straight = httpx2.AsyncClient(base_url=base_url)
+            relayed = httpx2.AsyncClient(
+                base_url="http://127.0.0.1:3128",
+                transport=httpx2.AsyncHTTPTransport(uds=str(socket_path)),
+            )
+            async with (
+                model_forwarder(socket_path, ModelRoute.of(access), "bench"),
+                straight,
+                relayed,
+            ):
+                return await _calls(straight, requests), await _calls(relayed, requests)
+
+        straight, relayed = anyio.run(measure)
+    table.add("straight to the endpoint", *straight.cells())
+    table.add("through the relay (key added)", *relayed.cells())
+    return table
+
+
+async def _calls(client: httpx2.AsyncClient, requests: int) -> Summary:
+    body = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": "placeholder", "anthropic-version": "2023-06-01"}
+    samples = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        response = await client.post("/v1/messages", json=body, headers=headers)
+        response.raise_for_status()
+        samples.append((time.perf_counter() - started) * 1000)
+    return Summary.of(samples)
 
 
 def timed(
-    runs: int, command: list[str], user: int | None = None, *, stdin: bytes | None = None
+    runs: int,
+    command: list[str],
+    user: int | None = None,
+    pass_fds: tuple[int, ...] = (),
+    *,
+    stdin: bytes | None = None,
 ) -> Summary:
     samples = []
     for _ in range(runs):
+        for descriptor in pass_fds:  # bwrap reads the seccomp program from where it is
+            os.lseek(descriptor, 0, os.SEEK_SET)
         started = time.perf_counter()
         subprocess.run(
             command,
@@ -96,6 +163,7 @@ def timed(
             group=user,
             extra_groups=[] if user is not None else None,
             cwd="/",
+            pass_fds=pass_fds,
         )
         samples.append((time.perf_counter() - started) * 1000)
     return Summary.of(samples)

@@ -14,8 +14,9 @@ It connects to the configured servers through the worker's own grant-checked
 ``McpToolbox``, offers only the tools the agent may use (``<server>__<tool>``
 with their input schemas), and runs every call through the same dispatcher as
 the native loop: an unknown tool answers ``Error: Unknown tool '<name>'``, a tool
-without its grant ``Error: Missing grant <grant>`` (never executed; logged as
-``grant_denied`` on stderr), arguments that do not match the schema are refused,
+without its grant ``Error: Missing grant <grant>`` (never executed; in the call log, from
+which the executor logs ``grant_denied`` and ``tool_call`` once; over ``--stdio`` the gateway
+logs them itself), arguments that do not match the schema are refused,
 and the rest is forwarded with the worker's ``_meta`` identity (``agent_id``,
 ``task_id``, and ``idempotency_key = <task_id>:tool:<digest>:<k>`` for the k-th call of
 one tool with the same arguments: a CLI re-runs a task from the start, so a key must
@@ -48,13 +49,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import mcp_types
-from anyio.streams.buffered import BufferedByteReceiveStream
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-from mcp.shared.message import SessionMessage
 
+from mcp_servers._gateway_socket import serve_socket
 from worker._version import package_version
 from worker.exceptions import ConfigurationError
 from worker.executors import (
@@ -63,7 +62,7 @@ from worker.executors import (
     CallLogWriter,
     GatewaySpec,
     GatewayWriteCaps,
-    read_secrets_file,
+    read_secrets,
 )
 from worker.hub_writes import CappedToolbox, WriteLedger
 from worker.logs import log_event, set_redactor
@@ -73,6 +72,7 @@ from worker.loop import (
     EventBus,
     GrantDenied,
     LoopEvent,
+    LoopObserver,
     ToolDispatcher,
     log_observer,
 )
@@ -97,8 +97,6 @@ if TYPE_CHECKING:
     from worker.tools import Capability
 
 SERVER_NAME = "gateway"
-# One JSON-RPC message over the socket; a longer line ends the connection.
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 CAPABILITY_EXPIRED = "Error: the task's capability has expired; no tool runs past its deadline"
 
 
@@ -157,29 +155,26 @@ class Gateway:
 def build_server(
     spec: GatewaySpec,
     config: McpConfig,
-    capability: str | None = None,
+    capability: TaskCapability | None = None,
     *,
     redact: Callable[[str], str] = str,
     write_caps: GatewayWriteCaps | None = None,
+    log_calls: bool = True,
 ) -> Server[Gateway]:
     """The gateway as a low-level MCP server: its tool list is only known once connected.
 
-    With ``capability`` (the task's, from the secrets file), identity and grants come from
+    With ``capability`` (the task's, from its secrets), identity and grants come from
     it, it goes to first-party servers with every call, and no call runs once it expired.
     With ``write_caps``, Hub writes count against the agent's caps in the fleet's Redis.
     """
-    claims: Capability | None = None
-    if capability is not None:
-        from worker.tools import read_capability
-
-        claims = read_capability(capability)
     setup = GatewaySetup(
         spec=spec,
         config=config,
-        capability=capability,
-        claims=claims,
+        capability=capability.token if capability is not None else None,
+        claims=capability.claims if capability is not None else None,
         redact=redact,
         write_caps=write_caps,
+        log_calls=log_calls,
     )
     return Server(
         SERVER_NAME,
@@ -201,6 +196,9 @@ class GatewaySetup:
     claims: Capability | None
     redact: Callable[[str], str]
     write_caps: GatewayWriteCaps | None
+    # Log each call (``tool_call``, ``grant_denied``) here: only when no executor reads the
+    # call log and logs them itself (over stdio, by hand), so none is logged twice.
+    log_calls: bool
 
     @asynccontextmanager
     async def open(self, _: Server[Gateway]) -> AsyncIterator[Gateway]:
@@ -253,13 +251,11 @@ class GatewaySetup:
         tools: Toolbox = toolbox
         if self.write_caps is not None and redis is not None:
             tools = with_write_caps(toolbox, spec, self.write_caps, redis, call_log)
-        events = EventBus(
-            [
-                lambda event: _log_denial(call_log, event),
-                # Strictness is the executor's to enforce: here a refusal ends nothing.
-                log_observer(task_id=spec.task_id, agent_id=spec.agent_id),
-            ]
-        )
+        observers: list[LoopObserver] = [lambda event: _log_denial(call_log, event)]
+        if self.log_calls:
+            # Strictness is the executor's to enforce: here a refusal ends nothing.
+            observers.append(log_observer(task_id=spec.task_id, agent_id=spec.agent_id))
+        events = EventBus(observers)
         return ToolDispatcher(
             ContentKeyedToolbox(ArgumentRedactingToolbox(tools, self.redact)),
             task_id=spec.task_id,
@@ -325,97 +321,16 @@ async def serve_stdio(server: Server[Gateway]) -> None:
     await serve_stdio_until_signalled(SERVER_NAME, serve)
 
 
-async def serve_socket(server: Server[Gateway], socket_path: Path) -> None:
-    """Serve MCP (JSON-RPC lines, as over stdio) to every connection on a Unix socket,
-    until SIGTERM/SIGINT: the channel a sandboxed CLI reaches the gateway through."""
-    from mcp_servers._serving import serve_stdio_until_signalled  # only when serving
-
-    listener = await anyio.create_unix_listener(socket_path)
-    os.chmod(socket_path, 0o666)  # the sandbox user connects; the directory guards the socket
-    log_event("gateway_listening", socket=str(socket_path))
-
-    async def session(connection: anyio.abc.SocketStream) -> None:
-        async with connection, socket_streams(connection) as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
-
-    async def serve() -> None:
-        async with listener:
-            await listener.serve(session)
-
-    await serve_stdio_until_signalled(SERVER_NAME, serve)
-
-
-@asynccontextmanager
-async def socket_streams(
-    connection: anyio.abc.ByteStream,
-) -> AsyncIterator[
-    tuple[
-        MemoryObjectReceiveStream[SessionMessage | Exception],
-        MemoryObjectSendStream[SessionMessage],
-    ]
-]:
-    """The MCP session streams over one socket connection: a JSON-RPC message per line."""
-    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    lines = BufferedByteReceiveStream(connection)
-
-    async def read_lines() -> None:
-        async with read_writer:
-            while True:
-                try:
-                    line = await lines.receive_until(b"\n", MAX_MESSAGE_BYTES)
-                except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError):
-                    return
-                except anyio.DelimiterNotFound as exc:
-                    await read_writer.send(ValueError(f"message over {MAX_MESSAGE_BYTES} bytes"))
-                    raise anyio.BrokenResourceError from exc
-                try:
-                    message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                except ValueError as exc:
-                    await read_writer.send(exc)
-                    continue
-                await read_writer.send(SessionMessage(message))
-
-    async def write_lines() -> None:
-        async with write_reader:
-            async for session_message in write_reader:
-                text = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await connection.send(text.encode("utf-8") + b"\n")
-
-    async with anyio.create_task_group() as pumps:
-        pumps.start_soon(read_lines)
-        pumps.start_soon(write_lines)
-        yield read_stream, write_stream
-        pumps.cancel_scope.cancel()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mcp_servers.gateway",
-        description="One task's grant-checked tools for a coding-agent CLI. "
-        "Configured by the CLI executor through GATEWAY_* environment variables.",
-    )
-    transport = parser.add_mutually_exclusive_group(required=True)
-    transport.add_argument("--stdio", action="store_true", help="serve over stdio")
-    transport.add_argument(
-        "--socket",
-        type=Path,
-        help="serve every connection on this Unix socket; the secrets come as one JSON "
-        "object on stdin (how the CLI executors start it)",
-    )
-    options = parser.parse_args(argv)
+    options = _parser().parse_args(argv)
     secrets: dict[str, str] = {}
     write_caps: GatewayWriteCaps | None = None
     try:
         spec = GatewaySpec.from_environment(os.environ)
-        if options.socket is not None:
-            secrets = secrets_from_stdin()
-        elif spec.secrets_file is not None:
-            secrets = read_secrets_file(spec.secrets_file)
-        if secrets:
-            # The Redis URL is for the caps only: never in the environment servers inherit.
-            write_caps = GatewayWriteCaps.pop_from(secrets)
-            os.environ.update(secrets)
+        secrets = gateway_secrets(options.socket is not None, spec.secrets_file)
+        # The Redis URL is for the caps only: never in the environment servers inherit.
+        write_caps = GatewayWriteCaps.pop_from(secrets)
+        os.environ.update(secrets)
         if spec.workdir is not None:
             os.chdir(spec.workdir)
         config = load_mcp_config(spec.mcp_config)
@@ -438,36 +353,69 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     transport_name = "stdio" if options.socket is None else "socket"
     log_event("server_started", server=SERVER_NAME, transport=transport_name, task=spec.task_id)
-    server = build_server(spec, config, capability, redact=redactor, write_caps=write_caps)
+    server = build_server(
+        spec,
+        config,
+        capability,
+        redact=redactor,
+        write_caps=write_caps,
+        # Over the socket, the executor logs each call from the call log.
+        log_calls=options.socket is None,
+    )
     # The MCP SDK's server spans continue the call's _meta context, else this one: the
     # CLI run's, from the TRACEPARENT its executor handed the CLI.
     with attached(environment_context()):
         if options.socket is None:
             anyio.run(serve_stdio, server)
         else:
-            anyio.run(serve_socket, server, options.socket)
+            anyio.run(serve_socket, server, SERVER_NAME, options.socket)
     log_event("server_stopped", server=SERVER_NAME, task=spec.task_id)
     return 0
 
 
-def secrets_from_stdin() -> dict[str, str]:
-    """The secrets the worker writes on the gateway's stdin (a JSON object; empty: none)."""
-    text = sys.stdin.read()
-    if not text.strip():
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m mcp_servers.gateway",
+        description="One task's grant-checked tools for a coding-agent CLI. "
+        "Configured by the CLI executor through GATEWAY_* environment variables.",
+    )
+    transport = parser.add_mutually_exclusive_group(required=True)
+    transport.add_argument("--stdio", action="store_true", help="serve over stdio")
+    transport.add_argument(
+        "--socket",
+        type=Path,
+        help="serve every connection on this Unix socket; the secrets come as one JSON "
+        "object on stdin (how the CLI executors start it)",
+    )
+    return parser
+
+
+def gateway_secrets(over_socket: bool, secrets_file: Path | None) -> dict[str, str]:
+    """The secrets, read one way from where the transport leaves room for them: stdin over
+    the socket (the worker writes them there), the secrets file over stdio (by hand)."""
+    if over_socket:
+        return read_secrets(sys.stdin)
+    if secrets_file is None:
         return {}
-    values: Any = json.loads(text)
-    if not isinstance(values, dict):
-        raise ValueError("the secrets on stdin must be a JSON object")
-    return {str(key): str(value) for key, value in values.items()}
+    with secrets_file.open(encoding="utf-8") as file:
+        return read_secrets(file)
 
 
-def task_capability(spec: GatewaySpec, secrets: dict[str, str]) -> str | None:
-    """The capability from the secrets file, checked against the spec; ValueError says why
-    the gateway must not start (missing when required, expired, or for another task)."""
+@dataclass(frozen=True, slots=True)
+class TaskCapability:
+    """The task's capability as the secrets carried it, and its claims, read once."""
+
+    token: str
+    claims: Capability
+
+
+def task_capability(spec: GatewaySpec, secrets: dict[str, str]) -> TaskCapability | None:
+    """The capability from the secrets, checked against the spec; ValueError says why the
+    gateway must not start (missing when required, expired, or for another task)."""
     token = secrets.get(CAPABILITY)
     if token is None:
         if spec.require_capability:
-            raise ValueError(f"{CAPABILITY} is missing from the secrets file")
+            raise ValueError(f"{CAPABILITY} is missing from the gateway's secrets")
         return None
     from worker.tools import CapabilityRefused, read_capability
 
@@ -477,7 +425,7 @@ def task_capability(spec: GatewaySpec, secrets: dict[str, str]) -> str | None:
         raise ValueError(f"{CAPABILITY}: {refusal}") from None
     if (claims.agent_id, claims.task_id) != (spec.agent_id, spec.task_id):
         raise ValueError(f"{CAPABILITY} is for another agent or task than GATEWAY_AGENT_ID/TASK_ID")
-    return token
+    return TaskCapability(token, claims)
 
 
 if __name__ == "__main__":

@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     cli_sandbox_memory_mb: int = Field(default=4096, ge=64)
     cli_sandbox_max_processes: int = Field(default=256, ge=8)
     cli_sandbox_max_file_mb: int = Field(default=1024, ge=1)
+    # Sizes of the sandbox's tmpfs mounts: its workspace, and /tmp and /dev/shm each.
+    cli_sandbox_workspace_mb: int = Field(default=1024, ge=16)
+    cli_sandbox_tmp_mb: int = Field(default=256, ge=16)
     # The host user a sandbox runs as when the worker is root (nobody by default).
     cli_sandbox_uid: int = Field(default=65534, ge=1)
     cli_sandbox_read_only: Annotated[list[str], NoDecode] = Field(default_factory=list)

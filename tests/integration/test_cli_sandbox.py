@@ -27,7 +27,7 @@ import yaml
 
 from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.redis_server import RedisServer
-from tests.support.sandbox_probes import _PROBE, find_probe_report
+from tests.support.sandbox_probes import _PROBE, assert_sandbox_bounds, find_probe_report
 from tests.support.workers import REPO_ROOT
 from worker.agents import AgentConfig, AgentDefinition
 from worker.dev.scripted_endpoint import ScriptedEndpoint
@@ -47,8 +47,21 @@ pytestmark = [
 
 MCP_TOKEN = "mcp-token-sandbox-" + secrets.token_hex(8)
 HUB_KEY = "hub-key-sandbox-" + secrets.token_hex(8)
-ANTHROPIC_KEY = "sk-ant-sandbox-" + secrets.token_hex(8)
+ANTHROPIC_KEY_PREFIX = "sk-ant-sandbox-"
+ANTHROPIC_KEY = ANTHROPIC_KEY_PREFIX + secrets.token_hex(8)
 ENV_CANARY = "canary-env-" + secrets.token_hex(8)
+BESIDE_CLI_CANARY = "ssh-key-canary-" + secrets.token_hex(8)
+ARGV_CANARY = "argv-canary-" + secrets.token_hex(8)
+# What a tool server started by npm leaves under its HOME: a debug log with its argv.
+_HOME_WRITER = """
+import os, pathlib, runpy, sys
+home = pathlib.Path(os.environ["HOME"])
+(home / ".npm" / "_logs").mkdir(parents=True, exist_ok=True)
+(home / ".npm" / "_logs" / "debug-0.log").write_text("argv: " + sys.argv[1])
+pathlib.Path(sys.argv[2]).write_text(str(home))
+sys.argv = [sys.argv[0], "--stdio"]
+runpy.run_module("tests.support.mcp_test_servers.toolkit", run_name="__main__")
+"""
 
 # The stand-in: what Claude Code does with --mcp-config and a shell, in plain Python.
 _CLI = r"""
@@ -58,7 +71,7 @@ def option(name):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
 
 sys.stdin.read()
-scenario = json.load(open(os.path.join(os.path.dirname(sys.argv[0]), "scenario.json")))
+scenario = json.loads(__SCENARIO__)
 if scenario.get("sleep_s"):
     subprocess.Popen(["/usr/bin/python3", "-c", "import time; time.sleep(600)", scenario["marker"]])
     time.sleep(scenario["sleep_s"])
@@ -88,7 +101,7 @@ bridge.stdin.close()
 report["tools"] = sorted(tool["name"] for tool in tools)
 report["echo"] = echoed
 
-encoded = __import__("base64").b64encode(json.dumps(report).encode()).decode()
+encoded = __import__("base64").b64encode(zlib.compress(json.dumps(report).encode())).decode()
 result = {"type": "tool_result", "tool_use_id": "t1", "content": "SANDBOX-PROBE " + encoded}
 body = json.dumps({"model": option("--model"), "max_tokens": 100,
                    "messages": [{"role": "user", "content": [result]}]})
@@ -105,16 +118,26 @@ print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "re
 
 @pytest.fixture
 def stand_in() -> Iterator[Path]:
-    """``claude`` on the system Python, in a directory bwrap (as the sandbox's user) can read."""
+    """``claude`` on the system Python, in a directory bwrap (as the sandbox's user) can
+    read, next to a file of the kind a work directory holds (an SSH key)."""
     directory = Path(tempfile.mkdtemp(prefix="stand-in-cli-"))
     directory.chmod(0o755)
+    (directory / "id_ed25519").write_text(BESIDE_CLI_CANARY)
+    (directory / "id_ed25519").chmod(0o644)
     cli = directory / "claude"
-    cli.write_text(
-        "#!/usr/bin/python3\n" + _CLI.replace("__PROBE_SOURCE__", textwrap.dedent(_PROBE))
-    )
-    cli.chmod(0o755)
+    write_stand_in(cli, {"targets": {}})
     yield cli
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def write_stand_in(cli: Path, scenario: dict[str, Any]) -> None:
+    """The stand-in with its scenario inside: the sandbox mounts the CLI's file, not its
+    directory."""
+    source = _CLI.replace("__PROBE_SOURCE__", textwrap.dedent(_PROBE))
+    cli.write_text(
+        "#!/usr/bin/python3\n" + source.replace("__SCENARIO__", repr(json.dumps(scenario)))
+    )
+    cli.chmod(0o755)
 
 
 @pytest.fixture
@@ -131,8 +154,8 @@ def make_request(
     *,
     max_duration_s: float = 90,
 ) -> ExecutionRequest:
-    """The task, and the stand-in's scenario next to it (read-only in the sandbox)."""
-    (stand_in.parent / "scenario.json").write_text(json.dumps(scenario))
+    """The task, and the stand-in playing ``scenario``."""
+    write_stand_in(stand_in, scenario)
     agent = AgentDefinition(
         config=AgentConfig.model_validate(
             {
@@ -152,6 +175,8 @@ def make_request(
         mcp_config=mcp_config,
         cli_sandbox_max_processes=64,
         cli_sandbox_max_file_mb=8,
+        cli_sandbox_workspace_mb=16,
+        cli_sandbox_tmp_mb=16,
     )
     return ExecutionRequest(
         task=Task.model_validate(
@@ -170,15 +195,21 @@ def make_request(
 
 @pytest.fixture
 def mcp_config(tmp_path: Path) -> Path:
+    """The toolkit server, started as npm would start it: writing under its HOME first
+    (where it wrote is recorded in ``server-home.txt`` next to the config)."""
     path = tmp_path / "mcp.yaml"
-    path.write_text(
-        yaml.safe_dump({"servers": {"kit": stdio_entry("toolkit", {"echo": "kit:read"})}})
-    )
+    kit = stdio_entry("toolkit", {"echo": "kit:read"})
+    kit["args"] = ["-c", _HOME_WRITER, ARGV_CANARY, str(tmp_path / "server-home.txt")]
+    path.write_text(yaml.safe_dump({"servers": {"kit": kit}}))
     return path
 
 
 async def test_a_shell_in_the_sandbox_reaches_only_its_workspace_gateway_and_model(
-    stand_in: Path, mcp_config: Path, worker_env: None, redis_server: RedisServer
+    stand_in: Path,
+    mcp_config: Path,
+    worker_env: None,
+    redis_server: RedisServer,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     escape = f"escape-{secrets.token_hex(6)}"
     targets = {
@@ -187,6 +218,9 @@ async def test_a_shell_in_the_sandbox_reaches_only_its_workspace_gateway_and_mod
         "redis": redis_server.port,
         "hub": redis_server.port,
         "escape": escape,
+        "beside_cli": str(stand_in.parent / "id_ed25519"),
+        "key_prefix_reversed": ANTHROPIC_KEY_PREFIX[::-1],
+        "fill_mb": 32,
     }
     with ScriptedEndpoint() as endpoint:
         endpoint.set_scenario("default", [{"text": "diagnostics sent"}])
@@ -198,6 +232,10 @@ async def test_a_shell_in_the_sandbox_reaches_only_its_workspace_gateway_and_mod
 
     assert result.outcome is Outcome.COMPLETED, result.error
     assert result.output == "diagnostics sent"  # the model endpoint, through the relay
+    # The worker's log and the gateway's (its stderr joins the worker's): one line per call.
+    logged = [json.loads(line) for line in capfd.readouterr().err.splitlines() if line[:1] == "{"]
+    [call] = [event for event in logged if event["event"] == "tool_call"]
+    assert call["tool"] == "kit__echo" and call["executor"] == "claude-code"
     [probe] = [find_probe_report(json.dumps(r["body"])) for r in requests]
     assert probe is not None
     # The granted tool works through the bridge; nothing else of the host does.
@@ -226,6 +264,24 @@ async def test_a_shell_in_the_sandbox_reaches_only_its_workspace_gateway_and_mod
     seen = json.dumps(requests)
     for secret in (MCP_TOKEN, HUB_KEY, ENV_CANARY, redis_server.url, "[project]"):
         assert secret not in seen
+    assert_the_second_pass_holds(probe, requests, stand_in, mcp_config)
+
+
+def assert_the_second_pass_holds(
+    probe: dict[str, Any], requests: list[dict[str, Any]], stand_in: Path, mcp_config: Path
+) -> None:
+    """The leaks of the sandbox's second pass, each closed (``assert_sandbox_bounds``), and
+    what only the host sees: where the servers' HOME was, the key the relay added."""
+    assert_sandbox_bounds(probe, beside_cli=str(stand_in.parent / "id_ed25519"))
+    seen = json.dumps(requests) + json.dumps(probe)
+    server_home = (mcp_config.parent / "server-home.txt").read_text()
+    assert server_home.endswith("/gateway-home"), server_home
+    for canary in (ARGV_CANARY, BESIDE_CLI_CANARY, ANTHROPIC_KEY):
+        assert canary not in seen
+    # The endpoint got a key of the real one's length: the relay's, not the placeholder.
+    assert [r["auth_headers"] for r in requests] == [{"x-api-key": len(ANTHROPIC_KEY)}]
+    for filled in probe["fill"].values():
+        assert int(filled.split()[3]) <= 16  # MiB: CLI_SANDBOX_TMP_MB, _WORKSPACE_MB
 
 
 async def test_the_deadline_kills_everything_in_the_sandbox(

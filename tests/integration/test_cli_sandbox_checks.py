@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.definitions import write_agent
+from tests.support.workers import parse_events, run_burst
 
 pytestmark = pytest.mark.integration
 
@@ -47,13 +48,28 @@ def test_executors_say_when_the_sandbox_is_missing_or_off() -> None:
     assert "sandbox: off: coding-agent CLIs run unconfined (CLI_SANDBOX=off)" in off.stdout
 
 
-def test_check_fails_each_cli_agent_while_the_sandbox_is_missing(tmp_path: Path) -> None:
+def write_agents(root: Path) -> Path:
     for name, agent_type in (("cli-agent", "claude-code"), ("native-agent", "native")):
         brain = {"provider": "anthropic", "model": "claude-sonnet-4-5"}
-        write_agent(tmp_path, name, {"name": name, "type": agent_type, "brain": brain})
+        write_agent(root, name, {"name": name, "type": agent_type, "brain": brain})
+    return root
 
-    missing = agent_worker("check", "--offline", AGENTS_DIR=str(tmp_path))
-    off = agent_worker("check", "--offline", AGENTS_DIR=str(tmp_path), CLI_SANDBOX="off")
+
+def installed_claude(root: Path) -> str:
+    """A directory holding an executable ``claude``: for ``check``, the CLI is installed."""
+    directory = root / "bin"
+    directory.mkdir()
+    (directory / "claude").write_text("#!/bin/sh\necho 2.1.0\n")
+    (directory / "claude").chmod(0o755)
+    return str(directory)
+
+
+def test_check_fails_each_cli_agent_while_the_sandbox_is_missing(tmp_path: Path) -> None:
+    agents = write_agents(tmp_path)
+    path = installed_claude(tmp_path)
+
+    missing = agent_worker("check", "--offline", AGENTS_DIR=str(agents), PATH=path)
+    off = agent_worker("check", "--offline", AGENTS_DIR=str(agents), CLI_SANDBOX="off", PATH=path)
 
     assert missing.returncode == 1
     [line] = [line for line in missing.stdout.splitlines() if "CLI_SANDBOX" in line]
@@ -61,3 +77,51 @@ def test_check_fails_each_cli_agent_while_the_sandbox_is_missing(tmp_path: Path)
     assert line.endswith("agent cli-agent's tasks fail until it works")
     assert off.returncode == 0, off.stdout
     assert "warning: CLI_SANDBOX: coding-agent CLIs run unconfined (CLI_SANDBOX=off)" in off.stdout
+
+
+def test_check_fails_each_cli_agent_whose_cli_is_not_installed_naming_the_install(
+    tmp_path: Path,
+) -> None:
+    agents = write_agents(tmp_path)
+
+    checked = agent_worker("check", "--offline", AGENTS_DIR=str(agents), CLI_SANDBOX="off")
+    listed = agent_worker("executors")
+
+    assert checked.returncode == 1
+    [line] = [line for line in checked.stdout.splitlines() if line.startswith("error:")]
+    assert line.startswith(
+        "error: agents/cli-agent/config.yaml: claude-code: the `claude` executable is not "
+        "installed on this worker (install it with `npm install -g @anthropic-ai/claude-code`"
+    )
+    assert line.endswith("agent cli-agent's tasks fail until it is")
+    assert "native-agent" not in checked.stdout.split("check:")[0]
+    assert (
+        "claude-code: not installed; install with `npm install -g @anthropic-ai/claude-code`"
+        in (listed.stdout)
+    )
+
+
+def test_the_worker_starts_with_an_error_for_a_cli_agent_without_its_cli(
+    redis_url: str, tmp_path: Path
+) -> None:
+    agents = write_agents(tmp_path)
+    env = {
+        "RQ_WORKER_CLASS": "worker.AgentWorker",
+        "REDIS_URL": redis_url,
+        "METRICS_PORT": "0",
+        "PATH": str(Path(sys.executable).parent),  # the worker's own, and no `claude`
+        "HUB_URL": "http://127.0.0.1:9",
+        "AGENTS_DIR": str(agents),
+        "ANTHROPIC_API_KEY": "sk-ant-sandbox-6Yh3Pq8Wz1Kc4Nm7",
+        "CLI_SANDBOX": "off",
+    }
+    completed = run_burst(env, timeout_s=120, cwd=tmp_path)
+
+    assert completed.returncode == 0, completed.stderr
+    [problem] = [
+        p
+        for p in parse_events(completed.stderr, "config_problem")
+        if p["agent"] == "cli-agent" and p["level"] == "error"
+    ]
+    assert "`claude` executable is not installed" in problem["problem"]
+    assert "npm install -g @anthropic-ai/claude-code" in problem["problem"]

@@ -283,7 +283,7 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
         ),
     )
     for secrets_file, expected in [
-        (no_capability, "GATEWAY_CAPABILITY is missing from the secrets file"),
+        (no_capability, "GATEWAY_CAPABILITY is missing from the gateway's secrets"),
         (other_task, "GATEWAY_CAPABILITY is for another agent or task"),
     ]:
         env = dataclasses.replace(spec, secrets_file=secrets_file).environment() | {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,8 +148,9 @@ def make_agent(
     provider: str = "anthropic",
     grants: list[str] | None = None,
     shell: dict[str, Any] | None = None,
+    model: str | None = None,
 ) -> AgentDefinition:
-    model = "claude-sonnet-4-5" if provider == "anthropic" else "gpt-4o-mini"
+    model = model or ("claude-sonnet-4-5" if provider == "anthropic" else "gpt-4o-mini")
     config = AgentConfig.model_validate(
         {
             "name": "cli-agent",
@@ -493,6 +495,7 @@ async def test_missing_binary_is_reported_clearly(bin_dir: Path) -> None:
     assert result.outcome is Outcome.ERROR
     assert isinstance(result.error, ExecutorError)
     assert "not installed on this worker" in str(result.error)
+    assert "install it with `npm install -g @anthropic-ai/claude-code`" in str(result.error)
 
 
 def _gone(pid: int) -> bool:
@@ -715,6 +718,36 @@ async def test_opencode_error_event_becomes_a_model_error(bin_dir: Path) -> None
     assert "Unauthorized" in str(result.error)
 
 
+async def test_opencode_declares_any_model_and_names_its_own_error(bin_dir: Path) -> None:
+    # OpenCode 1.18's event and log line for a model outside its catalogue, as seen offline.
+    unknown = {
+        "type": "error",
+        "error": {
+            "name": "UnknownError",
+            "data": {"message": "Unexpected server error.", "ref": "err_89ab660d"},
+        },
+    }
+    logged = (
+        "timestamp=2026-11-27T16:10:09.140Z level=ERROR run=db8eaffa message=failed "
+        'ref=err_89ab660d error="ProviderModelNotFoundError: Model not found: '
+        'anthropic/claude-private-7. Did you mean: claude-haiku-4-5?" cause="…\\n at x"\n'
+    )
+    fake = install_fake_cli("opencode", bin_dir, {"events": [unknown], "stderr": logged})
+    result = await executor("opencode", fake).run(
+        make_request(make_agent("opencode", model="claude-private-7"))
+    )
+    record = read_record(fake)
+
+    anthropic = record["config"]["provider"]["anthropic"]
+    assert anthropic["models"] == {"claude-private-7": {"name": "claude-private-7"}}
+    assert "--print-logs" in record["argv"] and option(record, "--log-level") == "ERROR"
+    assert isinstance(result.error, ExecutorError)
+    assert "ProviderModelNotFoundError: Model not found: anthropic/claude-private-7" in str(
+        result.error
+    )
+    assert "UnknownError" not in str(result.error)
+
+
 # --- goose -----------------------------------------------------------------------------------
 
 
@@ -854,9 +887,21 @@ def test_listing_says_what_is_installed_and_who_gets_tools(
     assert listed["goose"]["version"] is None
     assert listed["native"]["installed"] is True
 
+    # What the sandbox mounts for a CLI: its file and interpreter, never its directory.
+    mounts = listed["claude-code"]["mounts"]
+    assert str(bin_dir / "claude") in mounts and str(bin_dir) not in mounts
+    assert os.path.realpath(sys.executable) in mounts
+    assert listed["goose"]["mounts"] is None
+    assert listed["goose"]["install_command"].startswith(
+        "curl -fsSL https://github.com/block/goose"
+    )
+
     assert list_executors([]) == 0
     table = capsys.readouterr().out
     assert "goose" in table and "not installed" in table
+    assert f"claude-code: runs {bin_dir / 'claude'}" in table
+    assert "opencode: runs" in table and "mounts for it, beyond the above:" in table
+    assert "aider: runs" in table and "install with `pipx install aider-chat`" not in table
 
 
 def test_listing_runs_version_in_a_scratch_home(

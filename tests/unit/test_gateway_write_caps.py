@@ -18,7 +18,7 @@ from worker.executors._gateway_link import GatewaySpec
 from worker.executors._gateway_secrets import (
     WRITE_CAPS,
     GatewayWriteCaps,
-    read_secrets_file,
+    read_secrets,
     write_secrets_file,
 )
 from worker.hub_writes import (
@@ -79,7 +79,8 @@ def test_the_caps_and_the_redis_url_travel_in_the_secrets_file_only(tmp_path: Pa
     write_secrets_file(secrets_file, {"MCP_AUTH_TOKEN": "token-0123456789", **handed.secrets()})
     gateway_spec = spec(tmp_path)
 
-    secrets = read_secrets_file(secrets_file)
+    with secrets_file.open() as file:
+        secrets = read_secrets(file)
     received = GatewayWriteCaps.pop_from(secrets)
 
     assert received == handed

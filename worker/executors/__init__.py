@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         CAPABILITY,
         MCP_AUTH_TOKEN,
         GatewayWriteCaps,
-        read_secrets_file,
+        read_secrets,
     )
     from worker.executors._goose import GooseExecutor
     from worker.executors._opencode import OpenCodeExecutor
@@ -50,7 +50,7 @@ _LAZY = {
     "CAPABILITY": "worker.executors._gateway_secrets",
     "MCP_AUTH_TOKEN": "worker.executors._gateway_secrets",
     "GatewayWriteCaps": "worker.executors._gateway_secrets",
-    "read_secrets_file": "worker.executors._gateway_secrets",
+    "read_secrets": "worker.executors._gateway_secrets",
 }
 
 # Agent ``type`` -> the executor class, imported with the first lookup.
@@ -109,5 +109,5 @@ __all__ = [
     "NativeExecutor",
     "OpenCodeExecutor",
     "executor_for",
-    "read_secrets_file",
+    "read_secrets",
 ]

@@ -32,7 +32,8 @@ import yaml
 
 from worker.agents import AgentDefinition
 from worker.exceptions import AgentConfigError, ExecutorError
-from worker.executors._cli import CliExecutor, CliInvocation, CliJob, model_error
+from worker.executors._cli import CliExecutor, model_error
+from worker.executors._cli_job import CliInvocation, CliJob
 from worker.executors._process import ProcessOutcome
 from worker.executors._transcript import CliTranscript, CliTurn
 from worker.models import Usage
@@ -71,6 +72,7 @@ _ERROR_STATUS = {
 class AiderExecutor(CliExecutor):
     name = "aider"
     binary = "aider"
+    install_command = "pipx install aider-chat"
     tool_support = NO_TOOLS
     speaks_mcp = False
 

@@ -23,8 +23,9 @@ from typing import Any
 
 from worker.agents import AgentDefinition
 from worker.exceptions import AgentConfigError, ExecutorError
-from worker.executors._cli import CliExecutor, CliInvocation, CliJob, model_error
+from worker.executors._cli import CliExecutor, model_error
 from worker.executors._cli_gateway import GATEWAY_SERVER
+from worker.executors._cli_job import CliInvocation, CliJob
 from worker.executors._process import ProcessOutcome
 from worker.executors._transcript import CliTranscript, CliTurn
 from worker.loop import ToolCallRecord, ToolOutcome
@@ -38,6 +39,7 @@ MAX_RETRIES = "2"
 class ClaudeCodeExecutor(CliExecutor):
     name = "claude-code"
     binary = "claude"
+    install_command = "npm install -g @anthropic-ai/claude-code"
 
     def check_agent(self, agent: AgentDefinition) -> None:
         if agent.config.brain.provider != "anthropic":

@@ -2,8 +2,10 @@
 
 run(request):  check the agent → find the binary → the sandbox (``_sandbox``; fail
                closed) → the provider credential → run directory (workspace, private
-               files) → the worker starts the gateway (``_cli_gateway``: granted tools
-               only, secrets on its stdin) and the model forwarder (``_egress``) →
+               files, ``_cli_job``) → the worker starts the gateway (``_cli_gateway``:
+               granted tools only, secrets on its stdin, a HOME the sandbox never sees)
+               and the model relay (``_egress``: it adds the provider key, the CLI holds
+               a placeholder) →
                the CLI's command line (subclass), wrapped in bwrap → run it in its own
                process group until it exits, the deadline, a cancel or a strict-grants
                violation → read the gateway's call log → parse the CLI's output
@@ -19,9 +21,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import ClassVar
 
@@ -42,30 +42,33 @@ from worker.executors._base import ExecutionRequest, Executor
 from worker.executors._call_log import GatewayActivity
 from worker.executors._cli_gateway import (
     GATEWAY_SOCKET,
-    GatewayLaunch,
     GatewayProcess,
     bridge_launch,
     running_gateway,
     task_gateway,
 )
-from worker.executors._egress import ModelRoute, model_forwarder
+from worker.executors._cli_job import (
+    CliInvocation,
+    CliJob,
+    RunDirectory,
+    task_deadline_epoch,
+)
+from worker.executors._egress import PLACEHOLDER_KEY, RELAY_PORT, ModelRoute, model_forwarder
 from worker.executors._gateway_link import GatewaySpec
-from worker.executors._process import DEADLINE, ProcessOutcome, run_cli_process
+from worker.executors._process import ProcessOutcome, StopReason, run_cli_process
 from worker.executors._provider import ProviderAccess, minimal_environment, provider_access
 from worker.executors._sandbox import (
-    HELPER,
-    SANDBOX_PATH,
     Sandbox,
     SandboxLimits,
     find_sandbox,
     python_for_bridge,
     sandbox_warning,
 )
+from worker.executors._seccomp import seccomp_descriptor
 from worker.executors._transcript import CliTranscript, RunContext, run_result
-from worker.executors._watcher import CANCELLED, CliWatcher
+from worker.executors._watcher import CliWatcher
 from worker.logs import log_event
 from worker.loop import EventBus, RunResult, log_observer
-from worker.models import Message
 from worker.redaction import Redactor
 from worker.task import Outcome
 from worker.tracing import trace_environment, traced_cli_run
@@ -73,71 +76,8 @@ from worker.tracing import trace_environment, traced_cli_run
 CANCELLED_TEXT = "The task was cancelled."
 _STDERR_TAIL_CHARS = 600
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# The model forwarder's socket in the run's private directory.
+# The model relay's socket in the run's private directory.
 MODEL_SOCKET = "model.sock"
-# Why the executor stopped a CLI whose gateway died under it.
-GATEWAY_FAILED = "gateway_failed"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CliJob:
-    """What one CLI command line is built from."""
-
-    request: ExecutionRequest
-    access: ProviderAccess
-    executable: str
-    # The CLI's working directory and HOME; removed after the run.
-    workspace: Path
-    # Files the CLI reads but cannot change (prompt, settings, MCP config); removed after.
-    private: Path
-    prompt: str
-    system: str
-    max_turns: int
-    max_cost_usd: float | None
-    # None: the agent has no tools in this task (no MCP_CONFIG, or no grant).
-    gateway: GatewayLaunch | None
-
-    @property
-    def agent(self) -> AgentDefinition:
-        return self.request.agent
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunDirectory:
-    """One run's files: ``workspace`` (the CLI's, read-write), ``private`` (its prompt
-    files, MCP configuration, the helper and the two sockets; read-only inside the
-    sandbox) and ``root`` itself (the gateway's call log; never inside the sandbox)."""
-
-    root: Path
-    workspace: Path
-    private: Path
-
-    @classmethod
-    def create(cls, root: Path, sandbox: Sandbox | None) -> RunDirectory:
-        root.chmod(0o711)  # the sandbox's user passes through to its two directories
-        run = cls(root=root, workspace=root / "workspace", private=root / "cli")
-        run.workspace.mkdir()
-        run.private.mkdir()
-        helper = run.private / HELPER.name
-        shutil.copyfile(HELPER, helper)
-        helper.chmod(0o644)
-        if sandbox is not None:
-            sandbox.prepare(run.workspace, run.private)
-        return run
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Confinement:
-    sandbox: Sandbox
-    route: ModelRoute
-
-
-@dataclass(slots=True, kw_only=True)
-class CliInvocation:
-    argv: list[str]
-    # Added to the minimal environment (PATH, LANG, HOME): the credential and CLI switches.
-    env: dict[str, str] = field(default_factory=dict)
-    stdin: bytes | None = None
 
 
 class CliExecutor(Executor):
@@ -148,6 +88,8 @@ class CliExecutor(Executor):
     """
 
     binary: ClassVar[str] = ""
+    # How an operator installs the CLI (`agent-worker check`, `executors`, a task's error).
+    install_command: ClassVar[str] = ""
     # What `agent-worker executors` says about tools for this CLI.
     tool_support: ClassVar[str] = "MCP tools through mcp_servers.gateway (granted tools only)"
     speaks_mcp: ClassVar[bool] = True
@@ -237,18 +179,13 @@ class CliExecutor(Executor):
             run = RunDirectory.create(Path(run_dir), sandbox)
             deadline_epoch_s = task_deadline_epoch(request)
             gateway = task_gateway(request, run.root, deadline_epoch_s) if self.speaks_mcp else None
-            route = ModelRoute.of(access.endpoint) if sandbox is not None else None
-            limits = request.settings.limits
-            job = CliJob(
-                request=request,
-                access=access.reached_at(route.inside_url(access.endpoint)) if route else access,
-                executable=executable,
-                workspace=run.workspace,
-                private=run.private,
-                prompt=render_prompt(request.messages),
-                system=request.system,
-                max_turns=limits.max_iterations,
-                max_cost_usd=limits.max_cost_usd,
+            # Confined, the CLI holds a placeholder key: the relay adds the real one.
+            route = ModelRoute.of(access) if sandbox is not None else None
+            job = CliJob.of(
+                request,
+                access.through_relay(route.inside_url, PLACEHOLDER_KEY) if route else access,
+                executable,
+                run,
                 gateway=bridge_launch(python_for_bridge(sandbox), run.private)
                 if gateway is not None
                 else None,
@@ -258,7 +195,10 @@ class CliExecutor(Executor):
                 if gateway is not None:
                     gateway_process = await services.enter_async_context(
                         running_gateway(
-                            gateway, run.private / GATEWAY_SOCKET, on_spawn=request.on_spawn
+                            gateway,
+                            run.private / GATEWAY_SOCKET,
+                            home=run.gateway_home,
+                            on_spawn=request.on_spawn,
                         )
                     )
                 if route is not None:
@@ -271,9 +211,7 @@ class CliExecutor(Executor):
                     activity,
                     deadline_epoch_s,
                     gateway_process=gateway_process,
-                    confinement=Confinement(sandbox=sandbox, route=route)
-                    if sandbox is not None and route is not None
-                    else None,
+                    sandbox=sandbox,
                 )
             masked = gateway.masked if gateway is not None else ()
             redactor = Redactor([access.api_key, *masked])
@@ -302,49 +240,43 @@ class CliExecutor(Executor):
         deadline_epoch_s: float,
         *,
         gateway_process: GatewayProcess | None,
-        confinement: Confinement | None,
+        sandbox: Sandbox | None,
     ) -> ProcessOutcome:
         """Run the CLI until it exits, the deadline, a cancel or a strict-grants violation."""
         invocation = self.invocation(job)
-        argv = invocation.argv
         # TRACEPARENT: a CLI that reads it continues this run's trace.
         env = minimal_environment(str(job.workspace)) | invocation.env | trace_environment()
-        user: int | None = None
-        if confinement is not None:
-            sandbox, route = confinement.sandbox, confinement.route
-            env |= route.proxy_environment()
-            env["PATH"] = f"{Path(job.executable).parent}:{SANDBOX_PATH}"
-            max_duration_s = max(1.0, deadline_epoch_s - time.time())
-            argv = sandbox.command(
-                argv,
-                workspace=job.workspace,
-                private=job.private,
-                relays={route.inside_port: job.private / MODEL_SOCKET},
-                limits=SandboxLimits.of(job.request.worker_settings, max_duration_s),
-            )
-            user = sandbox.uid
         watcher = CliWatcher(job.request, spec.call_log if spec is not None else None, activity)
 
-        async def should_stop() -> str | None:
+        async def should_stop() -> StopReason | None:
             if gateway_process is not None and gateway_process.exited():
-                return GATEWAY_FAILED
+                return StopReason.GATEWAY_FAILED
             return await watcher.check()
 
-        try:
-            return await run_cli_process(
-                argv,
-                env=env,
-                cwd=job.workspace,
-                stdin_data=invocation.stdin,
-                timeout_s=max(0.0, deadline_epoch_s - time.time()),
-                on_spawn=job.request.on_spawn,
-                should_stop=should_stop,
-                user=user,
-            )
-        except OSError as exc:
-            raise ExecutorError(f"{self.name}: cannot start {job.executable}: {exc}") from exc
-        finally:
-            watcher.finish()
+        with ExitStack() as descriptors:
+            argv, user = invocation.argv, None
+            pass_fds: tuple[int, ...] = ()
+            if sandbox is not None:
+                seccomp_fd = descriptors.enter_context(seccomp_descriptor())
+                argv = confined_command(job, invocation, sandbox, deadline_epoch_s, seccomp_fd)
+                env["PATH"] = sandbox.inside_path(invocation.argv[0])
+                user, pass_fds = sandbox.uid, (seccomp_fd,)
+            try:
+                return await run_cli_process(
+                    argv,
+                    env=env,
+                    cwd=job.workspace,
+                    stdin_data=invocation.stdin,
+                    timeout_s=max(0.0, deadline_epoch_s - time.time()),
+                    on_spawn=job.request.on_spawn,
+                    should_stop=should_stop,
+                    user=user,
+                    pass_fds=pass_fds,
+                )
+            except OSError as exc:
+                raise ExecutorError(f"{self.name}: cannot start {job.executable}: {exc}") from exc
+            finally:
+                watcher.finish()
 
     def _transcript(
         self, job: CliJob, outcome: ProcessOutcome, activity: GatewayActivity, redact: Redactor
@@ -352,7 +284,7 @@ class CliExecutor(Executor):
         limits = job.request.settings.limits
         if activity.violation is not None:
             return self._partial(job, outcome).fail(AutonomyViolation(activity.violation))
-        if outcome.stopped == DEADLINE:
+        if outcome.stopped is StopReason.DEADLINE:
             stopped = self._partial(job, outcome)
             stopped.outcome = Outcome.DEADLINE
             stopped.detail = (
@@ -360,14 +292,14 @@ class CliExecutor(Executor):
                 f"({limits.max_duration_s:g} s from its first start)"
             )
             return stopped
-        if outcome.stopped == GATEWAY_FAILED:
+        if outcome.stopped is StopReason.GATEWAY_FAILED:
             return failed(
                 ExecutorError(
                     f"{self.name} was stopped: the task's gateway exited while it ran "
                     "(its reason is in the worker's log)"
                 )
             )
-        if outcome.stopped == CANCELLED:
+        if outcome.stopped is StopReason.CANCELLED:
             stopped = self._partial(job, outcome)
             stopped.outcome = Outcome.CANCELLED
             stopped.output = stopped.output or CANCELLED_TEXT
@@ -405,40 +337,44 @@ class CliExecutor(Executor):
         partial.error = None
         return partial
 
+    def not_installed(self) -> str:
+        """What to tell an operator whose worker lacks this CLI."""
+        return (
+            f"{self.name}: the `{self._executable or self.binary}` executable is not "
+            f"installed on this worker (install it with `{self.install_command}`; "
+            "docs/cli-sandbox.md says how to put it in an image)"
+        )
+
     def _require_executable(self) -> str:
         path = self.executable_path()
         if path is None:
-            raise ExecutorError(
-                f"{self.name}: the `{self._executable or self.binary}` executable is not "
-                "installed on this worker (see `agent-worker executors`)"
-            )
+            raise ExecutorError(self.not_installed())
         return path
 
 
-def task_deadline_epoch(request: ExecutionRequest) -> float:
-    """When the CLI must be over (epoch seconds): the task's deadline, fixed at its first
-    start and kept across re-runs, so a re-run gets what is left, not a fresh duration."""
-    fresh = time.time() + request.settings.limits.max_duration_s
-    kept = request.settings.deadline_epoch
-    return fresh if kept is None else min(kept, fresh)
+def confined_command(
+    job: CliJob,
+    invocation: CliInvocation,
+    sandbox: Sandbox,
+    deadline_epoch_s: float,
+    seccomp_fd: int,
+) -> list[str]:
+    """The CLI's command line inside its sandbox, its model port relayed to the worker."""
+    return sandbox.command(
+        invocation.argv,
+        workspace=job.workspace,
+        private=job.private,
+        relays={RELAY_PORT: job.private / MODEL_SOCKET},
+        limits=SandboxLimits.of(
+            job.request.worker_settings, max(1.0, deadline_epoch_s - time.time())
+        ),
+        seccomp_fd=seccomp_fd,
+    )
 
 
 def failed(error: WorkerError) -> CliTranscript:
     """The transcript of a run that failed before or instead of an answer."""
     return CliTranscript(output="").fail(error)
-
-
-def render_prompt(messages: Sequence[Message]) -> str:
-    """The task's conversation as one prompt. The first user message already wraps the
-    thread as untrusted content; later messages (steering) follow under their role."""
-    if len(messages) == 1 and messages[0].role == "user":
-        return messages[0].content
-    sections = []
-    for message in messages:
-        if message.role == "tool":
-            continue
-        sections.append(f"[{message.role}]\n{message.content}")
-    return "\n\n".join(sections)
 
 
 def stderr_tail(stderr: bytes, redact: Redactor) -> str:

@@ -129,17 +129,28 @@ class GatewayProcess:
 
 @asynccontextmanager
 async def running_gateway(
-    gateway: TaskGateway, socket_path: Path, *, on_spawn: SpawnHook
+    gateway: TaskGateway,
+    socket_path: Path,
+    *,
+    home: Path,
+    on_spawn: SpawnHook,
 ) -> AsyncIterator[GatewayProcess]:
     """Start the task's gateway on ``socket_path``; stop its process group (and with it the
     stdio servers it did not move out) on the way out. The CLI starts meanwhile: its
-    bridge waits for the socket, so the two start-ups overlap."""
-    env = {
-        "PATH": os.environ.get("PATH", os.defpath),
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-        "HOME": str(socket_path.parent),
-        "PYTHONPATH": gateway_python_path(),
-    } | gateway.spec.environment()
+    bridge waits for the socket, so the two start-ups overlap.
+
+    ``home`` is the gateway's HOME, and its servers': a directory the sandbox never
+    mounts, so what they log, cache or store there (npm's debug logs with a server's
+    argv, token stores) stays out of the CLI's reach."""
+    env = (
+        {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "PYTHONPATH": gateway_python_path(),
+        }
+        | tool_server_home(home)
+        | gateway.spec.environment()
+    )
     env |= gateway_trace_environment(os.environ)  # its spans join this CLI run's trace
     process = await anyio.open_process(
         gateway_command(socket_path),
@@ -169,6 +180,20 @@ async def _stop(process: anyio.abc.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     with anyio.move_on_after(GATEWAY_STOP_GRACE_S):
         await process.aclose()
+
+
+def tool_server_home(home: Path) -> dict[str, str]:
+    """HOME and the places tools keep caches, logs and state, all under ``home``: npm and
+    uv honour their own variables before XDG's, the rest XDG or HOME."""
+    return {
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "npm_config_cache": str(home / ".npm"),
+        "TMPDIR": str(home),
+    }
 
 
 def bridge_launch(python: str, private: Path) -> GatewayLaunch:

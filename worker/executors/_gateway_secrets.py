@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
@@ -192,8 +192,13 @@ def write_secrets_file(path: Path, secrets: Mapping[str, str]) -> None:
         json.dump(dict(secrets), file)
 
 
-def read_secrets_file(path: Path) -> dict[str, str]:
-    values: Any = json.loads(path.read_text(encoding="utf-8"))
+def read_secrets(source: TextIO) -> dict[str, str]:
+    """The gateway's one way to read its secrets: a JSON object from ``source`` (its
+    stdin, or the file ``GATEWAY_SECRETS_FILE`` names); nothing there means no secrets."""
+    text = source.read()
+    if not text.strip():
+        return {}
+    values: Any = json.loads(text)
     if not isinstance(values, dict):
-        raise ValueError(f"{path}: expected a JSON object")
+        raise ValueError(f"the gateway's secrets ({source.name}) must be a JSON object")
     return {str(key): str(value) for key, value in values.items()}

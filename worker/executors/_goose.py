@@ -21,7 +21,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from worker.exceptions import ExecutorError
-from worker.executors._cli import CliExecutor, CliInvocation, CliJob
+from worker.executors._cli import CliExecutor
+from worker.executors._cli_job import CliInvocation, CliJob
 from worker.executors._process import ProcessOutcome
 from worker.executors._transcript import CliTranscript, CliTurn
 from worker.models import Usage
@@ -31,6 +32,10 @@ from worker.task import Outcome
 class GooseExecutor(CliExecutor):
     name = "goose"
     binary = "goose"
+    install_command = (
+        "curl -fsSL https://github.com/block/goose/releases/download/stable/download_cli.sh"
+        " | CONFIGURE=false bash"
+    )
 
     def invocation(self, job: CliJob) -> CliInvocation:
         access = job.access

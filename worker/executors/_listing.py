@@ -16,11 +16,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from worker.executors import EXECUTORS, CliExecutor
-from worker.executors._sandbox import sandbox_problem, sandbox_warning
+from worker.executors._sandbox import sandbox_problem, sandbox_python, sandbox_warning
+from worker.executors._sandbox_mounts import install_mounts, package_directory
 from worker.settings import Settings, settings_or_exit
 
 VERSION_TIMEOUT_S = 10.0
 NATIVE_TOOLS = "MCP tools through the worker's grant-checked toolbox"
+SHARED_MOUNTS = (
+    "read-only /usr (without /usr/local), /bin, /sbin, /lib*, a few /etc files and "
+    "CLI_SANDBOX_READ_ONLY; its private files read-only; tmpfs workspace, /tmp, /dev/shm"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +39,18 @@ class ExecutorInfo:
     tools: str
     # CLIs only: "on", "off (CLI_SANDBOX=off)" or what keeps this host from sandboxing them.
     sandbox: str | None = None
+    # CLIs only: how to install it, and what its sandbox mounts read-only for it beyond
+    # the system paths (its package, interpreter and libraries; the helper's python's).
+    install_command: str | None = None
+    mounts: list[str] | None = None
 
 
 def describe_executors(settings: Settings | None = None) -> list[ExecutorInfo]:
     """One entry per agent type, in registry order; runs each installed CLI's --version
     and, once, the sandbox's probe."""
-    sandbox = _sandbox_state(settings if settings is not None else settings_or_exit())
+    settings = settings if settings is not None else settings_or_exit()
+    sandbox = _sandbox_state(settings)
+    helper_python = sandbox_python()
     infos = []
     with tempfile.TemporaryDirectory(prefix="agent-worker-executors-") as home:
         for agent_type, executor_class in EXECUTORS.items():
@@ -67,9 +78,19 @@ def describe_executors(settings: Settings | None = None) -> list[ExecutorInfo]:
                     supports_tools=executor_class.speaks_mcp,
                     tools=executor_class.tool_support,
                     sandbox=sandbox,
+                    install_command=executor_class.install_command,
+                    mounts=_mounts(path, helper_python) if path is not None else None,
                 )
             )
     return infos
+
+
+def _mounts(path: str, helper_python: str | None) -> list[str]:
+    """What a CLI's sandbox mounts for it beyond the system paths (``Sandbox.install_paths``)."""
+    paths = [*install_mounts(path).paths]
+    if helper_python is not None:
+        paths += install_mounts(helper_python).paths
+    return list(dict.fromkeys(paths))
 
 
 def _sandbox_state(settings: Settings) -> str:
@@ -136,6 +157,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sandbox is not None:
         state = "on: bwrap confines every CLI run" if sandbox == "on" else sandbox
         print(f"\nsandbox: {state}")
+        print(f"  every CLI: {SHARED_MOUNTS}")
+    for info in infos:
+        if info.binary is None:
+            continue
+        if not info.installed:
+            print(f"  {info.type}: not installed; install with `{info.install_command}`")
+            continue
+        extra = ", ".join(info.mounts or []) or "nothing (all under /usr)"
+        runs = install_mounts(info.path).executable if info.path else "-"
+        print(f"  {info.type}: runs {runs} (package {package_directory(runs)})")
+        print(f"  {' ' * len(info.type)}  mounts for it, beyond the above: {extra}")
     return 0
 
 

@@ -25,12 +25,15 @@ deadline, enforced by killing its process group, is its hard limit.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from worker.exceptions import ExecutorError, WorkerError
-from worker.executors._cli import CliExecutor, CliInvocation, CliJob, model_error
+from worker.executors._cli import CliExecutor, model_error
 from worker.executors._cli_gateway import GATEWAY_SERVER
+from worker.executors._cli_job import CliInvocation, CliJob
 from worker.executors._process import ProcessOutcome
+from worker.executors._provider import ProviderAccess
 from worker.executors._transcript import CliTranscript, CliTurn
 from worker.models import Usage
 
@@ -40,34 +43,10 @@ OPENAI_COMPATIBLE_PROVIDER = "worker-openai"
 class OpenCodeExecutor(CliExecutor):
     name = "opencode"
     binary = "opencode"
+    install_command = "npm install -g opencode-ai"
 
     def invocation(self, job: CliJob) -> CliInvocation:
-        access = job.access
-        if access.provider == "anthropic":
-            model_ref = f"anthropic/{access.model}"
-            key_variable = "ANTHROPIC_API_KEY"
-            provider: dict[str, Any] = {
-                "anthropic": {
-                    "options": {
-                        "baseURL": f"{access.anthropic_base_url}/v1",
-                        "apiKey": f"{{env:{key_variable}}}",
-                    }
-                }
-            }
-        else:
-            model_ref = f"{OPENAI_COMPATIBLE_PROVIDER}/{access.model}"
-            key_variable = "OPENAI_API_KEY"
-            provider = {
-                OPENAI_COMPATIBLE_PROVIDER: {
-                    "npm": "@ai-sdk/openai-compatible",
-                    "name": "OpenAI-compatible endpoint of the worker",
-                    "options": {
-                        "baseURL": access.openai_base_url,
-                        "apiKey": f"{{env:{key_variable}}}",
-                    },
-                    "models": {access.model: {"name": access.model}},
-                }
-            }
+        model_ref, key_variable, provider = _provider(job.access)
         config: dict[str, Any] = {
             "$schema": "https://opencode.ai/config.json",
             "provider": provider,
@@ -97,8 +76,13 @@ class OpenCodeExecutor(CliExecutor):
             "--title",
             job.request.task.task_id,
             "--pure",
+            # Its error events hide the cause ("UnknownError ... ref=err_…"); its log
+            # lines on stderr name it, under the same ref.
+            "--print-logs",
+            "--log-level",
+            "ERROR",
         ]
-        env = {key_variable: access.api_key, "OPENCODE_CONFIG_CONTENT": json.dumps(config)}
+        env = {key_variable: job.access.api_key, "OPENCODE_CONFIG_CONTENT": json.dumps(config)}
         return CliInvocation(argv=argv, env=env, stdin=job.prompt.encode("utf-8"))
 
     def parse(self, job: CliJob, output: ProcessOutcome) -> CliTranscript:
@@ -133,7 +117,7 @@ class OpenCodeExecutor(CliExecutor):
         answer = next((turn.text for turn in reversed(turns) if turn.text.strip()), "")
         transcript = CliTranscript(output=answer, turns=turns, usage=usage)
         if error_event is not None:
-            transcript.fail(self._error(job, error_event))
+            transcript.fail(self._error(job, error_event, output.stderr))
         elif not turns:
             raise ExecutorError(
                 f"opencode printed no step events on stdout "
@@ -141,11 +125,14 @@ class OpenCodeExecutor(CliExecutor):
             )
         return transcript
 
-    def _error(self, job: CliJob, event: dict[str, Any]) -> WorkerError:
+    def _error(self, job: CliJob, event: dict[str, Any], stderr: bytes) -> WorkerError:
         error = _object(event.get("error"))
         data = _object(error.get("data"))
         name = str(error.get("name") or "error")
         message = str(data.get("message") or error.get("message") or name)
+        logged = _logged_error(stderr, str(data.get("ref") or ""))
+        if name == "UnknownError" and logged is not None:
+            name, _, message = logged.partition(": ")
         status = data.get("statusCode")
         if name == "ProviderAuthError":
             status = 401
@@ -155,6 +142,48 @@ class OpenCodeExecutor(CliExecutor):
             executor=self.name,
             access=job.access,
         )
+
+
+def _provider(access: ProviderAccess) -> tuple[str, str, dict[str, Any]]:
+    """The model as OpenCode names it, the key's variable, and the ``provider`` entry. The
+    agent's model is declared either way: offline, with a fresh HOME, OpenCode has no
+    catalogue to look a model up in, and only a declared one works whatever its id."""
+    models = {access.model: {"name": access.model}}
+    if access.provider == "anthropic":
+        key_variable = "ANTHROPIC_API_KEY"
+        options = {
+            "baseURL": f"{access.anthropic_base_url}/v1",
+            "apiKey": f"{{env:{key_variable}}}",
+        }
+        return (
+            f"anthropic/{access.model}",
+            key_variable,
+            {"anthropic": {"options": options, "models": models}},
+        )
+    key_variable = "OPENAI_API_KEY"
+    provider = {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": "OpenAI-compatible endpoint of the worker",
+        "options": {"baseURL": access.openai_base_url, "apiKey": f"{{env:{key_variable}}}"},
+        "models": models,
+    }
+    return (
+        f"{OPENAI_COMPATIBLE_PROVIDER}/{access.model}",
+        key_variable,
+        {OPENAI_COMPATIBLE_PROVIDER: provider},
+    )
+
+
+def _logged_error(stderr: bytes, ref: str) -> str | None:
+    """OpenCode's own text for the error its event calls ``ref`` (``NameError: message``),
+    from the ``level=ERROR ... ref=<ref> error="..."`` line it logged on stderr."""
+    if not ref:
+        return None
+    pattern = re.compile(rf'ref={re.escape(ref)} error="((?:[^"\\]|\\.)*)"')
+    match = pattern.search(stderr.decode("utf-8", "replace"))
+    if match is None:
+        return None
+    return match.group(1).replace('\\"', '"').split("\\n", 1)[0]
 
 
 def _permissions(job: CliJob) -> dict[str, Any]:

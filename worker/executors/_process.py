@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import anyio
@@ -20,10 +21,21 @@ import anyio.abc
 
 from worker._spawn import SpawnHook, ignore_spawn
 
-# Why the executor stopped a CLI before it finished, or None to let it run on.
-StopCheck = Callable[[], Awaitable[str | None]]
 
-DEADLINE = "deadline"
+class StopReason(StrEnum):
+    """Why the executor stopped a CLI before it finished."""
+
+    DEADLINE = "deadline"
+    CANCELLED = "cancelled"
+    # The gateway's call log reported a call without its grant (strict grants).
+    AUTONOMY_VIOLATION = "autonomy_violation"
+    # The task's gateway exited while the CLI ran.
+    GATEWAY_FAILED = "gateway_failed"
+
+
+# Why the executor must stop a CLI now, or None to let it run on.
+StopCheck = Callable[[], Awaitable[StopReason | None]]
+
 # Between SIGTERM and SIGKILL of the group: time for the CLI to close its MCP servers.
 TERMINATE_GRACE_S = 2.0
 # After the leader exits: time for the pipes to drain once its group is gone.
@@ -40,8 +52,8 @@ class ProcessOutcome:
     exit_code: int | None
     stdout: bytes
     stderr: bytes
-    # Set when the executor ended it: "deadline" or the reason a StopCheck gave.
-    stopped: str | None = None
+    # Set when the executor ended it: the deadline or the reason a StopCheck gave.
+    stopped: StopReason | None = None
     stdout_truncated: bool = False
 
 
@@ -77,9 +89,11 @@ async def run_cli_process(
     max_stdout_bytes: int = 32 * 1024 * 1024,
     max_stderr_bytes: int = 64 * 1024,
     user: int | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessOutcome:
     """Run ``argv`` to its end, ``timeout_s``, or a stop request; its group never outlives this.
-    With ``user``, it runs as that uid and gid with no supplementary groups."""
+    With ``user``, it runs as that uid and gid with no supplementary groups; ``pass_fds``
+    stay open in it (the sandbox's seccomp program)."""
     process = await anyio.open_process(
         list(argv),
         stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
@@ -91,31 +105,22 @@ async def run_cli_process(
         user=user,
         group=user,
         extra_groups=[] if user is not None else None,
+        pass_fds=pass_fds,
     )
     group = process.pid  # the session leader's pid is the group id
     stdout = _Capture(max_stdout_bytes, keep_tail=False)
     stderr = _Capture(max_stderr_bytes, keep_tail=True)
-    stopped: str | None = None
     try:
         on_spawn(group)
-        async with anyio.create_task_group() as pumps:
-            readers_done = _ReadersDone(count=2)
-            assert process.stdout is not None and process.stderr is not None
-            pumps.start_soon(_read, process.stdout, stdout, readers_done)
-            pumps.start_soon(_read, process.stderr, stderr, readers_done)
-            if stdin_data is not None:
-                pumps.start_soon(_feed, process, stdin_data)
-            with anyio.move_on_after(timeout_s) as deadline_scope:
-                stopped = await _wait_or_stop(process, should_stop, poll_interval_s)
-            if deadline_scope.cancelled_caught:
-                stopped = DEADLINE
-            if stopped is not None:
-                await _terminate_group(process, group)
-            # The leader is gone: whatever stayed in its group would hold the pipes open.
-            _signal_group(group, signal.SIGKILL)
-            with anyio.move_on_after(DRAIN_GRACE_S):
-                await readers_done.wait()
-            pumps.cancel_scope.cancel()
+        stopped = await _supervise(
+            process,
+            stdin_data,
+            stdout,
+            stderr,
+            timeout_s=timeout_s,
+            should_stop=should_stop,
+            poll_interval_s=poll_interval_s,
+        )
     finally:
         with anyio.CancelScope(shield=True):
             _signal_group(group, signal.SIGKILL)
@@ -128,6 +133,40 @@ async def run_cli_process(
         stopped=stopped,
         stdout_truncated=stdout.truncated,
     )
+
+
+async def _supervise(
+    process: anyio.abc.Process,
+    stdin_data: bytes | None,
+    stdout: _Capture,
+    stderr: _Capture,
+    *,
+    timeout_s: float,
+    should_stop: StopCheck | None,
+    poll_interval_s: float,
+) -> StopReason | None:
+    """Feed stdin and capture both outputs until the process exits, the deadline or a stop
+    request; then end its whole group and let the pipes drain. Why it was stopped, if so."""
+    group = process.pid
+    async with anyio.create_task_group() as pumps:
+        readers_done = _ReadersDone(count=2)
+        assert process.stdout is not None and process.stderr is not None
+        pumps.start_soon(_read, process.stdout, stdout, readers_done)
+        pumps.start_soon(_read, process.stderr, stderr, readers_done)
+        if stdin_data is not None:
+            pumps.start_soon(_feed, process, stdin_data)
+        with anyio.move_on_after(timeout_s) as deadline_scope:
+            stopped = await _wait_or_stop(process, should_stop, poll_interval_s)
+        if deadline_scope.cancelled_caught:
+            stopped = StopReason.DEADLINE
+        if stopped is not None:
+            await _terminate_group(process, group)
+        # The leader is gone: whatever stayed in its group would hold the pipes open.
+        _signal_group(group, signal.SIGKILL)
+        with anyio.move_on_after(DRAIN_GRACE_S):
+            await readers_done.wait()
+        pumps.cancel_scope.cancel()
+    return stopped
 
 
 class _ReadersDone:
@@ -166,7 +205,7 @@ async def _feed(process: anyio.abc.Process, data: bytes) -> None:
 
 async def _wait_or_stop(
     process: anyio.abc.Process, should_stop: StopCheck | None, poll_interval_s: float
-) -> str | None:
+) -> StopReason | None:
     """None once the process exits; the reason, if ``should_stop`` asks for a stop first."""
     since_poll = 0.0
     # Polling, not process.wait(): on asyncio that also waits for the pipes to reach EOF.

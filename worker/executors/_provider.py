@@ -44,9 +44,10 @@ class ProviderAccess:
         """The base URL the CLI calls, its provider's default included."""
         return self.anthropic_base_url if self.provider == "anthropic" else self.openai_base_url
 
-    def reached_at(self, base_url: str) -> ProviderAccess:
-        """The same access through another URL (the sandbox's relay to the endpoint)."""
-        return replace(self, base_url=base_url)
+    def through_relay(self, relay_url: str, placeholder_key: str) -> ProviderAccess:
+        """The access a sandboxed CLI gets: the relay's URL and a key that opens nothing
+        (the relay adds the real one, ``worker.executors._egress``)."""
+        return replace(self, base_url=relay_url, api_key=placeholder_key)
 
 
 def provider_access(agent: AgentDefinition, settings: Settings) -> ProviderAccess:

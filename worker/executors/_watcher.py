@@ -11,12 +11,8 @@ from pathlib import Path
 
 from worker.executors._base import ExecutionRequest
 from worker.executors._call_log import GatewayActivity, merge, read_call_log
-from worker.executors._process import kill_gateway, kill_process_groups
+from worker.executors._process import StopReason, kill_gateway, kill_process_groups
 from worker.logs import log_event
-
-# Why the CLI was stopped, besides the deadline (``_process.DEADLINE``).
-CANCELLED = "cancelled"
-VIOLATION = "autonomy_violation"
 
 
 class CliWatcher:
@@ -30,10 +26,10 @@ class CliWatcher:
         self._offset = 0
         self.activity = activity
 
-    async def check(self) -> str | None:
+    async def check(self) -> StopReason | None:
         self._read_call_log()
         if self.activity.violation is not None:
-            return VIOLATION
+            return StopReason.AUTONOMY_VIOLATION
         control = self._request.control
         if control is None:
             return None
@@ -46,7 +42,7 @@ class CliWatcher:
                 messages=len(polled.steering),
                 detail="a CLI executor cannot take new messages while it runs",
             )
-        return CANCELLED if polled.cancelled else None
+        return StopReason.CANCELLED if polled.cancelled else None
 
     def finish(self) -> None:
         """Last read of the call log; then stop whatever the gateway left running."""

@@ -72,6 +72,7 @@ def run_checks(
     check_definition_format(report, agents)
     check_grant_policy(report, config, agents)
     check_prices(report, config)
+    _check_cli_installed(report, agents)
     _check_cli_sandbox(report, config, agents)
     check_models(report, config, agents, network=network, timeout_s=timeout_s)
     check_grants_match_tools(report, config, agents)
@@ -80,6 +81,27 @@ def run_checks(
     if network:
         _check_hub(report, config, timeout_s)
     return report
+
+
+def _check_cli_installed(report: CheckReport, agents: dict[str, AgentDefinition]) -> None:
+    """Each CLI agent's CLI must be on this worker's PATH, or all its tasks fail."""
+    from worker.executors import CliExecutor, executor_for
+
+    for name, agent in sorted(agents.items()):
+        try:
+            executor = executor_for(agent.config.type)
+        except ConfigurationError:
+            continue  # the definition's check names an unknown type
+        if not isinstance(executor, CliExecutor):
+            continue
+        if executor.executable_path() is None:
+            report.error(
+                f"agents/{name}/config.yaml",
+                f"{executor.not_installed()} — agent {name}'s tasks fail until it is",
+                agent=name,
+            )
+        else:
+            report.checked.append(f"agent {name}: `{executor.binary}` is installed")
 
 
 def _check_cli_sandbox(
