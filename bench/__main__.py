@@ -16,6 +16,7 @@ from bench._report import Table, machine_info
 
 BENCHMARKS = (
     "loop_overhead",
+    "loop_components",
     "budgeting",
     "redaction",
     "metrics_scrape",

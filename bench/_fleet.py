@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench._procs import process_tree
-from bench._stack import REPO_ROOT, RQ, BenchStack, has_concurrent_worker
+from bench._stack import AGENT_WORKER, REPO_ROOT, RQ, BenchStack, has_concurrent_worker
 from worker.redis_io import keys as redis_keys
 
 QUEUE = "agents"
 STOP_TIMEOUT_S = 60.0
 # A subset of mechanisms by kind, comma-separated (default: every one this code has).
 KINDS = os.environ.get(
-    "BENCH_IN_FLIGHT_KINDS", "pool,preloaded-pool,concurrent,pool-concurrent"
+    "BENCH_IN_FLIGHT_KINDS", "pool,preloaded-pool,concurrent,pool-concurrent,agent-worker-pool"
 ).split(",")
 
 
@@ -32,8 +32,9 @@ KINDS = os.environ.get(
 class Mechanism:
     """One way of keeping N tasks in flight: the commands it starts for a target N.
 
-    ``launcher`` is "rq worker" (separate processes), "pool" (``rq worker-pool``)
-    or "preloaded-pool" (``bench._preloaded_pool``); ``processes`` None means one
+    ``launcher`` is "rq worker" (separate processes), "pool" (``rq worker-pool``),
+    "preloaded-pool" (``bench._preloaded_pool``) or "agent-worker pool" (the product's
+    supervised pool of concurrent workers); ``processes`` None means one
     forking worker per task in flight, a number that many concurrent workers of
     N/processes tasks each. ``kind`` names it for ``BENCH_IN_FLIGHT_KINDS``.
     """
@@ -50,6 +51,10 @@ class Mechanism:
             env["WORKER_CONCURRENCY"] = str(math.ceil(target / self.processes))
         if self.launcher == "rq worker":
             return [([RQ, "worker", QUEUE], env) for _ in range(workers)]
+        if self.launcher == "agent-worker pool":
+            per_worker = str(math.ceil(target / workers))
+            argv = [AGENT_WORKER, "pool", "--processes", str(workers), "--concurrency", per_worker]
+            return [(argv, {})]
         pool = [RQ, "worker-pool"]
         if self.launcher == "preloaded-pool":
             pool = [sys.executable, "-m", "bench._preloaded_pool"]
@@ -72,6 +77,12 @@ def mechanisms() -> list[Mechanism]:
             Mechanism("2 x rq worker, WORKER_CONCURRENCY=N/2", "concurrent", "rq worker", 2),
             Mechanism(
                 "preloaded pool -n 2, CONCURRENCY=N/2", "pool-concurrent", "preloaded-pool", 2
+            ),
+            Mechanism(
+                "agent-worker pool --processes 2 --concurrency N/2",
+                "agent-worker-pool",
+                "agent-worker pool",
+                2,
             ),
         ]
     return [mechanism for mechanism in found if mechanism.kind in KINDS]

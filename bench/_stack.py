@@ -37,6 +37,7 @@ from worker.enqueue import enqueue_task
 BENCH_AGENT = "bench-agent"
 STEPS_PER_TASK = 3
 RQ = str(Path(sys.executable).with_name("rq"))
+AGENT_WORKER = str(Path(sys.executable).with_name("agent-worker"))
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKER_RUN_TIMEOUT_S = 300
 

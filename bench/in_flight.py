@@ -21,7 +21,8 @@ the ideal is the lower of the latency bound (N / model time per task) and the
 CPU bound (cores / CPU seconds per task, all processes). A row stops early, and
 says why, before worker memory passes ``BENCH_MEMORY_CAP_MB`` (default 10,000)
 or the machine's available memory falls under 3 GB: the machine must not swap.
-``BENCH_IN_FLIGHT_KINDS=concurrent`` (``pool``, ``preloaded-pool``, ``pool-concurrent``)
+``BENCH_IN_FLIGHT_KINDS=concurrent`` (``pool``, ``preloaded-pool``, ``pool-concurrent``,
+``agent-worker-pool``)
 runs some kinds only,
 ``BENCH_IN_FLIGHT_TARGETS=200,500`` other targets.
 """

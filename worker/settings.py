@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     job_timeout_grace_s: int = Field(default=60, ge=5)
     # Tasks one worker process runs at once: 1 forks a job process per task (rq's way).
     worker_concurrency: int = Field(default=1, ge=1, le=1000)
+    # agent-worker pool: worker processes (0: one per CPU core) and tasks at once in each.
+    pool_processes: int = Field(default=0, ge=0, le=256)
+    pool_concurrency: int = Field(default=50, ge=2, le=1000)
     tool_output_max_chars: int = Field(default=20_000, ge=200)
     context_budget_chars: int = Field(default=200_000, ge=1_000)
     max_same_call_repeats: int = Field(default=3, ge=1)

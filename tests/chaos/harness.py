@@ -42,7 +42,12 @@ from tests.support.devhub import DevHub
 from tests.support.jobs import process_running
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
-from tests.support.workers import TEST_CONCURRENCY_VARIABLE, launch_worker, parse_events
+from tests.support.workers import (
+    TEST_CONCURRENCY_VARIABLE,
+    launch_pool,
+    launch_worker,
+    parse_events,
+)
 from worker.dev.devstack import ManagedProcess, python_module
 from worker.enqueue import enqueue_task
 from worker.redis_io import keys as redis_keys
@@ -359,13 +364,31 @@ class ChaosStack:
                 worker.wait_for_event("worker_started", timeout_s=90)
         return started
 
-    def _launch_worker(self, args: Sequence[str], env: Mapping[str, str]) -> WorkerProcess:
+    def _launch_worker(
+        self,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        launch: Callable[..., subprocess.Popen[bytes]] = launch_worker,
+    ) -> WorkerProcess:
         log_path = self.workdir / f"worker-{len(self.workers) + 1}-{unique('log')}.log"
         with log_path.open("wb") as log:
-            process = launch_worker(self.worker_env(**env), *args, stderr=log)
+            process = launch(self.worker_env(**env), *args, stderr=log)
         worker = WorkerProcess(process=process, log_path=log_path)
         self.workers.append(worker)
         return worker
+
+    def start_pool(self, *args: str, **env: str) -> WorkerProcess:
+        """``agent-worker pool [args]`` in its own session; waits until each worker serves."""
+        pool = self._launch_worker(args, env, launch=launch_pool)
+        if "--burst" not in args:
+            pool.wait_for_event("pool_started", timeout_s=90)
+            processes = int(pool.events("pool_started")[0]["processes"])
+            wait_until(
+                lambda: len(pool.events("worker_started")) >= processes,
+                90,
+                f"{processes} workers of pool {pool.pid} to start",
+            )
+        return pool
 
     def run_burst(self, *args: str, timeout_s: float = 120, **env: str) -> WorkerProcess:
         """``rq worker agents --burst``: serves until the queue is empty, then exits."""

@@ -389,7 +389,7 @@ def exported_metrics(redis_url: str) -> dict[str, frozenset[str]]:
     recorded.dead_letter("consumption")
     recorded.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
     recorded.apply_locally(metrics)
-    metrics.jobs_undecodable.inc()
+    metrics.job_undecodable()
     metrics.redis_unavailable("oom")
 
     exposition = generate_latest(metrics.registry).decode()
@@ -646,7 +646,7 @@ def test_image_is_slim_non_root_and_runs_the_worker_by_default() -> None:
     assert assignments == ["RQ_WORKER_CLASS=worker.AgentWorker", "RQ_CONFIG=worker.rq_config"]
     assert set(assignments) <= set(environment)
     (command,) = [arguments for keyword, arguments in runtime if keyword == "CMD"]
-    assert json.loads(command) == ["rq", "worker", "agents"]
+    assert json.loads(command) == ["agent-worker", "pool"]
     assert ("STOPSIGNAL", "SIGTERM") in runtime
 
 
@@ -730,7 +730,7 @@ def test_compose_runs_the_whole_fleet() -> None:
         "prometheus",
         "grafana",
     }
-    assert services["worker"]["command"] == ["rq", "worker", "agents"]
+    assert services["worker"]["command"] == ["agent-worker", "pool"]
     assert services["scheduler"]["command"] == ["agent-worker", "schedule"]
     assert services["mcp-hub"]["command"][:3] == ["python", "-m", "mcp_servers.hub"]
     assert services["mcp-web"]["command"][:3] == ["python", "-m", "mcp_servers.web"]
@@ -927,14 +927,14 @@ def test_grant_policy_example_never_grants_hub_administration() -> None:
 
 
 def test_worker_unit_shuts_down_warm_and_waits_for_the_task() -> None:
-    unit = systemd_unit("agent-worker@.service")
+    unit = systemd_unit("agent-worker.service")
 
     assert one(unit, "Service", "KillMode") == "mixed"
     assert one(unit, "Service", "KillSignal") == "SIGTERM"
     assert parse_duration_s(one(unit, "Service", "TimeoutStopSec")) >= longest_default_task_s()
     assert parse_duration_s(one(unit, "Service", "TimeoutStopSec")) >= 360
-    assert shlex.split(one(unit, "Service", "ExecStart"))[1:] == ["worker", "agents"]
-    assert Path(shlex.split(one(unit, "Service", "ExecStart"))[0]).name == "rq"
+    assert shlex.split(one(unit, "Service", "ExecStart"))[1:] == ["pool"]
+    assert Path(shlex.split(one(unit, "Service", "ExecStart"))[0]).name == "agent-worker"
     assert "RQ_WORKER_CLASS=worker.AgentWorker" in unit["Service"]["Environment"]
     assert one(unit, "Service", "EnvironmentFile") == "/etc/agent-worker/env"
     assert one(unit, "Service", "Restart") == "always"
@@ -946,7 +946,7 @@ def test_worker_unit_shuts_down_warm_and_waits_for_the_task() -> None:
 
 
 def test_mcp_and_scheduler_units_keep_their_secrets_apart() -> None:
-    worker_file = one(systemd_unit("agent-worker@.service"), "Service", "EnvironmentFile")
+    worker_file = one(systemd_unit("agent-worker.service"), "Service", "EnvironmentFile")
     for unit_name, module, port in (
         ("agent-worker-mcp-hub.service", "mcp_servers.hub", "8101"),
         ("agent-worker-mcp-web.service", "mcp_servers.web", "8102"),
@@ -1012,7 +1012,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         (tmp_path / unit.name).write_text(text, encoding="utf-8")
     units = sorted(tmp_path.glob("*.service"))
     assert {unit.name for unit in units} == {
-        "agent-worker@.service",
+        "agent-worker.service",
         "agent-worker-mcp-hub.service",
         "agent-worker-mcp-web.service",
         "agent-worker-mcp-memory.service",

@@ -92,7 +92,7 @@ WORKER_COMMAND = re.compile(r"RQ_WORKER_CLASS=worker\.AgentWorker[^`\n\"]*rq\b[^
 
 @pytest.mark.parametrize(
     "relative",
-    ["Procfile", "README.md", "docs/first-agent.md"],
+    ["README.md", "docs/first-agent.md"],
 )
 def test_every_worker_command_given_to_users_sets_rq_config(relative: str) -> None:
     text = (REPO / relative).read_text(encoding="utf-8")
@@ -100,3 +100,14 @@ def test_every_worker_command_given_to_users_sets_rq_config(relative: str) -> No
     assert commands, relative
     for command in commands:
         assert "RQ_CONFIG=worker.rq_config" in command, (relative, command)
+
+
+def test_the_procfile_runs_the_pool_with_the_worker_class_and_rq_settings() -> None:
+    (line,) = [
+        line
+        for line in (REPO / "Procfile").read_text(encoding="utf-8").splitlines()
+        if line.startswith("worker:")
+    ]
+    words = line.partition(": ")[2].split()
+    assert words[-2:] == ["agent-worker", "pool"]
+    assert {"RQ_WORKER_CLASS=worker.AgentWorker", "RQ_CONFIG=worker.rq_config"} <= set(words)

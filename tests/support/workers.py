@@ -19,6 +19,7 @@ from worker.daemon import AgentWorker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RQ = str(Path(sys.executable).parent / "rq")
+AGENT_WORKER = str(Path(sys.executable).parent / "agent-worker")
 QUEUE = "agents"
 WORKER_CLASS = "tests.support.workers.TestAgentWorker"
 # Set (to a number above 1) to run every worker the tests start with WORKER_CONCURRENCY:
@@ -74,10 +75,25 @@ def launch_worker(
     The process gets its own session, so that cleaning up can also reach a job process it
     forked (``os.killpg``). Every test that needs a worker in the background starts it here.
     """
+    return _in_own_session(
+        rq_worker_command(*args, burst=burst), with_test_concurrency(env), stderr, cwd
+    )
+
+
+def launch_pool(
+    env: Mapping[str, str], *args: str, stderr: IO[bytes], cwd: Path = REPO_ROOT
+) -> subprocess.Popen[bytes]:
+    """Start ``agent-worker pool [args]`` with exactly ``env``, as ``launch_worker`` does."""
+    return _in_own_session([AGENT_WORKER, "pool", *args], dict(env), stderr, cwd)
+
+
+def _in_own_session(
+    command: list[str], env: dict[str, str], stderr: IO[bytes], cwd: Path
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        rq_worker_command(*args, burst=burst),
+        command,
         cwd=cwd,
-        env=with_test_concurrency(env),
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=stderr,

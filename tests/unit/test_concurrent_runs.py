@@ -31,7 +31,7 @@ from worker.coordination import (
     running_in_process,
 )
 from worker.daemon import AgentWorker
-from worker.daemon._concurrent import InFlightJob, JobThreadDeathPenalty
+from worker.daemon._job_threads import InFlightJob, JobThreadDeathPenalty, size_connection_pool
 from worker.redis_io import keys as redis_keys
 
 
@@ -201,10 +201,7 @@ def test_the_redis_pool_lets_every_task_in_flight_connect_at_once(
     # redis-py's pool stops at 100 connections: 500 tasks in one process ran out of them.
     # Three per task (job thread, lease and slot renewals), and a full pool waits.
     connection = Redis()  # no server needed: only the pool's size is read
-    worker = AgentWorker(["agents"], connection=connection)
-    worker.concurrency = concurrency
-
-    worker._size_connection_pool()
+    size_connection_pool(connection, concurrency)
 
     assert connection.connection_pool.max_connections == expected
     assert isinstance(connection.connection_pool, BlockingConnectionPool)

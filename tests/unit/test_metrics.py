@@ -22,11 +22,13 @@ from worker import logs
 from worker.metrics import (
     JobMetrics,
     WorkerMetrics,
+    apply_forwarded,
     apply_job_metrics,
     start_metrics_server,
     stop_metrics_server,
     sweep_job_metrics,
 )
+from worker.metrics._recorders import ForwardedMetrics
 from worker.redis_io import keys as redis_keys
 
 CONTRACT = {
@@ -114,7 +116,7 @@ def test_every_contract_metric_has_its_name_type_and_labels(fake_redis: FakeRedi
     recorded = JobMetrics()
     one_of_each(recorded)
     recorded.apply_locally(metrics)
-    metrics.jobs_undecodable.inc()
+    metrics.job_undecodable()
     metrics.redis_unavailable("oom")
 
     families = {
@@ -344,7 +346,7 @@ def test_server_answers_metrics_and_health(
     server: fakeredis.FakeServer, redis: fakeredis.FakeRedis
 ) -> None:
     metrics = WorkerMetrics()
-    metrics.jobs_undecodable.inc()
+    metrics.job_undecodable()
     port = start_metrics_server(free_port(), lambda: redis, host="127.0.0.1", metrics=metrics)
     assert port is not None
     base = f"http://127.0.0.1:{port}"
@@ -400,3 +402,42 @@ def test_embeddings_tokens_count_as_input_tokens_of_the_embeddings_model(
         parent, "agent_llm_tokens_total", model="text-embedding-3-small", direction="input"
     )
     assert tokens == 50
+
+
+def test_a_pooled_workers_metrics_reach_the_pools_registry_one_line_per_batch() -> None:
+    sent: list[bytes] = []
+    member = ForwardedMetrics(sent.append)
+    pool = WorkerMetrics()
+
+    member.redis_unavailable("oom")
+    member.job_undecodable()
+    job = JobMetrics()
+    job.llm_call(provider="openai", model="m", status="ok", tokens_input=5, tokens_output=2)
+    job.apply_locally(member)
+    for line in sent:
+        apply_forwarded(line, metrics=pool)
+
+    assert all(line.endswith(b"\n") and line.count(b"\n") == 1 for line in sent)
+    assert value(member, "agent_redis_unavailable_total", kind="oom") is None  # kept nothing
+    assert value(pool, "agent_redis_unavailable_total", kind="oom") == 1
+    assert value(pool, "agent_jobs_undecodable_total") == 1
+    assert value(pool, "agent_llm_tokens_total", model="m", direction="input") == 5
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json\n",
+        b"[1, 2]\n",
+        b'{"counters": [["agent_jobs_undecodable", [], -5]]}\n',
+        b'{"counters": [["agent_not_a_metric_total", [], 1]]}\n',
+        b'{"counters": [["agent_redis_unavailable_total", ["a", "b"], 1]]}\n',
+    ],
+)
+def test_a_forwarded_line_that_breaks_the_contract_changes_nothing(line: bytes) -> None:
+    pool = WorkerMetrics()
+    before = generate_latest(pool.registry)
+
+    apply_forwarded(line, metrics=pool)
+
+    assert generate_latest(pool.registry) == before

@@ -17,14 +17,8 @@ A first SIGTERM stops dequeuing and lets every task in flight finish; a second o
 every task in flight back at once (a crash re-run, from its checkpoint), then exits. The
 signal handlers only raise or set flags; the hand-back runs in teardown.
 
-A thread cannot be killed, so what rq does to a job process is done to a run:
-    stop-job          the task is cancelled at its next step and ends STOPPED in rq
-    handed back       (cold shutdown, or stuck past its timeout) the run is revoked: its
-                      thread may run on, but every write it would make to rq or the Hub
-                      is fenced off (``fence_revoked_run``), so only the next run settles
-    past its timeout  rq's timer raises in the thread; JOB_TIMEOUT_GRACE_S later the task
-                      is cancelled; as long again later it is handed back and the worker
-                      stops taking work and exits (status 1) for its supervisor to restart
+A thread cannot be killed: what rq does to a job process is done to a run instead
+(``worker.daemon._job_threads``).
 """
 
 from __future__ import annotations
@@ -32,10 +26,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -46,8 +38,6 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.timeouts import (
     BaseDeathPenalty,
-    JobTimeoutException,
-    TimerDeathPenalty,
     UnixSignalDeathPenalty,
 )
 from rq.utils import now
@@ -59,75 +49,34 @@ from worker.coordination import (
     revoke_in_process_run,
     run_is_revoked,
 )
+from worker.daemon._job_threads import (
+    InFlightJob,
+    JobThreadDeathPenalty,
+    outcome_of,
+    size_connection_pool,
+)
 from worker.daemon._one_job import VettingWorker
 from worker.daemon._vetting import JobCheck
 from worker.logs import log_event, writing_on_this_thread
-from worker.redis_io import share_between_threads
 from worker.settings import settings_or_exit
 from worker.task import Outcome
 
 # How often a wait for a job thread wakes up to let the main thread handle signals.
 _WAIT_SLICE_S = 1.0
-# Redis connections a task may hold at once (its job thread, its task-lease renewal, its
-# agent-slot renewal), and those of the worker itself (main thread, heartbeats, rq's
-# pubsub, metrics, outbox).
-_CONNECTIONS_PER_TASK = 3
-_WORKER_CONNECTIONS = 16
 # How long a hand-back waits for a run that is settling its job right now to finish.
 _SETTLING_WAIT_S = 10.0
 # The exit status of a worker that gave up on a run stuck past its timeout.
 EXIT_RUN_ABANDONED = 1
 
 
-@dataclass(frozen=True)
-class InFlightJob:
-    """A job handed to a job thread; its execution id names the run (and its task lease)."""
-
-    job: Job
-    queue: Queue
-    execution: Execution
-    started: float = field(default_factory=time.monotonic)
-    # Held while the run settles its job with rq, so a hand-back never races it.
-    settling: threading.Lock = field(default_factory=threading.Lock, compare=False)
-
-    def overrun_s(self) -> float:
-        """How far past rq's timeout the run is (negative before it; 0 without a timeout)."""
-        timeout = self.job.timeout
-        if not isinstance(timeout, int) or timeout <= 0:
-            return 0.0
-        return time.monotonic() - self.started - timeout
-
-
-class JobThreadDeathPenalty(TimerDeathPenalty):
-    """rq's timer penalty for one job thread, naming that job's own timeout.
-
-    rq's ``TimerDeathPenalty`` writes its message into the exception class itself, for
-    every thread of the process: the last job started would name its timeout in every
-    other job's timeout. Each penalty here raises its own subclass instead.
-    """
-
-    def __init__(
-        self, timeout: int, exception: type[BaseException] = JobTimeoutException, **kwargs: Any
-    ) -> None:
-        message = f"Task exceeded maximum timeout value ({timeout} seconds)"
-
-        def init_with_message(self: BaseException, *args: Any, **kwargs: Any) -> None:
-            BaseException.__init__(self, message)
-
-        own_exception = type(
-            exception.__name__,
-            (exception,),
-            {"__init__": init_with_message, "__module__": exception.__module__},
-        )
-        BaseDeathPenalty.__init__(self, timeout, own_exception, **kwargs)  # type: ignore[no-untyped-call]
-        self._target_thread_id = threading.current_thread().ident
-        self._timer = None
-
-
 class ConcurrentWorker(VettingWorker):
     """The vetting worker running up to ``concurrency`` jobs at once in job threads.
 
-    With ``concurrency`` 1 (the default) nothing changes: rq forks a job process per job.
+    With ``concurrency`` 1 (the default) nothing changes: rq forks a job process per job,
+    nothing is ever in flight in a thread, and every method that reads the in-flight jobs
+    (waiting, stop-execution, shutdown) finds none and does what rq does. The mode is asked
+    only where a job thread differs: handing a job over, settling it, rq's stop-job, and
+    its heartbeat TTL.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -173,19 +122,14 @@ class ConcurrentWorker(VettingWorker):
         # is handed back, so its execution must never look expired while it runs.
         return max(ttl, int(self.job_monitoring_interval) + 60)
 
+    def configured_concurrency(self) -> int:
+        """Tasks at once, read at start: WORKER_CONCURRENCY (AgentWorker asks its host)."""
+        return settings_or_exit().worker_concurrency
+
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
-        self.concurrency = settings_or_exit().worker_concurrency
-        self._size_connection_pool()
+        self.concurrency = self.configured_concurrency()
+        size_connection_pool(self.connection, self.concurrency)
         super().bootstrap(*args, **kwargs)
-
-    def _size_connection_pool(self) -> None:
-        """Let every thread that may hold a Redis connection have one, and more wait.
-
-        redis-py's plain pool refuses a connection past ``max_connections`` (100 by default)
-        with "Too many connections": 500 tasks in one process failed a fifth of their runs so.
-        """
-        needed = self.concurrency * _CONNECTIONS_PER_TASK + _WORKER_CONNECTIONS
-        share_between_threads(self.connection, max_connections=needed)
 
     # -- handing jobs over -----------------------------------------------------------------
 
@@ -237,7 +181,7 @@ class ConcurrentWorker(VettingWorker):
         with self._settling(execution) as owned:
             if not owned:
                 return
-            if execution.id in self._stop_asked and _outcome_of(return_value) == Outcome.CANCELLED:
+            if execution.id in self._stop_asked and outcome_of(return_value) == Outcome.CANCELLED:
                 self._settle_stopped(job, queue, execution)
                 return
             super()._finalize_success(job, queue, execution, return_value)
@@ -283,12 +227,6 @@ class ConcurrentWorker(VettingWorker):
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
-        if not self.concurrent:
-            self._waiting_for_job = True
-            try:
-                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-            finally:
-                self._waiting_for_job = False
         while True:
             self._waiting_for_job = True
             try:
@@ -432,8 +370,7 @@ class ConcurrentWorker(VettingWorker):
         try:
             super().request_force_stop(signum, frame)
         except SystemExit:
-            if self.concurrent:
-                self._cold_shutdown = True
+            self._cold_shutdown = True
             raise
 
     def _hand_back_in_flight(self) -> None:
@@ -485,7 +422,7 @@ class ConcurrentWorker(VettingWorker):
         # rq's stop-job kills the job process; a job thread cannot be killed: its task is
         # cancelled, stops at its next step, and its job ends STOPPED as rq's would.
         flight = self._in_flight.get(execution_id)
-        if not self.concurrent or flight is None:
+        if flight is None:
             super().request_stop_execution(execution_id)
             return
         self._stop_asked.add(execution_id)
@@ -503,7 +440,7 @@ class ConcurrentWorker(VettingWorker):
     def teardown(self) -> None:
         try:
             self._act_on_stop_signal()
-            if self.concurrent and not self._cold_shutdown and self._in_flight:
+            if not self._cold_shutdown and self._in_flight:
                 log_event("waiting_for_tasks", worker=self.name, in_flight=len(self._in_flight))
                 # Runs stuck past their timeout are handed back meanwhile (heartbeats).
                 self._wait_while(lambda: bool(self._in_flight) and not self._cold_shutdown)
@@ -512,11 +449,3 @@ class ConcurrentWorker(VettingWorker):
                 self._hand_back_in_flight()
             self._heartbeats_stopped.set()
             super().teardown()  # type: ignore[no-untyped-call]
-
-
-def _outcome_of(return_value: Any) -> str | None:
-    """The outcome of the report run_task returned (None for any other job's value)."""
-    if isinstance(return_value, dict):
-        outcome = return_value.get("outcome")
-        return outcome if isinstance(outcome, str) else None
-    return None

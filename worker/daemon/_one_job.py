@@ -318,7 +318,7 @@ class VettingWorker(UnloadableJobsWorker):
         event = "job_refused" if check.verdict is Verdict.REFUSED else "job_undecodable"
         log_event(event, level="error", job_id=job.id, queue=queue.name, reason=check.reason)
         if check.verdict is Verdict.UNDECODABLE:
-            worker_metrics().jobs_undecodable.inc()
+            worker_metrics().job_undecodable()
         self._final_job_ids.add(job.id)
         try:
             self._until_redis_answers(

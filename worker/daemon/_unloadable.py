@@ -56,7 +56,7 @@ class UnloadableJobsWorker(OutageTolerantWorker):
     def _fail_unloadable(self, job_id: str, queue: Queue, exc: Exception) -> None:
         reason = f"job hash cannot be loaded by rq: {type(exc).__name__}: {exc}"
         log_event("job_undecodable", level="error", job_id=job_id, queue=queue.name, reason=reason)
-        worker_metrics().jobs_undecodable.inc()
+        worker_metrics().job_undecodable()
         failed_registry = FailedJobRegistry(queue=queue)
 
         def record_failure() -> None:

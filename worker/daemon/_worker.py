@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, ClassVar
 
-from prometheus_client import write_to_textfile
 from redis import ConnectionPool, Redis
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
@@ -37,18 +36,13 @@ from rq.serializers import JSONSerializer
 from rq.worker import DequeueStrategy
 
 from worker.daemon._concurrent import ConcurrentWorker
+from worker.daemon._host import OWN_HOST, OwnHost, preload_configuration
 from worker.daemon._logging import send_rq_logs_to_events
 from worker.daemon._vetting import CappedJob
-from worker.exceptions import ConfigurationError, WorkerError
+from worker.exceptions import ConfigurationError
 from worker.hub_writes import drain_outbox_now
 from worker.logs import log_event, set_level, set_redactor
-from worker.metrics import (
-    start_metrics_server,
-    stop_metrics_server,
-    sweep_job_metrics,
-    worker_metrics,
-)
-from worker.operations import check_at_start
+from worker.metrics import sweep_job_metrics
 from worker.redaction import process_redactor
 from worker.redis_io import (
     is_redis_outage,
@@ -78,8 +72,10 @@ class AgentWorker(ConcurrentWorker):
     # rq's own margin past the monitoring interval; HEARTBEAT_GRACE_S replaces it at start.
     _heartbeat_grace_s: int = RQ_HEARTBEAT_GRACE_S
 
-    def __init__(self, queues: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, queues: Any, *args: Any, host: OwnHost = OWN_HOST, **kwargs: Any) -> None:
         # No side effects here: `rq info` and Worker.all() instantiate this class (trap 1).
+        # ``host``: what it does for its host besides jobs (``agent-worker pool`` passes its own).
+        self.host = host
         kwargs["serializer"] = JSONSerializer
         # rq's CLI always passes its default job class; ours caps what a job hash expands to.
         if kwargs.get("job_class") in (None, Job, "rq.job.Job"):
@@ -136,16 +132,10 @@ class AgentWorker(ConcurrentWorker):
         self._result_ttl_s = settings.result_ttl_s
         CappedJob.max_data_bytes = settings.job_data_max_bytes
         self._import_job_modules()
-        # The checks of `agent-worker check`; an error stops here. The definitions they read
-        # are cached in Redis for the first tasks, so each is read (and warns) once.
-        providers = check_at_start(settings, agent_cache=self.connection)
-        self._preload_configuration(providers)
+        self.host.prepare(settings, self.connection, self._preload_configuration)
         super().bootstrap(logging_level, date_format, log_format)
-        self._metrics_port = start_metrics_server(
-            settings.metrics_port,
-            self._health_check_client,
-            queue_names=self.queue_names(),
-            host=settings.metrics_host,
+        self._metrics_port = self.host.serve_metrics(
+            settings, self._health_check_client, self.queue_names()
         )
         log_event(
             "worker_started",
@@ -159,13 +149,17 @@ class AgentWorker(ConcurrentWorker):
         )
 
     def _import_job_modules(self) -> None:
+        self.import_job_modules()
+
+    @classmethod
+    def import_job_modules(cls) -> None:
         """Import the allowed job functions' modules once, here, instead of in every job.
 
         Each job process is a fork of this one: without this, every job would
         pay seconds of imports (provider SDKs, MCP). Only names from the
         allow-list are imported, never a name read from a job.
         """
-        modules = sorted({name.rpartition(".")[0] for name in self.allowed_functions})
+        modules = sorted({name.rpartition(".")[0] for name in cls.allowed_functions})
         for module in modules:
             try:
                 importlib.import_module(module)
@@ -173,15 +167,12 @@ class AgentWorker(ConcurrentWorker):
                 # The job will fail visibly in rq; the worker still serves the rest.
                 log_event("job_module_import_failed", level="error", module=module, error=str(exc))
 
+    def configured_concurrency(self) -> int:
+        return self.host.tasks_at_once(settings_or_exit())
+
     def _preload_configuration(self, providers: frozenset[str]) -> None:
         """Parse MCP_CONFIG, GRANT_POLICY and PRICES_FILE once; a bad file stops start-up."""
-        from worker.pipeline import preload
-
-        try:
-            preload(providers)
-        except WorkerError as exc:
-            print(f"agent-worker: {exc.message}", file=sys.stderr)
-            raise SystemExit(2) from None
+        preload_configuration(providers)
 
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         # Idle with nothing in flight, a stopping worker has nothing to wait out an outage
@@ -205,19 +196,8 @@ class AgentWorker(ConcurrentWorker):
                 from worker.tools import close_stdio_pool
 
                 close_stdio_pool()
-                self._write_metrics_textfile()
-                stop_metrics_server()
+                self.host.stop_serving(settings_or_exit())
                 log_event("worker_stopped", worker=self.name, pid=os.getpid())
-
-    def _write_metrics_textfile(self) -> None:
-        """For burst or cron workers nobody scrapes: the textfile-collector convention."""
-        path = settings_or_exit().metrics_textfile
-        if path is None:
-            return
-        try:
-            write_to_textfile(str(path), worker_metrics().registry)
-        except OSError as exc:
-            log_event("metrics_textfile_failed", level="error", path=str(path), error=str(exc))
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         """rq's TTL of a job's execution (the monitoring interval plus a fixed 60 s), with
@@ -232,22 +212,26 @@ class AgentWorker(ConcurrentWorker):
         return max(1, min(self.worker_ttl - 15, self.maintenance_interval))
 
     def _health_check_client(self) -> Redis:
-        """A client to the worker's Redis with short timeouts, for scrapes and /healthz."""
-        redis_class, connection_class, connection_kwargs = parse_connection(self.connection)
-        connection_kwargs.update(
-            socket_timeout=HEALTH_CHECK_TIMEOUT_S,
-            socket_connect_timeout=HEALTH_CHECK_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 0),
-        )
-        pool = ConnectionPool(connection_class=connection_class, **connection_kwargs)
-        client: Redis = redis_class(connection_pool=pool)
-        return client
+        return health_check_client(self.connection)
 
     # -- our own Redis housekeeping (maintenance; outages are ridden out around it) --------
 
     def maintain_own_data(self) -> None:
         sweep_job_metrics(self.connection, older_than_s=self.metrics_sweep_after_s)
         drain_outbox_now(self.connection)
+
+
+def health_check_client(connection: Redis) -> Redis:
+    """A client to ``connection``'s Redis with short timeouts, for scrapes and /healthz."""
+    redis_class, connection_class, connection_kwargs = parse_connection(connection)
+    connection_kwargs.update(
+        socket_timeout=HEALTH_CHECK_TIMEOUT_S,
+        socket_connect_timeout=HEALTH_CHECK_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 0),
+    )
+    pool = ConnectionPool(connection_class=connection_class, **connection_kwargs)
+    client: Redis = redis_class(connection_pool=pool)
+    return client
 
 
 def _require_sentinel_connection_if_configured(connection: Redis) -> None:

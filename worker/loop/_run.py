@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
-from worker.exceptions import ContextTooLong, LimitReached, ModelError
+from worker.exceptions import ContextTooLong, LimitReached
 from worker.logs import log_event
 from worker.loop._budget import CallPlan
-from worker.loop._clock import MIN_CLOSING_CALL_S, DeadlineToolbox, RunClock
+from worker.loop._clock import DeadlineToolbox, RunClock
+from worker.loop._closing import ClosingCall
 from worker.loop._contract import Closing, ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import (
     DONE_TOOL,
@@ -38,7 +39,7 @@ from worker.loop._dispatch import (
 from worker.loop._events import EventBus, LoopObserver, StepFinished, StepStarted, log_observer
 from worker.loop._limits import Limit
 from worker.loop._model_call import ModelCaller
-from worker.loop._output import Compactor, is_answer, plain_history, recover_output
+from worker.loop._output import Compactor, is_answer, recover_output
 from worker.loop._state import (
     Journal,
     JournalEntry,
@@ -135,6 +136,13 @@ class AgentLoop:
         )
         self._reads = RepeatedReads()
         self._compactor = Compactor(settings.context_budget_chars)
+        self._closing = ClosingCall(
+            self._model,
+            self._run_clock,
+            task_id=task_id,
+            fit_window=self._fit_window,
+            commit=self._commit,
+        )
 
     # --- the run -----------------------------------------------------------------------------
 
@@ -367,7 +375,7 @@ class AgentLoop:
     async def _wind_down(self, state: LoopState, wind_down: WindDown) -> Stop:
         """Stop calling tools; ask once, without tools, for an answer within what is left."""
         limit, detail = wind_down.limit, wind_down.detail
-        answer = await self._closing_answer(
+        answer = await self._closing.answer(
             state, WIND_DOWN_PROMPT.format(detail=detail), retell=True, worker_words=detail
         )
         if answer is None:
@@ -383,7 +391,7 @@ class AgentLoop:
         closing = close.closing
         prompt = CLOSING_PROMPT.format(reason=closing.reason)
         # A delivered reply needs no more answer: no retelling for it.
-        answer = await self._closing_answer(
+        answer = await self._closing.answer(
             state, prompt, retell=closing.delivered is None, worker_words=closing.reason
         )
         if answer is not None:
@@ -398,58 +406,6 @@ class AgentLoop:
         if close.silent_outcome is Outcome.COMPLETED:
             return Stop(Outcome.COMPLETED, closing.reason, "")
         return Stop(close.silent_outcome, closing.reason, recover_output(state.steps, ""))
-
-    async def _closing_answer(
-        self, state: LoopState, prompt: str, *, retell: bool = False, worker_words: str = ""
-    ) -> ModelResponse | None:
-        """The tool-less closing call; None when there was no room for it or it failed.
-
-        Any tool calls in its answer are dropped: no tools run after a run starts closing.
-        With ``retell``, a closing call that brought no answer (only an imitation of a call,
-        or nothing) after tool calls is made once more with the conversation retold in plain
-        text (``plain_history``): the same model, no longer primed by its own calls.
-        """
-        answer = await self._closing_call(state, prompt)
-        if answer is None or is_answer(answer.text, worker_words=worker_words) or not retell:
-            return answer
-        if not any(message.tool_calls for message in state.messages):
-            return answer
-        retold = await self._closing_call(state, prompt, retold=True)
-        return retold if retold is not None else answer
-
-    async def _closing_call(
-        self, state: LoopState, prompt: str, *, retold: bool = False
-    ) -> ModelResponse | None:
-        try:
-            if self._run_clock.remaining() < MIN_CLOSING_CALL_S:
-                raise LimitReached("no time left for a closing answer", limit=Limit.DEADLINE)
-            extra = "" if retold else prompt  # a retelling's prompt is in the state already
-            self._fit_window(state, (), extra)
-            plan = self._model.plan(state, (), closing=True, extra=extra)
-        except LimitReached as no_room:
-            log_event("final_answer_skipped", task=self._task_id, reason=no_room.message)
-            return None
-        if not retold:
-            self._commit(state, SteerEntry(text=prompt))
-        step = len(state.steps) + 1
-        # Retold: the conversation without the closing answer that had none.
-        messages = plain_history(state.messages[:-1]) if retold else None
-        try:
-            response = await self._model.ask(
-                state, (), step=step, plan=plan, final=True, messages=messages
-            )
-        except (ModelError, TimeoutError, LimitReached) as exc:
-            log_event("final_answer_failed", "warning", task=self._task_id, error=str(exc))
-            return None
-        answer = ModelResponse(
-            text=response.text,
-            stop_reason=response.stop_reason,
-            usage=response.usage,
-            provider=response.provider,
-            model=response.model,
-        )
-        self._commit(state, ResponseEntry(step=step, response=answer, final=True))
-        return answer
 
     def _fit_window(self, state: LoopState, tools: Sequence[ToolSpec], extra: str = "") -> None:
         """Cut the conversation, oldest first, until the next request fits the context window."""

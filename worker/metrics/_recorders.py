@@ -61,11 +61,12 @@ class WorkerMetrics:
             )
             for name, (help_text, labels, buckets) in HISTOGRAMS.items()
         }
-        self.jobs_undecodable = Counter(
+        undecodable = Counter(
             UNDECODABLE_JOBS,
             "rq jobs whose data could not be decoded; failed without running.",
             registry=recorded,
         )
+        self._counters[UNDECODABLE_JOBS] = (undecodable, ())
         self._queue_collector: QueueCollector | None = None
         self._memory_collector: MemoryCollector | None = None
         self._label_values: dict[str, set[str]] = {}
@@ -108,7 +109,11 @@ class WorkerMetrics:
 
     def redis_unavailable(self, kind: str) -> None:
         """One wait for Redis (``kind`` from ``worker.redis_io._faults.outage_kind``)."""
-        self._counters["agent_redis_unavailable_total"][0].labels(kind).inc()
+        self.apply({"counters": [["agent_redis_unavailable_total", [kind], 1]]})
+
+    def job_undecodable(self) -> None:
+        """One rq job failed unread: its data could not be decoded."""
+        self.apply({"counters": [[UNDECODABLE_JOBS, [], 1]]})
 
     def apply(self, batch: Mapping[str, Any]) -> None:
         """Add one flushed ``JobMetrics`` batch, skipping entries that break the contract."""
@@ -158,8 +163,39 @@ def _entries(raw: Any) -> list[tuple[str, tuple[str, ...], Any]]:
     return entries
 
 
+class ForwardedMetrics(WorkerMetrics):
+    """The metrics of a worker in ``agent-worker pool``: each batch goes to the pool's process,
+    which serves the host's one /metrics (``send`` writes one JSON line to it)."""
+
+    def __init__(self, send: Callable[[bytes], None]) -> None:
+        super().__init__()
+        self._send = send
+
+    def apply(self, batch: Mapping[str, Any]) -> None:
+        self._send(json.dumps(batch, separators=(",", ":")).encode() + b"\n")
+
+
+def apply_forwarded(line: bytes, *, metrics: WorkerMetrics | None = None) -> None:
+    """Apply one batch a pooled worker forwarded (``ForwardedMetrics``); garbage is skipped."""
+    try:
+        batch = json.loads(line)
+    except ValueError:
+        batch = None
+    if isinstance(batch, dict):
+        (metrics or worker_metrics()).apply(batch)
+    else:
+        log_event("forwarded_metrics_malformed", level="warning")
+
+
 _default_metrics: WorkerMetrics | None = None
 _default_lock = threading.Lock()
+
+
+def forward_metrics(send: Callable[[bytes], None]) -> None:
+    """From now on this process's metrics go to ``send`` (a worker forked by the pool)."""
+    global _default_metrics
+    with _default_lock:
+        _default_metrics = ForwardedMetrics(send)
 
 
 def worker_metrics() -> WorkerMetrics:

@@ -209,6 +209,12 @@ _EXTENSIONS: list[tuple[str, str, str, str]] = [
         "list, show or forget what an agent remembers (list|show|forget AGENT, --id, --about)",
     ),
     (
+        "pool",
+        "worker.pool._cli",
+        "main",
+        "run this host's workers: N concurrent workers forked from one preloaded process",
+    ),
+    (
         "executors",
         "worker.executors._listing",
         "main",

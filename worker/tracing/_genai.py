@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from worker.tracing._content import as_json, capture_content, safe_text
-from worker.tracing._setup import tracer
+from worker.tracing._setup import spans_off, tracer
 
 # The task id of the agent run in progress: every GenAI span of it names the conversation.
 _conversation_id: ContextVar[str | None] = ContextVar("gen_ai_conversation_id", default=None)
@@ -162,6 +162,8 @@ def traced_chat(complete: F) -> F:
 
     @functools.wraps(complete)
     async def traced(model: _Model, request: _Request) -> Any:
+        if spans_off():
+            return await complete(model, request)
         with _model_span(model, request) as span:
             response: _Response = await complete(model, request)
             if span.is_recording():
@@ -283,6 +285,8 @@ def traced_tool_call(run: F) -> F:
     async def traced(
         dispatcher: Any, step: int, index: int, call: _ToolCall, timeout_s: float
     ) -> Any:
+        if spans_off():
+            return await run(dispatcher, step, index, call, timeout_s)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": call.name,

@@ -64,6 +64,15 @@ def tracer() -> trace.Tracer:
     return _tracer[1]
 
 
+def spans_off() -> bool:
+    """True while no tracer provider is installed: every span would be a no-op that only
+    passes its parent's context on, so the per-step decorators skip making one."""
+    return isinstance(trace.get_tracer_provider(), _NO_OP_PROVIDERS)
+
+
+_NO_OP_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
 def sampled_trace_id() -> str | None:
     """The trace id of the current span when it is recorded (an exporter will have it)."""
     span = trace.get_current_span()
