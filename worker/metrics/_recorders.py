@@ -174,6 +174,9 @@ class ForwardedMetrics(WorkerMetrics):
     def apply(self, batch: Mapping[str, Any]) -> None:
         self._send(json.dumps(batch, separators=(",", ":")).encode() + b"\n")
 
+    def _start_known_series(self) -> None:
+        """Nothing: this registry is never served; the pool's has them from its start."""
+
 
 def apply_forwarded(line: bytes, *, metrics: WorkerMetrics | None = None) -> None:
     """Apply one batch a pooled worker forwarded (``ForwardedMetrics``); garbage is skipped."""
