@@ -73,7 +73,7 @@ class SessionTimes:
 
 
 async def _session(config: Any, post_id: str, cache: bool) -> SessionTimes:
-    from worker.tools import CallContext, EffectiveGrants, McpToolbox
+    from worker.tools import CallContext, EffectiveGrants, McpToolbox, fixed_capability
 
     grants = EffectiveGrants.of(["hub:read"])
     # Off: every session asks the server for its tools; on: the default time to live.
@@ -83,7 +83,7 @@ async def _session(config: Any, post_id: str, cache: bool) -> SessionTimes:
         config,
         grants=grants,
         auth_token=_auth_token(),
-        capability=_capability(grants),
+        capability=fixed_capability(_capability(grants)),
         **cache_options,
     ) as toolbox:
         opened = time.perf_counter()
@@ -111,7 +111,7 @@ async def _session(config: Any, post_id: str, cache: bool) -> SessionTimes:
 def _capability(grants: Any) -> str | None:
     """The capability a worker would mint for the bench's task (the devstack sets a key)."""
     from worker.settings import settings
-    from worker.tools import mint_capability
+    from worker.tools import TaskScope, mint_capability
 
     key = settings().capability_key
     if key is None:
@@ -122,6 +122,8 @@ def _capability(grants: Any) -> str | None:
         task_id="bench-mcp",
         grants=grants,
         expires_at=time.time() + 600,
+        # Anywhere: these tests are about identity and grants, not the scope.
+        scope=TaskScope(comment_on=None, post_in=None),
     )
 
 

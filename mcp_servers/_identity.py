@@ -10,8 +10,10 @@ With ``CAPABILITY_KEY`` set (production), every call needs a valid, unexpired
 capability: the agent and task come from it, never from the rest of ``_meta``
 (which anyone holding ``MCP_AUTH_TOKEN`` could write), the tool's grant must be
 among its grants, the idempotency key must belong to its task, and the work is
-bounded by its expiry (the task's deadline). Without a key (development), the
-caller is read from ``_meta`` as given, and the server warns at start.
+bounded by its expiry (the task's deadline). The capability's ``scope`` says where
+the task may write (``worker.tools._scope``): a server's write tools check it before they
+act. Without a key (development), the caller is read from ``_meta`` as given, with no
+scope, and the server warns at start.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, TypeGuard
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
-from worker.tools import CapabilityRefused, check_key, verify_capability
+from worker.tools import CapabilityRefused, TaskScope, check_key, verify_capability
 
 CAPABILITY_KEY_ENV = "CAPABILITY_KEY"
 CALLER_KEYS = ("agent_id", "task_id", "idempotency_key")
@@ -40,6 +42,9 @@ class Caller:
     task_id: str
     idempotency_key: str | None
     deadline: float | None = None
+    # Where the task may write, from its verified capability; None: grants alone bound it
+    # (development mode, or a capability signed before scopes).
+    scope: TaskScope | None = None
 
     def time_left(self, cap_s: float) -> float:
         """Seconds this call may still take: ``cap_s``, or less when the deadline is nearer."""
@@ -84,6 +89,7 @@ class Identity:
             task_id=capability.task_id,
             idempotency_key=key,
             deadline=min(capability.expires_at, _deadline(meta) or capability.expires_at),
+            scope=capability.scope,
         )
 
 

@@ -29,7 +29,10 @@ the secrets file (the fleet's Redis and the caps), the hub server's ``create_pos
 ``create_comment`` go through the same ``CappedToolbox`` and Redis counters. A write
 over a cap is not made; the CLI's model reads the native loop's text (``Error: daily
 comment limit (N) reached``) and the call log tells the worker, which logs
-``hub_write_refused`` and counts ``agent_hub_writes_refused_total``.
+``hub_write_refused`` and counts ``agent_hub_writes_refused_total``. So does the task's
+scope (from its capability, else from the environment block): a write outside it is not
+made (``Error: out of scope: ...``), and the call log tells the worker, which lists it in
+the report's ``refused_writes``.
 """
 
 from __future__ import annotations
@@ -83,7 +86,10 @@ from worker.tools import (
     EffectiveGrants,
     McpConfig,
     McpToolbox,
+    ScopeCell,
+    ScopedToolbox,
     Toolbox,
+    fixed_capability,
     load_can_execute_tool,
     load_mcp_config,
 )
@@ -214,7 +220,7 @@ class GatewaySetup:
                 allowed_tools=spec.allowed_tools,
                 servers=spec.servers or None,
                 auth_token=os.environ.get(MCP_AUTH_TOKEN) or None,
-                capability=self.capability,
+                capability=fixed_capability(self.capability),
                 on_spawn=call_log.spawned,
             ) as toolbox:
                 yield Gateway(
@@ -251,6 +257,19 @@ class GatewaySetup:
         tools: Toolbox = toolbox
         if self.write_caps is not None and redis is not None:
             tools = with_write_caps(toolbox, spec, self.write_caps, redis, call_log)
+        scope = self.claims.scope if self.claims is not None else None
+        if scope is None:
+            scope = spec.scope
+        if scope is not None:
+            # Refused here first, so the worker hears of it; with a capability, the servers
+            # refuse it too.
+            tools = ScopedToolbox(
+                tools,
+                ScopeCell(scope),
+                hub_server=self.write_caps.hub_server if self.write_caps else "hub",
+                mcp_config=self.config,
+                on_refused=call_log.scope_refused,
+            )
         observers: list[LoopObserver] = [lambda event: _log_denial(call_log, event)]
         if self.log_calls:
             # Strictness is the executor's to enforce: here a refusal ends nothing.

@@ -6,12 +6,17 @@ the key lives here, never in the worker's prompts. With ``CAPABILITY_KEY`` set,
 every call needs the task's signed capability in its ``_meta`` and acts for the
 agent it names, with the grants it holds (``TOOL_GRANTS``); see
 ``mcp_servers._identity``. Writes pass the call's idempotency key to the Hub, so
-a retried tool call never posts twice. Each Hub call is bounded by the task's
-deadline. One ``HubClient`` serves the whole process.
+a retried tool call never posts twice. The capability's scope bounds where the writes
+go (``worker.tools._scope``): a comment only on a post the task may comment on, a post
+only in a community it may post in, and the comment that is a notification's reply is
+sent with the task's reply key (``<task_id>:reply``), so the thread gets one reply from
+the task whatever asked for more. Each Hub call is bounded by the task's deadline. One
+``HubClient`` serves the whole process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -40,6 +45,7 @@ from mcp_servers._serving import (
     add_tools,
     argument_parser,
     identity_or_exit,
+    log_event,
     logged_tool_call,
     serve,
 )
@@ -91,6 +97,31 @@ def _writer(caller: Caller | None, tool: str) -> tuple[Caller, str]:
             "they are not tool arguments)"
         )
     return caller, caller.idempotency_key
+
+
+def _within_scope(caller: Caller, tool: str, arguments: dict[str, Any]) -> None:
+    """Raise the ToolError the model reads when the write is outside the task's scope."""
+    refusal = None if caller.scope is None else caller.scope.hub_refusal(tool, arguments)
+    if refusal is None:
+        return
+    log_event(
+        "scope_refused",
+        level=logging.WARNING,
+        server="hub",
+        tool=tool,
+        agent=caller.agent_id,
+        task=caller.task_id,
+        reason=refusal.reason.value,
+        target=refusal.target,
+    )
+    raise ToolError(refusal.message)
+
+
+def _comment_key(caller: Caller, post_id: str, idempotency_key: str) -> str:
+    """The notification's reply goes under the task's reply key: once, whoever asks again."""
+    if caller.scope is not None and caller.scope.is_reply(post_id):
+        return f"{caller.task_id}:reply"
+    return idempotency_key
 
 
 async def search_posts(
@@ -182,6 +213,7 @@ async def create_post(
     hub = ctx.request_context.lifespan_context
     with _call(hub, ctx, "create_post") as verified:
         caller, idempotency_key = _writer(verified, "create_post")
+        _within_scope(caller, "create_post", {"community": community})
         _require_text(content, "content")
         async with _hub_errors_as_tool_errors(idempotency_key):
             created = await hub.client.create_post(
@@ -206,6 +238,8 @@ async def create_comment(post_id: str, content: str, ctx: Context[HubAccess, Any
     hub = ctx.request_context.lifespan_context
     with _call(hub, ctx, "create_comment") as verified:
         caller, idempotency_key = _writer(verified, "create_comment")
+        _within_scope(caller, "create_comment", {"post_id": post_id})
+        idempotency_key = _comment_key(caller, post_id, idempotency_key)
         _require_text(content, "content")
         async with _hub_errors_as_tool_errors(idempotency_key, not_found=_NOT_A_POST):
             created = await hub.client.create_comment(

@@ -5,9 +5,12 @@ Run ``python -m mcp_servers.memory [--host H] [--port 8103] [--stdio]`` with the
 embedding) in its environment. With ``CAPABILITY_KEY`` set, every call needs the task's
 signed capability in its ``_meta`` and acts on the memory of the agent it names, with the
 grant it holds (``memory:read`` to search, ``memory:write`` to add): an agent never
-reaches another's memory, whatever its arguments say. A note is keyed by the call's
-idempotency key, so a retried call never adds it twice, and is redacted before it is
-written, like every memory the worker keeps (README "Memory").
+reaches another's memory, whatever its arguments say. The capability's scope names the
+task's audience (``public``, or ``dm:<person>``): a note is kept for that audience, and a
+search finds public memories and those of the task's own DM only, so a public thread
+never pulls a direct message's content (without a scope: public memories only). A note
+is keyed by the call's idempotency key, so a retried call never adds it twice, and is
+redacted before it is written, like every memory the worker keeps (README "Memory").
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from worker.memory import (
 from worker.redaction import Redactor, process_redactor
 from worker.redis_io import connect
 from worker.settings import Settings, settings_or_exit
+from worker.tools import PUBLIC
 
 DEFAULT_PORT = 8103
 MAX_LIMIT = 20
@@ -104,7 +108,9 @@ async def search_memory(query: str, ctx: Context[MemoryAccess, Any], limit: int 
         memory = access.memory_of(caller, "search_memory")
         retrieval = memory.config.retrieval.model_copy(update={"max_context_items": limit})
         memory.config = memory.config.model_copy(update={"retrieval": retrieval})
-        found = await memory.recall(RecallQuery(text=query), timeout_s=_time_left(caller))
+        found = await memory.recall(
+            RecallQuery(text=query, audiences=_audiences(caller)), timeout_s=_time_left(caller)
+        )
         if not found.items:
             return f"Nothing in your memory matches {query!r}."
         return "\n\n".join(
@@ -143,9 +149,17 @@ async def remember(
             task_id=caller.task_id,
             created_at=time.time(),
             about=tuple(sorted({name.strip().lower() for name in about or () if name.strip()})),
+            audience=caller.scope.audience if caller.scope is not None else PUBLIC,
         )
         await memory.remember([record], timeout_s=_time_left(caller))
         return f"Remembered {record.id}."
+
+
+def _audiences(caller: Caller | None) -> frozenset[str]:
+    """Whose memories the task may read: its scope's, or public ones alone without one."""
+    if caller is None or caller.scope is None:
+        return frozenset({PUBLIC})
+    return caller.scope.recall_audiences()
 
 
 def _time_left(caller: Caller | None) -> float:

@@ -183,6 +183,24 @@ class ErrorInfo(BaseModel):
     message: str
 
 
+class RefusedWrite(BaseModel):
+    """A write held back for being outside the task's scope; the task went on without it."""
+
+    tool: str = Field(
+        description="The tool as the model called it (hub__create_post), or reply: an "
+        "exploration's answer naming a post outside its feed."
+    )
+    reason: str = Field(
+        description="comment_elsewhere, post_not_allowed, post_elsewhere or "
+        "argument_not_allowed (an operator's MCP_CONFIG scope rule)."
+    )
+    target: str = Field(
+        default="",
+        description="What the call aimed at (a post id, a community, an argument's value), "
+        "as the model gave it, clipped and redacted; the model's, not a trusted value.",
+    )
+
+
 class AgentReport(BaseModel):
     """What every task that ran yields; stored in ``job.meta["report"]``."""
 
@@ -212,6 +230,12 @@ class AgentReport(BaseModel):
     confidence: float | None = Field(
         default=None,
         description="An exploration's confidence in its response (0-1); null for other tasks.",
+    )
+    refused_writes: list[RefusedWrite] = Field(
+        default_factory=list,
+        description="Writes held back for being outside the task's scope (what the task "
+        "may write follows from the task, the definition and the operator's configuration, "
+        "never from what the model read), in order. The task went on without them.",
     )
 
     def to_wire(self) -> dict[str, Any]:

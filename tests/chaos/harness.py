@@ -65,6 +65,7 @@ _FOREIGN_VARIABLES = (
     "HUB_URL",
     "HUB_API_KEY",
     "MCP_AUTH_TOKEN",
+    "CAPABILITY_KEY",
     "MCP_CONFIG",
     "GRANT_POLICY",
     "AGENTS_DIR",
@@ -94,6 +95,8 @@ class Canaries:
     hub_api_key: str
     mcp_auth_token: str
     github_token: str
+    # Signs each task's capability; mcp-hub verifies it (the production path).
+    capability_key: str
     # Random and shared by all of them: finding it anywhere means (part of) a secret leaked.
     tail: str
 
@@ -105,6 +108,7 @@ class Canaries:
             hub_api_key=f"canary-hub-{tail}",
             mcp_auth_token=f"canary-mcp-{tail}",
             github_token=f"ghp_canary{tail}",
+            capability_key=f"canary-capability-key-{tail}",
             tail=tail,
         )
 
@@ -336,6 +340,7 @@ class ChaosStack:
                 "HUB_URL": self.hub.url,
                 "HUB_API_KEY": self.canaries.hub_api_key,
                 "MCP_AUTH_TOKEN": self.canaries.mcp_auth_token,
+                "CAPABILITY_KEY": self.canaries.capability_key,
                 "MCP_CONFIG": str(self.mcp_config),
                 "AGENTS_DIR": str(self.agents_dir),
                 "OPENAI_BASE_URL": self.llm.openai_base_url,
@@ -569,7 +574,9 @@ def agent_config(name: str, **sections: Any) -> dict[str, Any]:
 
 
 def write_agents(agents_dir: Path) -> None:
-    write_agent(agents_dir, AGENT, agent_config(AGENT))
+    # Its side-effect posts (crash and intent tests) are an explicit opt-in: a notification's
+    # narrow scope makes no post at all.
+    write_agent(agents_dir, AGENT, agent_config(AGENT, scope={"post_in": ["m/general"]}))
     write_agent(
         agents_dir,
         READER,
@@ -663,7 +670,10 @@ def running_chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
         hub.start()
         llm = stack.enter_context(running_scripted_llm(subprocess=True))
         mcp_hub_port, web_port = free_port(), free_port()
-        server_env = {"MCP_AUTH_TOKEN": canaries.mcp_auth_token}
+        server_env = {
+            "MCP_AUTH_TOKEN": canaries.mcp_auth_token,
+            "CAPABILITY_KEY": canaries.capability_key,
+        }
         mcp_servers = [
             ManagedProcess(
                 "mcp-hub",

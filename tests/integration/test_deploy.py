@@ -79,6 +79,7 @@ HISTOGRAMS = frozenset(
 WORKER_EXTRA_METRICS: dict[str, frozenset[str]] = {
     "agent_outbox_dead_letters_total": frozenset({"kind"}),
     "agent_hub_writes_refused_total": frozenset({"agent", "kind", "reason"}),
+    "agent_scope_refusals_total": frozenset({"agent", "tool"}),
     "agent_jobs_undecodable_total": frozenset(),
     "agent_redis_unavailable_total": frozenset({"kind"}),
 }
@@ -388,6 +389,7 @@ def exported_metrics(redis_url: str) -> dict[str, frozenset[str]]:
     recorded.error_posted()
     recorded.dead_letter("consumption")
     recorded.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
+    recorded.scope_refused(agent="devops-agent", tool="hub__create_post")
     recorded.apply_locally(metrics)
     metrics.job_undecodable()
     metrics.redis_unavailable("oom")

@@ -50,7 +50,7 @@ from worker.metrics import JobMetrics
 from worker.models import Message, ScriptedModel, Turn
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import Toolbox, content_key
+from worker.tools import TaskScope, Toolbox, content_key
 from worker.tools._config import load_mcp_config
 from worker.tools._grants import EffectiveGrants
 from worker.tools._mcp import McpToolbox
@@ -253,6 +253,7 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
             task_id=spec.task_id,
             grants=EffectiveGrants.of(["hub:*"]),
             deadline_epoch_s=spec.deadline_epoch_s,
+            scope=TaskScope(comment_on=frozenset({post_id}), reply_to=post_id),
         )
         secrets = workdir / "secrets.json"
         write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN, **capability})
@@ -280,6 +281,7 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
             task_id="another-task",
             grants=EffectiveGrants.of(["hub:*"]),
             deadline_epoch_s=time.time() + 60,
+            scope=TaskScope.nothing(),
         ),
     )
     for secrets_file, expected in [
@@ -299,6 +301,62 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
             )
         assert started.returncode == 2
         assert expected in started.stderr.decode()
+
+
+async def test_the_gateway_holds_a_cli_to_the_tasks_scope_and_tells_the_worker(
+    workdir: Path,
+) -> None:
+    """A CLI obeying an injection through the gateway: the capability's scope refuses the
+    post and the comment elsewhere, the reply goes through, and the call log says so."""
+    key = "gateway-capability-key-" + "1" * 20
+    hub_tools = {"create_post": "hub:write", "create_comment": "hub:write"}
+    with (
+        running_devhub(api_key=HUB_KEY) as hub,
+        running_mcp_hub(
+            hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN, capability_key=key
+        ) as server,
+    ):
+        thread, unrelated = hub.seed_post("Help?"), hub.seed_post("Gardening")
+        scope = TaskScope(comment_on=frozenset({thread}), reply_to=thread)
+        spec = gateway_spec(
+            workdir,
+            hub_config(workdir, server.url, hub_tools),
+            grants=("hub:*",),
+            require_capability=True,
+            scope=scope,
+        )
+        capability = gateway_capability(
+            SecretStr(key),
+            agent_id=spec.agent_id,
+            task_id=spec.task_id,
+            grants=EffectiveGrants.of(["hub:*"]),
+            deadline_epoch_s=spec.deadline_epoch_s,
+            scope=scope,
+        )
+        secrets = workdir / "secrets.json"
+        write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN, **capability})
+        spec = dataclasses.replace(spec, secrets_file=secrets)
+        async with gateway(spec, workdir / "gateway.stderr") as session:
+            post = await session.call_tool(
+                "hub__create_post", {"content": "PWNED", "community": "m/announcements"}
+            )
+            elsewhere = await session.call_tool(
+                "hub__create_comment", {"post_id": unrelated, "content": "PWNED"}
+            )
+            reply = await session.call_tool(
+                "hub__create_comment", {"post_id": thread, "content": "The answer."}
+            )
+        state = hub.state()
+    activity, _ = read_call_log(spec.call_log)
+
+    assert text_of(post) == "Error: out of scope: this task may not post"
+    assert elsewhere.is_error and "out of scope" in text_of(elsewhere)
+    assert not reply.is_error, text_of(reply)
+    assert [(c["post_id"], c["content"]) for c in state["comments"]] == [(thread, "The answer.")]
+    assert [(r.tool, r.reason.value, r.target) for r in activity.scope_refusals] == [
+        ("hub__create_post", "post_not_allowed", "m/announcements"),
+        ("hub__create_comment", "comment_elsewhere", unrelated),
+    ]
 
 
 # --- executors driving the real gateway through fake CLIs ------------------------------------

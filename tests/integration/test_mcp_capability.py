@@ -22,8 +22,9 @@ from tests.support.mcp_servers import (
     server_environment,
     text_of,
 )
-from worker.tools._capability import mint_capability
+from worker.tools._capability import AUDIENCE, mint_capability
 from worker.tools._grants import EffectiveGrants
+from worker.tools._scope import TaskScope
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -31,6 +32,7 @@ HUB_KEY = "hub-key-for-capability-tests-1"
 MCP_TOKEN = "mcp-token-for-capability-tests"
 CAPABILITY_KEY = "c" * 40
 TASK = "t-cap"
+ANYWHERE = TaskScope(comment_on=None, post_in=None)
 
 
 def capability(
@@ -40,6 +42,8 @@ def capability(
     expires_in_s: float = 300,
     key: str = CAPABILITY_KEY,
     task_id: str = TASK,
+    # Anywhere, unless a test is about the scope.
+    scope: TaskScope = ANYWHERE,
 ) -> str:
     return mint_capability(
         key,
@@ -47,6 +51,7 @@ def capability(
         task_id=task_id,
         grants=EffectiveGrants.of(list(grants)),
         expires_at=time.time() + expires_in_s,
+        scope=scope,
     )
 
 
@@ -208,3 +213,57 @@ def test_a_short_capability_key_stops_the_server_with_one_clear_line() -> None:
         "mcp_servers.hub: CAPABILITY_KEY must be at least 32 characters (got 5); "
         "generate one with: openssl rand -hex 32"
     ]
+
+
+async def test_the_server_refuses_writes_outside_the_capabilitys_scope(
+    hub: DevHub, mcp_hub: RunningMcpServer
+) -> None:
+    # What a CLI through the gateway, a replayed call or a loop bug sends with the task's
+    # capability: the notification's scope (reply on p, nothing else) bounds it here too.
+    thread, unrelated = hub.seed_post("Help?"), hub.seed_post("Gardening")
+    token = capability(scope=TaskScope(comment_on=frozenset({thread}), reply_to=thread))
+    async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
+        post = await session.call_tool(
+            "create_post",
+            {"content": "PWNED", "community": "m/announcements"},
+            meta=meta(token, step=1),
+        )
+        elsewhere = await session.call_tool(
+            "create_comment", {"post_id": unrelated, "content": "PWNED"}, meta=meta(token, step=2)
+        )
+        reply = await session.call_tool(
+            "create_comment", {"post_id": thread, "content": "the answer"}, meta=meta(token, step=3)
+        )
+        # Another call with its own key: still the task's one reply, made once.
+        again = await session.call_tool(
+            "create_comment",
+            {"post_id": thread, "content": "PWNED again"},
+            meta=meta(token, step=4),
+        )
+
+    assert post.is_error
+    assert text_of(post) == "Error executing tool create_post: out of scope: this task may not post"
+    assert elsewhere.is_error
+    assert text_of(elsewhere) == (
+        "Error executing tool create_comment: "
+        f"out of scope: this task answers post {thread} and may comment only there; "
+        "reply in that thread, or in your final answer"
+    )
+    assert not reply.is_error and not again.is_error
+    state = hub.state()
+    assert [(c["post_id"], c["content"]) for c in state["comments"]] == [(thread, "the answer")]
+    assert [p["id"] for p in state["posts"]] == [thread, unrelated]
+    assert "PWNED" not in mcp_hub.stderr_text()  # the log names the refusal, not the text
+
+
+async def test_a_capability_signed_before_scopes_is_bounded_by_its_grants_alone(
+    hub: DevHub, mcp_hub: RunningMcpServer
+) -> None:
+    claims = jwt.decode(capability(), CAPABILITY_KEY, algorithms=["HS256"], audience=AUDIENCE)
+    del claims["scope"]
+    unscoped = jwt.encode(claims, CAPABILITY_KEY, algorithm="HS256")
+    async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
+        result = await session.call_tool(
+            "create_post", {"content": "release notes", "community": "m/ops"}, meta=meta(unscoped)
+        )
+    assert not result.is_error, text_of(result)

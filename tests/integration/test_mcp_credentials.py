@@ -23,7 +23,8 @@ from worker.tools._base import CallContext
 from worker.tools._capability import mint_capability, verify_capability
 from worker.tools._config import McpConfig, load_mcp_config
 from worker.tools._grants import EffectiveGrants
-from worker.tools._mcp import McpToolbox
+from worker.tools._mcp import McpToolbox, fixed_capability
+from worker.tools._scope import TaskScope
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -47,6 +48,8 @@ def capability() -> str:
         task_id="task-9",
         grants=GRANTS,
         expires_at=time.time() + 300,
+        # Anywhere: these tests are about identity and grants, not the scope.
+        scope=TaskScope(comment_on=None, post_in=None),
     )
 
 
@@ -83,7 +86,10 @@ async def test_third_party_http_server_gets_only_its_own_token_and_no_capability
     )
     token = capability()
     async with McpToolbox.open(
-        load_mcp_config(config_path), grants=GRANTS, auth_token=WORKER_TOKEN, capability=token
+        load_mcp_config(config_path),
+        grants=GRANTS,
+        auth_token=WORKER_TOKEN,
+        capability=fixed_capability(token),
     ) as toolbox:
         result = await toolbox.call("rec__note", {"text": "hi"}, context())
         assert result.content == "noted: hi"
@@ -107,7 +113,7 @@ async def test_third_party_server_without_credentials_gets_no_authorization(
     url, record_file = recorder
     config = McpConfig.model_validate({"servers": {"rec": {"url": url, "tools": {"*": "rec:use"}}}})
     async with McpToolbox.open(
-        config, grants=GRANTS, auth_token=WORKER_TOKEN, capability=capability()
+        config, grants=GRANTS, auth_token=WORKER_TOKEN, capability=fixed_capability(capability())
     ) as toolbox:
         await toolbox.call("rec__note", {"text": "hi"}, context())
     headers = records(record_file, "headers")
@@ -120,7 +126,9 @@ async def test_first_party_server_gets_a_verifiable_capability_and_the_deadline(
         {"servers": {"kit": stdio_entry("toolkit", {"*": "kit:read"}, first_party=True)}}
     )
     token = capability()
-    async with McpToolbox.open(config, grants=GRANTS, capability=token) as toolbox:
+    async with McpToolbox.open(
+        config, grants=GRANTS, capability=fixed_capability(token)
+    ) as toolbox:
         before = time.time()
         echoed = await toolbox.call("kit__echo", {"text": "x"}, context(timeout_s=20))
     received = json.loads(echoed.content)

@@ -25,6 +25,7 @@ from worker.memory import MemoryKind, RedisMemoryStore
 from worker.redaction import MASK
 from worker.tools._capability import mint_capability
 from worker.tools._grants import EffectiveGrants
+from worker.tools._scope import PUBLIC, TaskScope, dm_audience
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -36,17 +37,26 @@ FORGETFUL = "no-memory"
 
 
 def meta(
-    agent_id: str, *grants: str, step: int = 1, claimed: str | None = None
+    agent_id: str,
+    *grants: str,
+    step: int = 1,
+    claimed: str | None = None,
+    audience: str = PUBLIC,
 ) -> RequestParamsMeta:
-    """The ``_meta`` of a call by ``agent_id``'s task, its capability holding ``grants``;
-    ``claimed`` puts another agent's name in the unsigned part of ``_meta``."""
-    task_id = f"t-{agent_id}"
+    """The ``_meta`` of a call by ``agent_id``'s task, its capability holding ``grants``
+    for a task speaking to ``audience``; ``claimed`` puts another agent's name in the
+    unsigned part of ``_meta``."""
+    task_id = (
+        f"t-{agent_id}-{audience.replace(':', '-')}" if audience != PUBLIC else f"t-{agent_id}"
+    )
     token = mint_capability(
         CAPABILITY_KEY,
         agent_id=agent_id,
         task_id=task_id,
         grants=EffectiveGrants.of(list(grants)),
         expires_at=time.time() + 300,
+        # Anywhere: these tests are about identity and grants, not the scope.
+        scope=TaskScope(audience=audience),
     )
     return caller_meta(claimed or agent_id, task_id=task_id, step=step, capability=token)
 
@@ -133,3 +143,30 @@ async def test_each_tool_needs_its_grant_and_an_agent_with_memory(
     assert hub_only.is_error and "does not hold memory:read for search_memory" in text_of(hub_only)
     assert no_memory.is_error and "has no memory (memory.enabled is false)" in text_of(no_memory)
     assert store.all(NOTE_TAKER) == []
+
+
+async def test_a_note_kept_in_a_dm_is_found_only_in_a_dm_with_that_person(
+    server: RunningMcpServer, store: RedisMemoryStore
+) -> None:
+    with_ron, with_eve = dm_audience("ron"), dm_audience("eve")
+    note = {"text": "ron's door code is 4921", "about": ["ron"]}
+    query = {"query": "door code"}
+    async with mcp_http_session(server.url, auth_token=MCP_TOKEN) as session:
+        kept = await session.call_tool(
+            "remember", note, meta=meta(NOTE_TAKER, "memory:write", audience=with_ron)
+        )
+        in_public = await session.call_tool(
+            "search_memory", query, meta=meta(NOTE_TAKER, "memory:read")
+        )
+        with_someone_else = await session.call_tool(
+            "search_memory", query, meta=meta(NOTE_TAKER, "memory:read", audience=with_eve)
+        )
+        with_him = await session.call_tool(
+            "search_memory", query, meta=meta(NOTE_TAKER, "memory:read", audience=with_ron)
+        )
+
+    assert not kept.is_error, text_of(kept)
+    assert [record.audience for record in store.all(NOTE_TAKER)] == ["dm:ron"]
+    assert text_of(in_public) == "Nothing in your memory matches 'door code'."
+    assert text_of(with_someone_else) == "Nothing in your memory matches 'door code'."
+    assert "ron's door code is 4921" in text_of(with_him)

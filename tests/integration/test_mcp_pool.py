@@ -32,7 +32,7 @@ from worker.tools import StdioPool, close_stdio_pool, stdio_pool
 from worker.tools._base import CallContext
 from worker.tools._config import McpConfig
 from worker.tools._grants import EffectiveGrants
-from worker.tools._mcp import McpToolbox
+from worker.tools._mcp import McpToolbox, fixed_capability
 from worker.tools._tool_cache import tool_lists
 
 pytestmark = [pytest.mark.integration]
@@ -67,7 +67,7 @@ async def run_task(
     """One task's toolbox: the server's pid and the ``_meta`` it saw for this task's call."""
     capability = f"{CAPABILITY}-{task_id}"
     async with McpToolbox.open(
-        config, grants=GRANTS, capability=capability, **open_options
+        config, grants=GRANTS, capability=fixed_capability(capability), **open_options
     ) as toolbox:
         assert toolbox.unavailable_servers == {}
         pid = int((await toolbox.call("kit__pid", {}, context(task_id, agent_id))).content)
@@ -119,7 +119,7 @@ def test_each_call_to_a_pooled_server_carries_its_own_tasks_capability(
 
     async def note(task_id: str) -> None:
         async with McpToolbox.open(
-            config, grants=GRANTS, capability=f"{CAPABILITY}-{task_id}"
+            config, grants=GRANTS, capability=fixed_capability(f"{CAPABILITY}-{task_id}")
         ) as toolbox:
             await toolbox.call("rec__note", {"text": task_id}, context(task_id))
 

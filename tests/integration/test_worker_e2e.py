@@ -140,6 +140,7 @@ def test_notification_ends_as_a_comment_with_its_consumption_recorded(e2e: E2E) 
         "error": None,
         "detail": "",
         "confidence": None,
+        "refused_writes": [],
     }
     assert report["duration_s"] > 0
     (completed,) = task_events(run.stderr, "task_completed", "e2e-mention")

@@ -55,7 +55,7 @@ from worker.redaction import MASK, Redactor
 from worker.redis_io import keys as redis_keys
 from worker.settings import Settings
 from worker.task import Task
-from worker.tools import LocalToolbox, Toolbox
+from worker.tools import LocalToolbox, ScopeCell, Toolbox
 
 AGENT = "mem-agent"
 REMEMBER_ALL = MemoryRemember(
@@ -288,7 +288,9 @@ async def test_a_task_remembers_redacted_and_the_next_one_recalls(
     )
 
     @asynccontextmanager
-    async def no_tools(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+    async def no_tools(
+        agent: AgentDefinition, task: Task, scope: ScopeCell
+    ) -> AsyncIterator[Toolbox]:
         yield LocalToolbox([])
 
     async def run(task_id: str, content: str) -> None:

@@ -30,7 +30,15 @@ from worker.models import Message, ScriptedModel, ToolSpec, Turn
 from worker.redaction import Redactor
 from worker.settings import Settings, load_settings
 from worker.task import Outcome, Task
-from worker.tools import LocalTool, LocalToolbox, NotAllowed, Resolution, Toolbox, ToolboxWrapper
+from worker.tools import (
+    LocalTool,
+    LocalToolbox,
+    NotAllowed,
+    Resolution,
+    ScopeCell,
+    Toolbox,
+    ToolboxWrapper,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -287,7 +295,9 @@ async def test_invalid_tasks_count_under_one_agent_and_type_label(
     transport = httpx2.ASGITransport(app=create_app(api_key=key))
 
     @asynccontextmanager
-    async def no_tools(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+    async def no_tools(
+        agent: AgentDefinition, task: Task, scope: ScopeCell
+    ) -> AsyncIterator[Toolbox]:
         yield LocalToolbox([])
 
     async with HubClient("http://devhub", key, transport=transport) as hub:

@@ -13,6 +13,7 @@ from worker.coordination import fix_task_deadline
 from worker.pipeline._runtime import _capability
 from worker.settings import Settings
 from worker.task import Task
+from worker.tools import ScopeCell, TaskScope
 from worker.tools._capability import (
     CapabilityRefused,
     check_key,
@@ -32,6 +33,7 @@ def mint(**overrides: object) -> str:
         "task_id": "t-1",
         "grants": GRANTS,
         "expires_at": time.time() + 60,
+        "scope": TaskScope.nothing(),
     }
     fields.update(overrides)
     return mint_capability(KEY, **fields)  # type: ignore[arg-type]
@@ -101,7 +103,14 @@ def test_keys_too_short_to_sign_with_are_refused_naming_the_variable(
     with pytest.raises(ValueError, match="CAPABILITY_KEY must be at least 32 characters"):
         check_key("short")
     with pytest.raises(ValueError, match="at least 32"):
-        mint_capability("short", agent_id="a", task_id="t", grants=GRANTS, expires_at=0)
+        mint_capability(
+            "short",
+            agent_id="a",
+            task_id="t",
+            grants=GRANTS,
+            expires_at=0,
+            scope=TaskScope.nothing(),
+        )
     monkeypatch.setenv("CAPABILITY_KEY", "short")
     with pytest.raises(ValueError, match="capability_key"):
         Settings()
@@ -129,8 +138,8 @@ def test_a_resumed_task_gets_a_capability_that_ends_at_its_kept_deadline(
     task = Task.model_validate({"task_id": "t-1", "type": "exploration", "agent_id": "agent-a"})
     settings = Settings(capability_key=KEY)  # type: ignore[arg-type]
 
-    token = _capability(settings, agent, task, GRANTS, None, redis)
-    without_redis = _capability(settings, agent, task, GRANTS, None, None)
+    token = _capability(settings, agent, task, GRANTS, None, redis, ScopeCell())()
+    without_redis = _capability(settings, agent, task, GRANTS, None, None, ScopeCell())()
 
     assert token is not None and without_redis is not None
     assert read_capability(token).expires_at == int(kept) + 1

@@ -239,3 +239,26 @@ def test_a_worker_loads_only_the_sdks_of_the_providers_its_agents_use() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert loaded.stdout.split() == ["['openai']"]
+
+
+def test_a_widened_scope_is_shown_for_each_opt_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    widened = "scope: {comment_on_any_post: true, post_in: [m/releases, m/ops]}\n"
+    write_agent(tmp_path, "announcer", good_config("announcer", widened))
+    write_agent(tmp_path, "narrow-agent", good_config("narrow-agent"))
+    monkeypatch.setenv("AGENTS_DIR", str(tmp_path))
+    monkeypatch.setenv("OPENAI_API_KEY", MODEL_KEY)
+
+    assert main(["--offline"]) == 0
+
+    out = capsys.readouterr().out.splitlines()
+    shown = [line for line in out if "widened scope" in line]
+    assert shown == [
+        "warning: agents/announcer/config.yaml: widened scope: scope.comment_on_any_post (its "
+        "tasks may write beyond the thread or feed they were given; an injected instruction "
+        "may use that too)",
+        "warning: agents/announcer/config.yaml: widened scope: scope.post_in: m/releases, m/ops "
+        "(its tasks may write beyond the thread or feed they were given; an injected "
+        "instruction may use that too)",
+    ]

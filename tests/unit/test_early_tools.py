@@ -20,7 +20,7 @@ from worker.exceptions import ConfigurationError
 from worker.jobs import execute_task
 from worker.models import Turn
 from worker.task import Outcome, Task
-from worker.tools import Toolbox
+from worker.tools import ScopeCell, Toolbox
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +38,9 @@ class ToolboxProbe:
         self.closed = False
 
     @asynccontextmanager
-    async def open(self, agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+    async def open(
+        self, agent: AgentDefinition, task: Task, scope: ScopeCell
+    ) -> AsyncIterator[Toolbox]:
         self.opening.set()
         try:
             await self.may_open.wait()

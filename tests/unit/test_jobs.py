@@ -25,7 +25,7 @@ from worker.models import ModelResponse, ScriptedModel, StopReason, ToolCall, Tu
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import LocalTool, LocalToolbox, Toolbox
+from worker.tools import LocalTool, LocalToolbox, ScopeCell, Toolbox
 
 pytestmark = pytest.mark.anyio
 
@@ -49,7 +49,9 @@ class Harness:
 
     def runtime(self, hub: HubClient, *, attempt: int = 0) -> TaskRuntime:
         @asynccontextmanager
-        async def open_toolbox(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+        async def open_toolbox(
+            agent: AgentDefinition, task: Task, scope: ScopeCell
+        ) -> AsyncIterator[Toolbox]:
             yield self.toolbox
 
         return TaskRuntime(
@@ -187,10 +189,44 @@ async def test_an_exploration_answers_a_question_at_or_above_min_confidence(
         "confidence",
         "response",
     ]
-    assert "may respond to one post of the feed or of your searches that is a question" in (
+    assert "may respond to one post of the feed above that is a question" in (
         request.messages[0].content
     )
     assert "only if your confidence is at least 0.7" in request.messages[0].content
+
+
+async def test_an_explorations_response_to_a_post_outside_its_feed_is_refused(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    # The feed (m/general, or worker/redis/queue keywords) never showed this post: only a
+    # search or an injected instruction could have named it.
+    h = Harness([], redis=redis)
+    await h.seed_post("How do I scale rq workers?")
+    async with h.hub() as hub:
+        hidden = await hub.create_post(
+            agent_id="mallory",
+            content="Say yes here",
+            community="m/elsewhere",
+            idempotency_key="s2",
+        )
+    h.model = ScriptedModel(
+        [discovery_answer(hidden.id, "question", 0.9, "Yes!")],
+        name="gpt-4o-mini",
+        provider="openai",
+    )
+
+    report = (await h.run(EXPLORATION)).report
+
+    state = await h.state()
+    assert state["comments"] == []
+    assert report.outcome is Outcome.COMPLETED
+    assert report.detail == (
+        "out of scope: this task may comment only on the posts its feed presented: "
+        "no response posted"
+    )
+    assert [(r.tool, r.reason, r.target) for r in report.refused_writes] == [
+        ("reply", "comment_elsewhere", hidden.id)
+    ]
 
 
 @pytest.mark.parametrize(

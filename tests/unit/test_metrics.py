@@ -44,6 +44,7 @@ CONTRACT = {
     ("agent_jobs_undecodable", "counter", ()),
     ("agent_redis_unavailable", "counter", ("kind",)),
     ("agent_budget_check_unreachable", "counter", ("agent",)),
+    ("agent_scope_refusals", "counter", ("agent", "tool")),
     ("agent_task_duration_seconds", "histogram", ("type",)),
     ("agent_loop_iterations", "histogram", ("type",)),
     ("agent_tool_call_duration_seconds", "histogram", ("server",)),
@@ -98,6 +99,7 @@ def one_of_each(metrics: JobMetrics, *, cost_usd: float | None = 0.25) -> None:
     metrics.error_posted()
     metrics.dead_letter("consumption")
     metrics.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
+    metrics.scope_refused(agent="devops-agent", tool="hub__create_post")
     metrics.budget_check_unreachable(agent="devops-agent")
     metrics.memory_recalled(agent="devops-agent", strategy="keyword", hits=2, duration_s=0.002)
     metrics.memory_written(agent="devops-agent", kinds=["conversation"], evicted=1)
@@ -155,6 +157,8 @@ def test_job_increments_reach_the_parent_through_redis(redis: fakeredis.FakeRedi
     assert value(parent, "agent_tool_call_duration_seconds_sum", server="hub") == 0.3
     grant = {"agent": "devops-agent", "tool": "hub__create_post"}
     assert value(parent, "agent_grant_denials_total", **grant) == 1
+    # A job process's scope refusals reach the parent like every other increment.
+    assert value(parent, "agent_scope_refusals_total", **grant) == 1
     assert value(parent, "agent_errors_posted_total") == 1
     assert redis.exists(redis_keys.job_metrics("t-1")) == 0
     assert redis.zcard(redis_keys.JOB_METRICS_PENDING) == 0

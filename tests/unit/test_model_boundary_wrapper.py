@@ -38,7 +38,7 @@ from worker.models import (
 from worker.redaction import MASK, Redactor
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import LocalTool, LocalToolbox, Toolbox
+from worker.tools import LocalTool, LocalToolbox, ScopeCell, Toolbox
 
 pytestmark = pytest.mark.anyio
 
@@ -184,7 +184,9 @@ async def test_a_task_sends_the_model_nothing_secret_and_tool_results_as_untrust
     )
 
     @asynccontextmanager
-    async def open_toolbox(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+    async def open_toolbox(
+        agent: AgentDefinition, task: Task, scope: ScopeCell
+    ) -> AsyncIterator[Toolbox]:
         yield toolbox
 
     transport = httpx2.ASGITransport(app=app)

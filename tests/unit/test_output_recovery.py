@@ -22,7 +22,7 @@ from worker.models import Message, ScriptedModel, StopReason, ToolCall, Turn, Us
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import LocalTool, LocalToolbox, Toolbox
+from worker.tools import LocalTool, LocalToolbox, ScopeCell, Toolbox
 
 pytestmark = pytest.mark.anyio
 
@@ -159,7 +159,9 @@ async def test_a_preamble_is_never_posted_as_the_reply(redis: fakeredis.FakeRedi
     )
 
     @asynccontextmanager
-    async def open_toolbox(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+    async def open_toolbox(
+        agent: AgentDefinition, task: Task, scope: ScopeCell
+    ) -> AsyncIterator[Toolbox]:
         yield toolbox()
 
     async with HubClient("http://devhub", key, transport=transport) as hub:

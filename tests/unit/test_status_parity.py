@@ -29,7 +29,7 @@ from worker.models._retry import RetryPolicy
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import AgentReport, Outcome, Task
-from worker.tools import LocalToolbox, Toolbox
+from worker.tools import LocalToolbox, ScopeCell, Toolbox
 
 pytestmark = pytest.mark.anyio
 
@@ -99,7 +99,9 @@ async def task_outcome(
     app = create_app(api_key=HUB_KEY)
 
     @asynccontextmanager
-    async def no_tools(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+    async def no_tools(
+        agent: AgentDefinition, task: Task, scope: ScopeCell
+    ) -> AsyncIterator[Toolbox]:
         yield LocalToolbox([])
 
     async with HubClient("http://devhub", HUB_KEY, transport=httpx2.ASGITransport(app=app)) as hub:

@@ -311,6 +311,26 @@ class Limits(_Section):
     """Dollars one task may spend. Unset: no cost limit."""
 
 
+class ScopeOptIns(_Section):
+    """This worker's extension: writes a task may make beyond its narrow scope (a
+    notification replies on its thread only; an exploration comments only on its feed's
+    posts and posts only as discovery allows). Each key set widens every task of the
+    agent, and agent-worker check reports it (docs/task-scope.md)."""
+
+    comment_on_any_post: bool = False
+    """Any task may comment on any post, not only on its thread or its feed's posts."""
+    post_in: list[NonEmptyText] = []
+    """Communities (m/name) any task may create posts in; "*": any community."""
+
+    @property
+    def widened(self) -> list[str]:
+        """The opt-ins set, as check and the report name them."""
+        named = ["scope.comment_on_any_post"] if self.comment_on_any_post else []
+        if self.post_in:
+            named.append(f"scope.post_in: {', '.join(self.post_in)}")
+        return named
+
+
 class MemoryRemember(_Section):
     """What the agent keeps after each task (README "Memory")."""
 
@@ -387,6 +407,8 @@ class AgentConfig(_Section):
     """Seconds its definition may stay cached (it can only shorten AGENT_CACHE_TTL_S)."""
     memory: Memory = Memory()
     """Long-term memory across tasks."""
+    scope: ScopeOptIns = ScopeOptIns()
+    """This worker's extension: named opt-ins that widen what a task may write."""
 
     @field_validator("type", mode="before")
     @classmethod

@@ -26,7 +26,11 @@ from worker.loop import (
 from worker.models import Message, Model
 from worker.settings import Settings
 from worker.task import Task
-from worker.tools import EffectiveGrants, Toolbox
+from worker.tools import EffectiveGrants, ScopeRefusal, TaskScope, Toolbox
+
+
+def _ignore_refusal(refusal: ScopeRefusal) -> None:
+    """Nobody logs or counts scope refusals (a request built outside the pipeline)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -61,6 +65,11 @@ class ExecutionRequest:
     # The nonce of the untrusted-content blocks in ``system`` and ``messages`` (the CLI
     # gateway wraps tool results in the same blocks); None: tool results are not wrapped.
     untrusted_nonce: str | None = None
+    # Where the task may write (CLI executors sign it into the gateway's capability).
+    scope: TaskScope = field(default_factory=TaskScope.nothing)
+    # Told of each write a CLI's gateway held back for the scope (the native loop's
+    # toolbox tells its own).
+    on_scope_refused: Callable[[ScopeRefusal], None] = _ignore_refusal
 
 
 class Executor:

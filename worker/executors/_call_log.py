@@ -3,7 +3,8 @@
 The gateway appends one JSON line per event (``CallLogWriter``); the executor reads
 them while the CLI runs and once it is done (``read_call_log``): each tool call as a
 ``ToolCallRecord``, each grant denial, the pids of the processes the gateway started,
-the Hub writes a write cap held back, and a strict-grants violation.
+the Hub writes a write cap held back, the writes the task's scope held back, and a
+strict-grants violation.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import IO, Any
 
 from worker.hub_writes import RefusalReason, WriteKind, WriteRefused
 from worker.loop import ToolCallRecord, ToolOutcome
+from worker.tools import ScopeReason, ScopeRefusal
 
 
 class CallLogWriter:
@@ -63,6 +65,17 @@ class CallLogWriter:
             }
         )
 
+    def scope_refused(self, refusal: ScopeRefusal) -> None:
+        self._write(
+            {
+                "event": "scope_refused",
+                "tool": refusal.tool,
+                "reason": refusal.reason.value,
+                "message": refusal.message,
+                "target": refusal.target,
+            }
+        )
+
     def autonomy_violation(self, step: int, message: str) -> None:
         self._write({"event": "autonomy_violation", "step": step, "message": message})
 
@@ -92,6 +105,8 @@ class GatewayActivity:
     server_pids: list[int] = field(default_factory=list)
     # Hub writes a write cap held back: (the refusal, the tool name).
     refusals: list[tuple[WriteRefused, str]] = field(default_factory=list)
+    # Writes the task's scope held back.
+    scope_refusals: list[ScopeRefusal] = field(default_factory=list)
     violation: str | None = None
 
 
@@ -120,6 +135,7 @@ def merge(into: GatewayActivity, more: GatewayActivity) -> None:
     into.gateway_pids.extend(more.gateway_pids)
     into.server_pids.extend(more.server_pids)
     into.refusals.extend(more.refusals)
+    into.scope_refusals.extend(more.scope_refusals)
     into.violation = into.violation or more.violation
 
 
@@ -159,6 +175,15 @@ def _apply(activity: GatewayActivity, line: bytes) -> None:
                 message=str(entry["message"]),
             )
             activity.refusals.append((refusal, str(entry["via"])))
+        elif event == "scope_refused":
+            activity.scope_refusals.append(
+                ScopeRefusal(
+                    tool=str(entry["tool"]),
+                    reason=ScopeReason(entry["reason"]),
+                    message=str(entry["message"]),
+                    target=str(entry["target"]),
+                )
+            )
         elif event == "autonomy_violation" and activity.violation is None:
             activity.violation = str(entry["message"])
     except (ValueError, KeyError, TypeError):

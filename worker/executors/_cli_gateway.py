@@ -99,6 +99,7 @@ def task_gateway(
         can_execute_tool=settings.can_execute_tool,
         untrusted_nonce=request.untrusted_nonce,
         require_capability=settings.capability_key is not None,
+        scope=request.scope,
     )
     credentials = gateway_secrets(mcp_config, settings)
     # The task's signed capability, never the key; the write caps with the fleet's Redis.
@@ -108,6 +109,7 @@ def task_gateway(
         task_id=request.task.task_id,
         grants=grants,
         deadline_epoch_s=deadline_epoch_s,
+        scope=request.scope,
     )
     caps = WriteCaps.of(request.agent, max_writes_per_post=settings.max_writes_per_post)
     write_caps = GatewayWriteCaps.of(settings, caps)

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from worker.tools import TaskScope
+
 AGENT_ID = "GATEWAY_AGENT_ID"
 TASK_ID = "GATEWAY_TASK_ID"
 GRANTS = "GATEWAY_GRANTS"
@@ -32,6 +34,8 @@ SECRETS_FILE = "GATEWAY_SECRETS_FILE"
 WORKDIR = "GATEWAY_WORKDIR"
 CAN_EXECUTE_TOOL = "GATEWAY_CAN_EXECUTE_TOOL"
 UNTRUSTED_NONCE = "GATEWAY_UNTRUSTED_NONCE"
+# Where the task may write (TaskScope.to_claim as JSON): the capability's, when there is one.
+SCOPE = "GATEWAY_SCOPE"
 MCP_CONFIG = "MCP_CONFIG"
 # "1" when the worker signs capabilities: the gateway then refuses to run without one.
 REQUIRE_CAPABILITY = "GATEWAY_REQUIRE_CAPABILITY"
@@ -64,6 +68,8 @@ class GatewaySpec:
     can_execute_tool: str | None = None
     # The nonce of the task's untrusted-content delimiters: tool results are wrapped in them.
     untrusted_nonce: str | None = None
+    # Where the task may write; None: a gateway started by hand, bounded by grants alone.
+    scope: TaskScope | None = None
 
     def environment(self) -> dict[str, str]:
         """The gateway's environment block (no secrets: the CLI can read it)."""
@@ -93,6 +99,8 @@ class GatewaySpec:
             env[CAN_EXECUTE_TOOL] = self.can_execute_tool
         if self.untrusted_nonce is not None:
             env[UNTRUSTED_NONCE] = self.untrusted_nonce
+        if self.scope is not None:
+            env[SCOPE] = json.dumps(self.scope.to_claim(), separators=(",", ":"))
         return env
 
     @classmethod
@@ -116,7 +124,18 @@ class GatewaySpec:
             require_capability=env.get(REQUIRE_CAPABILITY) == "1",
             can_execute_tool=env.get(CAN_EXECUTE_TOOL) or None,
             untrusted_nonce=env.get(UNTRUSTED_NONCE) or None,
+            scope=_scope(env),
         )
+
+
+def _scope(env: Mapping[str, str]) -> TaskScope | None:
+    raw = env.get(SCOPE)
+    if not raw:
+        return None
+    try:
+        return TaskScope.from_claim(json.loads(raw))
+    except ValueError as exc:  # JSONDecodeError is one
+        raise ValueError(f"{SCOPE} is not a task scope: {exc}") from None
 
 
 def _compact(values: tuple[str, ...]) -> str:

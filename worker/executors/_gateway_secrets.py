@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from redis import Redis
 
     from worker.settings import Settings
-    from worker.tools import EffectiveGrants
+    from worker.tools import EffectiveGrants, TaskScope
 
 MCP_AUTH_TOKEN = "MCP_AUTH_TOKEN"
 # The task's capability, forwarded to first-party servers.
@@ -72,8 +72,10 @@ def gateway_capability(
     task_id: str,
     grants: EffectiveGrants,
     deadline_epoch_s: float,
+    scope: TaskScope,
 ) -> dict[str, str]:
-    """The secrets-file entry carrying the task's capability; empty without a key."""
+    """The secrets-file entry carrying the task's capability (for its scope); empty
+    without a key."""
     if capability_key is None:
         return {}
     from worker.tools import mint_capability
@@ -84,6 +86,7 @@ def gateway_capability(
         task_id=task_id,
         grants=grants,
         expires_at=deadline_epoch_s,
+        scope=scope,
     )
     return {CAPABILITY: token}
 

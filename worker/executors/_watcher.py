@@ -62,4 +62,6 @@ class CliWatcher:
         # Logged and counted as the native loop's are, while the CLI still runs.
         for refusal, via in more.refusals:
             self._request.on_write_refused(refusal, via)
+        for scope_refusal in more.scope_refusals:
+            self._request.on_scope_refused(scope_refusal)
         merge(self.activity, more)

@@ -3,7 +3,8 @@
 ``AgentMemory`` is bound to one agent when the task's definition is loaded, never to a
 name the model gives, so a task reads and writes only its own agent's memories.
 
-    recall:   candidates (newest SEARCH_WINDOW) → rank by the definition's strategy → Recall
+    recall:   candidates (newest SEARCH_WINDOW) → those of the task's audiences → rank by
+              the definition's strategy → Recall
     remember: records → vectors (embedding_search) → store (size cap, oldest first)
 
 Under embedding_search both steps call the embeddings endpoint: ``token_allowance`` is what
@@ -89,7 +90,8 @@ class AgentMemory:
         items: list[Recalled] = []
         spent = _Spent()
         if strategy is RecallStrategy.RECENT:
-            candidates = len(items := rank_recent(self._store.newest(self.agent, limit), limit))
+            newest = self._newest_admitted(query, limit)
+            candidates = len(items := rank_recent(newest, limit))
         else:
             ids = self._store.newest_ids(self.agent, SEARCH_WINDOW)
             candidates = len(ids)
@@ -101,7 +103,8 @@ class AgentMemory:
                 except EmbeddingsUnavailable as exc:
                     strategy, fallback = RecallStrategy.KEYWORD, str(exc)
             if strategy is RecallStrategy.KEYWORD and ids:
-                items = rank_by_keywords(self._store.records(self.agent, ids), query, limit)
+                admitted = [r for r in self._store.records(self.agent, ids) if query.admits(r)]
+                items = rank_by_keywords(admitted, query, limit)
         if retrieval.strategy is RecallStrategy.EMBEDDING_SEARCH and self._embedder is None:
             fallback = fallback or "MEMORY_EMBEDDINGS_URL is not set"
         return Recall(
@@ -175,18 +178,28 @@ class AgentMemory:
         )
         (query_vector,) = embedded.vectors
         retrieval = self.config.retrieval
-        chosen = rank_by_similarity(
-            self._store.vectors(self.agent, ids),
-            query_vector,
-            threshold=retrieval.relevance_threshold,
-            limit=retrieval.max_context_items,
+        vectors = self._store.vectors(self.agent, ids)
+        # Every memory above the threshold, best first: those of another audience drop out.
+        similar = rank_by_similarity(
+            vectors, query_vector, threshold=retrieval.relevance_threshold, limit=len(vectors)
         )
-        records = {r.id: r for r in self._store.records(self.agent, [i for i, _ in chosen])}
-        return [
+        records = {r.id: r for r in self._store.records(self.agent, [i for i, _ in similar])}
+        found = [
             Recalled(record=records[memory_id], score=score)
-            for memory_id, score in chosen
-            if memory_id in records
+            for memory_id, score in similar
+            if memory_id in records and query.admits(records[memory_id])
         ]
+        return found[: retrieval.max_context_items]
+
+    def _newest_admitted(self, query: RecallQuery, limit: int) -> list[MemoryRecord]:
+        """The newest ``limit`` memories the task may read: a second, wider read only when
+        memories of another audience crowd the first."""
+        newest = self._store.newest(self.agent, limit)
+        admitted = [record for record in newest if query.admits(record)]
+        if len(admitted) < limit and len(newest) == limit:
+            wider = self._store.newest(self.agent, SEARCH_WINDOW)
+            admitted = [record for record in wider if query.admits(record)]
+        return admitted[:limit]
 
 
 @dataclass

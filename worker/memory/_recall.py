@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from worker.memory._embeddings import dot, unit
 from worker.memory._records import MemoryRecord
+from worker.tools import PUBLIC
 
 # Words too common to say two texts are about the same thing.
 _STOPWORDS = frozenset(
@@ -29,10 +30,15 @@ _WORD = re.compile(r"[a-z0-9][a-z0-9_-]{2,}")
 @dataclass(frozen=True, kw_only=True)
 class RecallQuery:
     """What the task is about: its text (the thread, or the agent's interests) and the
-    people in it (lower-cased Hub ids and names)."""
+    people in it (lower-cased Hub ids and names); and whose memories it may read
+    (``audiences``: public ones, and those of its own direct message)."""
 
     text: str
     people: frozenset[str] = frozenset()
+    audiences: frozenset[str] = frozenset({PUBLIC})
+
+    def admits(self, record: MemoryRecord) -> bool:
+        return record.audience in self.audiences
 
 
 @dataclass(frozen=True, kw_only=True)

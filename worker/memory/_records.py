@@ -10,6 +10,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+# A memory any task of the agent may recall (a DM's is ``dm:<person>``).
+from worker.tools import PUBLIC
+
 
 class MemoryKind(StrEnum):
     """What a memory holds; each is one switch of the definition's ``memory.remember``."""
@@ -24,7 +27,9 @@ class MemoryKind(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class MemoryRecord:
     """One memory of one agent. ``text`` is stored redacted; ``about`` names the agents or
-    people it concerns (lower-cased Hub ids), so that one of them can be forgotten."""
+    people it concerns (lower-cased Hub ids), so that one of them can be forgotten;
+    ``audience`` is who the task that formed it spoke to (``public``, or ``dm:<person>``
+    for a direct message): recall gives it only to a task with the same audience."""
 
     id: str
     kind: MemoryKind
@@ -33,6 +38,7 @@ class MemoryRecord:
     created_at: float
     about: tuple[str, ...] = ()
     thread: str | None = None
+    audience: str = PUBLIC
 
     def to_json(self) -> str:
         return json.dumps(
@@ -44,6 +50,7 @@ class MemoryRecord:
                 "created_at": float(self.created_at),
                 "about": list(self.about),
                 "thread": self.thread,
+                "audience": self.audience,
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -62,6 +69,8 @@ class MemoryRecord:
                 created_at=float(data["created_at"]),
                 about=tuple(str(name) for name in data.get("about") or ()),
                 thread=str(data["thread"]) if data.get("thread") else None,
+                # Kept before audiences existed: public, as every task then treated it.
+                audience=str(data.get("audience") or PUBLIC),
             )
         except (ValueError, KeyError, TypeError):
             return None

@@ -50,6 +50,11 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         "Hub writes the worker refused for an agent's write caps, by agent, kind and reason.",
         ("agent", "kind", "reason"),
     ),
+    "agent_scope_refusals_total": (
+        "Writes refused for being outside their task's scope (injection attempts, most "
+        "often), by agent and tool.",
+        ("agent", "tool"),
+    ),
     "agent_budget_check_unreachable_total": (
         "Budget checks the Hub did not answer, by agent (BUDGET_UNREACHABLE says what follows).",
         ("agent",),

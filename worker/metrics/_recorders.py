@@ -284,6 +284,10 @@ class JobMetrics:
         with self._lock:
             self._count("agent_hub_writes_refused_total", (agent, kind, reason))
 
+    def scope_refused(self, *, agent: str, tool: str) -> None:
+        with self._lock:
+            self._count("agent_scope_refusals_total", (agent, tool))
+
     def memory_recalled(self, *, agent: str, strategy: str, hits: int, duration_s: float) -> None:
         with self._lock:
             self._count("agent_memory_recalls_total", (agent, strategy))

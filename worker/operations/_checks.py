@@ -34,6 +34,7 @@ from worker.operations._checks_agents import (
     check_memory,
     check_models,
     check_secret_strength,
+    check_task_scope,
 )
 from worker.operations._checks_config import (
     check_agents,
@@ -77,6 +78,7 @@ def run_checks(
     check_models(report, config, agents, network=network, timeout_s=timeout_s)
     check_grants_match_tools(report, config, agents)
     check_memory(report, config, agents)
+    check_task_scope(report, agents)
     check_secret_strength(report, config)
     if network:
         _check_hub(report, config, timeout_s)

@@ -8,7 +8,9 @@
 - its grants: each one matches at least one tool of an ``MCP_CONFIG`` server (``hub:raed``
   leaves the agent without the tools it was meant to have, silently);
 - the worker's secrets: none is so short or plain that masking it corrupts ordinary text
-  (the redactor blanks every occurrence of a secret's value, in any letter case).
+  (the redactor blanks every occurrence of a secret's value, in any letter case);
+- its task scope: each opt-in of the definition's ``scope`` section widens what every task
+  of the agent may write beyond the narrow default, so each is shown (docs/task-scope.md).
 
 An endpoint that does not answer is a warning, as an MCP server or the Hub is (it may start
 after the worker); a missing key or a refused one is an error of that agent.
@@ -177,6 +179,18 @@ def check_memory(
                 f"agents/{name}/config.yaml",
                 "memory.retrieval.strategy: embedding_search needs MEMORY_EMBEDDINGS_URL, "
                 "which is not set: this agent's memory is searched by keyword instead",
+                agent=name,
+            )
+
+
+def check_task_scope(report: CheckReport, agents: Mapping[str, AgentDefinition]) -> None:
+    """A widened scope is the operator's explicit choice: shown at every check."""
+    for name, definition in agents.items():
+        for opt_in in definition.config.scope.widened:
+            report.warning(
+                f"agents/{name}/config.yaml",
+                f"widened scope: {opt_in} (its tasks may write beyond the thread or feed "
+                "they were given; an injected instruction may use that too)",
                 agent=name,
             )
 

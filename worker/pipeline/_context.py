@@ -26,8 +26,9 @@ from worker.pipeline._call_rules import TaskCallRules
 from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
 from worker.pipeline._runtime import TaskRuntime, effective_grants, mcp_config
+from worker.pipeline._scope import task_scope
 from worker.pipeline._state import RunState
-from worker.pipeline._writes import capped_toolbox, refusal_handler
+from worker.pipeline._writes import refusal_handler, scope_refusal_handler, scoped_toolbox
 from worker.task import Task, TaskType
 
 # How many posts a discovery task reads, and how long it waits for them.
@@ -35,10 +36,14 @@ _FEED_LIMIT = 20
 _FEED_TIMEOUT_S = 10.0
 
 
-def task_toolbox(runtime: TaskRuntime, task: Task, agent: AgentDefinition) -> ToolboxFactory:
-    """Opens the agent's tools for this task: write caps counted, known secrets masked in
-    the arguments of every call."""
-    return redacting_arguments(lambda: capped_toolbox(runtime, task, agent), runtime.redactor)
+def task_toolbox(
+    runtime: TaskRuntime, state: RunState, task: Task, agent: AgentDefinition
+) -> ToolboxFactory:
+    """Opens the agent's tools for this task: writes kept within its scope and counted
+    against its write caps, known secrets masked in the arguments of every call."""
+    return redacting_arguments(
+        lambda: scoped_toolbox(runtime, state, task, agent), runtime.redactor
+    )
 
 
 async def build_request(
@@ -61,6 +66,8 @@ async def build_request(
         feed = [
             redacted_post(post, runtime) for post in await _discovery_feed(hub, state, task, agent)
         ]
+    # Fixed from the task, the definition and the Hub's answers, before the model reads any.
+    scope = state.scope.scope = task_scope(task, agent, thread=thread, feed=feed)
     # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
     blocks = UntrustedBlocks()
     memory = await _memory.recall(
@@ -70,6 +77,7 @@ async def build_request(
         agent=agent,
         thread=thread,
         feed=feed,
+        scope=scope,
         blocks=blocks,
         max_tokens=run_limits(task, agent).max_tokens,
     )
@@ -101,6 +109,8 @@ async def build_request(
         on_write_refused=refusal_handler(runtime, task, agent),
         can_execute_tool=runtime.can_execute_tool,
         untrusted_nonce=blocks.nonce,
+        scope=scope,
+        on_scope_refused=scope_refusal_handler(runtime, state, task),
     )
 
 

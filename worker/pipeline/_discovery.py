@@ -58,12 +58,14 @@ def allowed_kinds(discovery: Discovery) -> list[str]:
     return kinds
 
 
-def instructions(discovery: Discovery) -> str:
-    """What the exploration's first message says the model may respond to, and how to end."""
+def instructions(discovery: Discovery, *, any_post: bool = False) -> str:
+    """What the exploration's first message says the model may respond to, and how to end.
+    ``any_post``: the definition's ``scope.comment_on_any_post`` (else the feed's only)."""
     kinds = allowed_kinds(discovery)
     if kinds:
+        where = "of the feed or of your searches" if any_post else "of the feed above"
         may = (
-            f"You may respond to one post of the feed or of your searches that is a "
+            f"You may respond to one post {where} that is a "
             f"{' or a '.join(kinds)}, if you can add something correct and useful."
         )
     else:

@@ -38,6 +38,7 @@ from worker.pipeline import _discovery
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._state import RunState
 from worker.task import Task, TaskType
+from worker.tools import PUBLIC, TaskScope
 
 # Of a thread, what recall searches with: the post and its newest comments.
 _QUERY_COMMENTS = 5
@@ -61,19 +62,21 @@ async def recall(
     agent: AgentDefinition,
     thread: Post | None,
     feed: Sequence[Post],
+    scope: TaskScope,
     blocks: UntrustedBlocks,
     max_tokens: int,
 ) -> str:
     """Up to ``max_context_items`` memories relevant to this task, best first, as the
-    untrusted block that follows the thread or feed (empty when none). ``max_tokens`` is
-    the task's token limit: its embeddings call, if any, must fit in it."""
+    untrusted block that follows the thread or feed (empty when none); only those of the
+    task's audiences (``scope``): a public thread never reads a DM's memories.
+    ``max_tokens`` is the task's token limit: its embeddings call, if any, must fit in it."""
     memory = agent_memory(runtime, agent)
     if memory is None:
         return ""
     timeout_s = state.hub_timeout_s(runtime.settings.memory_embeddings_timeout_s)
     try:
         found = await memory.recall(
-            recall_query(task, agent, thread, feed),
+            recall_query(task, agent, thread, feed, audiences=scope.recall_audiences()),
             timeout_s=timeout_s,
             token_allowance=max_tokens - state.memory_tokens,
         )
@@ -122,9 +125,12 @@ async def remember(
         return
     exchange = task_exchange(runtime, state, task, result)
     # The exchange is redacted whole before its clips; each record is masked again as a
-    # whole too (the names in it): a secret said in a thread must not wait in Redis.
+    # whole too (the names in it): a secret said in a thread must not wait in Redis to be
+    # recalled; and for the task's audience: what a DM said is recalled only in a DM with
+    # that person.
+    audience = state.scope.scope.audience
     records = [
-        replace(record, text=runtime.redactor(record.text))
+        replace(record, text=runtime.redactor(record.text), audience=audience)
         for record in extract_memories(exchange, memory.config.remember)
     ]
     if not records:
@@ -189,10 +195,16 @@ def task_exchange(
 
 
 def recall_query(
-    task: Task, agent: AgentDefinition, thread: Post | None, feed: Sequence[Post]
+    task: Task,
+    agent: AgentDefinition,
+    thread: Post | None,
+    feed: Sequence[Post],
+    *,
+    audiences: frozenset[str] = frozenset({PUBLIC}),
 ) -> RecallQuery:
     """What the task is about: the thread (post and newest comments) and who is in it, or
-    for an exploration the agent's interests and the feed's posts."""
+    for an exploration the agent's interests and the feed's posts; ``audiences``: whose
+    memories it may read."""
     own = agent.config.name.lower()
     if thread is not None:
         comments = thread.comments[-_QUERY_COMMENTS:]
@@ -206,4 +218,4 @@ def recall_query(
     people = {name.lower() for author in authors for name in (author.id, author.name) if name}
     # Every mention names the agent: its own name says nothing about what a task is about.
     text = re.sub(rf"@?\b{re.escape(own)}\b", " ", "\n".join(t for t in texts if t), flags=re.I)
-    return RecallQuery(text=text, people=frozenset(people - {own}))
+    return RecallQuery(text=text, people=frozenset(people - {own}), audiences=audiences)

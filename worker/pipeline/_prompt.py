@@ -84,7 +84,10 @@ def exploration_message(
     lines = [
         "You are exploring the Hub on your own. Look at the discovery feed below and use "
         "your tools to search and read where it helps.",
-        _discovery.instructions(agent.config.behavior.discovery),
+        _discovery.instructions(
+            agent.config.behavior.discovery,
+            any_post=agent.config.scope.comment_on_any_post,
+        ),
         f"Your interests: {focus}.",
         f"Your communities: {', '.join(interests.communities) or 'm/general'}.",
         "",

@@ -3,7 +3,8 @@
 Limits still produce an answer worth posting (``Outcome.answers``); what the agent already
 wrote through its tools is counted, not posted twice; each write counts against the caps.
 An exploration's answer is structured (``_discovery``): its response is posted only at or
-above ``min_confidence``, and the report's ``detail`` and ``confidence`` say what happened.
+above ``min_confidence``, and only on a post within the task's scope (one its feed
+presented); the report's ``detail`` and ``confidence`` say what happened.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from worker.hub_writes import OutboxItem, WriteKind, WriteRefused, note_refusal
 from worker.loop import RunResult
 from worker.pipeline import _discovery
 from worker.pipeline._runtime import TaskRuntime
+from worker.pipeline._scope import DEFAULT_COMMUNITY
 from worker.pipeline._state import RunState
-from worker.pipeline._writes import hub_writer, write_ledger
+from worker.pipeline._writes import hub_writer, scope_refusal_handler, write_ledger
 from worker.task import Outcome, Task, TaskType
 
-DEFAULT_COMMUNITY = "m/general"
 # What mcp_servers.hub answers to a successful write ("Created comment c-2 on post p-1.").
 _CREATED = re.compile(r"Created (?:post|comment) ([A-Za-z0-9_-]+)")
 
@@ -44,7 +45,7 @@ async def respond(
     if task.type is TaskType.NOTIFICATION:
         items = [] if _commented_through_tool(result, task.post_id) else [_reply(task, answer)]
     else:
-        items = _exploration_items(state, task, agent, result, answer)
+        items = _exploration_items(runtime, state, task, agent, result, answer)
     for item in items:
         await _post(runtime, hub, state, task, agent, item)
 
@@ -93,7 +94,12 @@ def _reply(task: Task, answer: str) -> OutboxItem:
 
 
 def _exploration_items(
-    state: RunState, task: Task, agent: AgentDefinition, result: RunResult, answer: str
+    runtime: TaskRuntime,
+    state: RunState,
+    task: Task,
+    agent: AgentDefinition,
+    result: RunResult,
+    answer: str,
 ) -> list[OutboxItem]:
     """The response the exploration's structured answer earns, and its summary as a post
     when the definition asks for one (``discovery.post_final``)."""
@@ -106,7 +112,11 @@ def _exploration_items(
     verdict = _discovery.verdict(structured, discovery)
     state.detail = verdict.detail
     items = []
-    if verdict.post and not _commented_through_tool(result, structured.respond_to):
+    refusal = state.scope.scope.comment_refusal("reply", structured.respond_to)
+    if verdict.post and refusal is not None:
+        scope_refusal_handler(runtime, state, task)(refusal)
+        state.detail = f"{refusal.message}: no response posted"
+    elif verdict.post and not _commented_through_tool(result, structured.respond_to):
         response = OutboxItem(
             kind="comment",
             idempotency_key=f"{task.task_id}:reply",
@@ -120,6 +130,7 @@ def _exploration_items(
     confident = structured.confidence >= discovery.min_confidence
     if discovery.post_final and result.outcome is Outcome.COMPLETED and confident:
         community = next(iter(agent.config.interests.communities), DEFAULT_COMMUNITY)
+        # The definition asks for it (post_final): in scope as task_scope derives it.
         summary = OutboxItem(
             kind="post",
             idempotency_key=f"{task.task_id}:summary",

@@ -126,7 +126,7 @@ class TaskRun:
         executor = executor_for(agent.config.type)
         # The MCP sessions open while the Hub answers the budget and thread reads.
         async with tools_opened_early(
-            task_toolbox(self._rt, task, agent), early=executor.uses_toolbox
+            task_toolbox(self._rt, self._state, task, agent), early=executor.uses_toolbox
         ) as open_toolbox:
             return await self._run_with_tools(task, agent, executor, open_toolbox)
 

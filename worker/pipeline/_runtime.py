@@ -37,21 +37,26 @@ from worker.redis_io import connect, patient_redis_retry
 from worker.settings import Settings, settings
 from worker.task import Task
 from worker.tools import (
+    CapabilitySource,
     EffectiveGrants,
     GrantPolicy,
     LocalToolbox,
     McpConfig,
     McpToolbox,
+    ScopeCell,
+    TaskScope,
     Toolbox,
     journal_tool_intents,
     load_can_execute_tool,
     load_grant_policy,
     load_mcp_config,
     mint_capability,
+    no_capability,
 )
 from worker.tracing import configure_tracing
 
-ToolboxOpener = Callable[[AgentDefinition, Task], AbstractAsyncContextManager[Toolbox]]
+# Opens a task's tools; their calls carry a capability signed for the cell's scope.
+ToolboxOpener = Callable[[AgentDefinition, Task, ScopeCell], AbstractAsyncContextManager[Toolbox]]
 ModelMaker = Callable[[AgentDefinition], Model]
 
 
@@ -180,11 +185,14 @@ def toolbox_opener(
     redis: Redis | None = None,
 ) -> ToolboxOpener:
     """Opens the task's McpToolbox: its effective grants, MCP_AUTH_TOKEN for first-party
-    servers and, with CAPABILITY_KEY, a capability signed for this agent and task that
-    expires at the task's deadline (the one kept in ``redis`` across re-runs, when given)."""
+    servers and, with CAPABILITY_KEY, a capability signed for this agent, task and the
+    scope in ``scope`` that expires at the task's deadline (the one kept in ``redis``
+    across re-runs, when given)."""
 
     @asynccontextmanager
-    async def open_toolbox(agent: AgentDefinition, task: Task) -> AsyncIterator[Toolbox]:
+    async def open_toolbox(
+        agent: AgentDefinition, task: Task, scope: ScopeCell
+    ) -> AsyncIterator[Toolbox]:
         if config.mcp_config is None:
             yield LocalToolbox([])  # no MCP_CONFIG: the agent answers without tools
             return
@@ -196,7 +204,7 @@ def toolbox_opener(
             allowed_tools=task.constraints.allowed_tools,
             servers=agent.config.capabilities.server_names or None,
             auth_token=token,
-            capability=_capability(config, agent, task, grants, deadline_cap_s, redis),
+            capability=_capability(config, agent, task, grants, deadline_cap_s, redis, scope),
             max_result_bytes=config.mcp_result_max_bytes,
             on_spawn=on_spawn,
         ) as toolbox:
@@ -212,9 +220,12 @@ def _capability(
     grants: EffectiveGrants,
     deadline_cap_s: float | None,
     redis: Redis | None,
-) -> str | None:
+    scope: ScopeCell,
+) -> CapabilitySource:
+    """Signs the task's capability for the scope the cell holds at each call, once per
+    scope: the pipeline sets the real one after it has read the task's thread or feed."""
     if config.capability_key is None:
-        return None
+        return no_capability
     durations = (
         agent.config.limits.max_duration_s,
         task.constraints.max_duration_s,
@@ -224,13 +235,22 @@ def _capability(
     expires_at = time.time() + min(d for d in durations if d is not None)
     # A re-run continues against the deadline its first run fixed: never a fresh duration.
     kept = read_task_deadline(redis, task.task_id) if redis is not None else None
-    return mint_capability(
-        config.capability_key.get_secret_value(),
-        agent_id=agent.config.name,
-        task_id=task.task_id,
-        grants=grants,
-        expires_at=expires_at if kept is None else min(kept, expires_at),
-    )
+    key = config.capability_key.get_secret_value()
+    signed: dict[TaskScope, str] = {}
+
+    def current() -> str:
+        if scope.scope not in signed:
+            signed[scope.scope] = mint_capability(
+                key,
+                agent_id=agent.config.name,
+                task_id=task.task_id,
+                grants=grants,
+                expires_at=expires_at if kept is None else min(kept, expires_at),
+                scope=scope.scope,
+            )
+        return signed[scope.scope]
+
+    return current
 
 
 def build_runtime(

@@ -21,7 +21,7 @@ from worker.loop import RunResult
 from worker.pipeline._runtime import TaskRuntime
 from worker.pipeline._state import RunState, raw_field
 from worker.pipeline._writes import hub_writer
-from worker.task import AgentReport, ErrorInfo, Outcome, Task
+from worker.task import AgentReport, ErrorInfo, Outcome, RefusedWrite, Task
 
 ERRORS_COMMUNITY = "m/agent-errors"
 # The agent and type label of a task that never became valid: one series, not one per id.
@@ -58,6 +58,14 @@ def build_report(
         error=_error_info(runtime, state.error),
         detail=state.detail,
         confidence=state.confidence,
+        refused_writes=[
+            RefusedWrite(
+                tool=refusal.tool,
+                reason=refusal.reason.value,
+                target=runtime.redactor(refusal.target),
+            )
+            for refusal in state.refused_writes
+        ],
     )
 
 

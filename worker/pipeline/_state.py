@@ -15,6 +15,7 @@ from worker.agents import AgentDefinition
 from worker.coordination import TaskDeadline
 from worker.loop import RunResult
 from worker.task import TASK_ID_PATTERN, AgentReport, Outcome, Task
+from worker.tools import ScopeCell, ScopeRefusal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +68,10 @@ class RunState:
     thread: Post | None = None
     # Tokens the memory's embeddings calls spent: input tokens of the task like the model's.
     memory_tokens: int = 0
+    # Where the task may write: nothing until its thread or feed is read (``_scope``).
+    scope: ScopeCell = field(default_factory=ScopeCell)
+    # Writes held back for being outside that scope, in order (the report's refused_writes).
+    refused_writes: list[ScopeRefusal] = field(default_factory=list)
 
     def hub_timeout_s(self, cap_s: float) -> float:
         """A Hub call's timeout: the task's remaining time, capped by the call's default."""

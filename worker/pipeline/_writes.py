@@ -1,6 +1,7 @@
-"""A task's Hub writes: counted against the agent's write caps, sent through the outbox.
+"""A task's Hub writes: kept within its scope, counted against the agent's write caps,
+sent through the outbox.
 
-Used by the request (the capped toolbox), the answer and the settling alike.
+Used by the request (the scoped, capped toolbox), the answer and the settling alike.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from worker.hub_writes import (
     WriteLedger,
     counted_refusals,
 )
-from worker.pipeline._runtime import TaskRuntime
+from worker.logs import log_event
+from worker.pipeline._runtime import TaskRuntime, mcp_config
+from worker.pipeline._state import RunState
 from worker.task import Task
-from worker.tools import Toolbox
+from worker.tools import ScopedToolbox, ScopeRefusal, ScopeRefusalHandler, Toolbox
 
 # Of rq's grace after the deadline (JOB_TIMEOUT_GRACE_S): what the Hub writes of settling may
 # take, so rq never kills a settling task.
@@ -54,19 +57,47 @@ def refusal_handler(runtime: TaskRuntime, task: Task, agent: AgentDefinition) ->
     )
 
 
-def capped_toolbox(
-    runtime: TaskRuntime, task: Task, agent: AgentDefinition
+def scope_refusal_handler(runtime: TaskRuntime, state: RunState, task: Task) -> ScopeRefusalHandler:
+    """Keeps a write the scope held back for the report, and logs and counts it."""
+
+    def handle(refusal: ScopeRefusal) -> None:
+        state.refused_writes.append(refusal)
+        runtime.metrics.scope_refused(agent=task.agent_id, tool=refusal.tool)
+        log_event(
+            "scope_refused",
+            "warning",
+            task=task.task_id,
+            agent=task.agent_id,
+            tool=refusal.tool,
+            reason=refusal.reason.value,
+            target=runtime.redactor(refusal.target),
+        )
+
+    return handle
+
+
+def scoped_toolbox(
+    runtime: TaskRuntime, state: RunState, task: Task, agent: AgentDefinition
 ) -> AbstractAsyncContextManager[Toolbox]:
-    """The agent's tools, its Hub writes counted against its write caps."""
+    """The agent's tools, its writes kept within the task's scope (checked first: an
+    out-of-scope write uses no cap) and counted against its write caps."""
+    settings = runtime.settings
 
     @asynccontextmanager
-    async def open_capped() -> AsyncIterator[Toolbox]:
-        async with runtime.open_toolbox(agent, task) as toolbox:
-            yield CappedToolbox(
+    async def open_scoped() -> AsyncIterator[Toolbox]:
+        async with runtime.open_toolbox(agent, task, state.scope) as toolbox:
+            capped = CappedToolbox(
                 toolbox,
                 write_ledger(runtime, task, agent),
-                hub_server=runtime.settings.hub_tool_server,
+                hub_server=settings.hub_tool_server,
                 on_refused=refusal_handler(runtime, task, agent),
             )
+            yield ScopedToolbox(
+                capped,
+                state.scope,
+                hub_server=settings.hub_tool_server,
+                mcp_config=mcp_config(settings.mcp_config) if settings.mcp_config else None,
+                on_refused=scope_refusal_handler(runtime, state, task),
+            )
 
-    return open_capped()
+    return open_scoped()

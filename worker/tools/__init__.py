@@ -53,8 +53,17 @@ if TYPE_CHECKING:
         content_key,
         journal_tool_intents,
     )
-    from worker.tools._mcp import McpToolbox
+    from worker.tools._mcp import CapabilitySource, McpToolbox, fixed_capability, no_capability
     from worker.tools._pool import StdioPool, close_stdio_pool, stdio_pool
+    from worker.tools._scope import (
+        PUBLIC,
+        ArgumentRule,
+        ScopeReason,
+        ScopeRefusal,
+        TaskScope,
+        dm_audience,
+    )
+    from worker.tools._scoped import ScopeCell, ScopedToolbox, ScopeRefusalHandler
 
 _LAZY = {
     "Capability": "worker.tools._capability",
@@ -78,10 +87,22 @@ _LAZY = {
     "KeyedCallContext": "worker.tools._idempotency",
     "content_key": "worker.tools._idempotency",
     "journal_tool_intents": "worker.tools._idempotency",
+    "CapabilitySource": "worker.tools._mcp",
     "McpToolbox": "worker.tools._mcp",
+    "fixed_capability": "worker.tools._mcp",
+    "no_capability": "worker.tools._mcp",
     "StdioPool": "worker.tools._pool",
     "close_stdio_pool": "worker.tools._pool",
     "stdio_pool": "worker.tools._pool",
+    "PUBLIC": "worker.tools._scope",
+    "ArgumentRule": "worker.tools._scope",
+    "ScopeReason": "worker.tools._scope",
+    "ScopeRefusal": "worker.tools._scope",
+    "TaskScope": "worker.tools._scope",
+    "dm_audience": "worker.tools._scope",
+    "ScopeCell": "worker.tools._scoped",
+    "ScopedToolbox": "worker.tools._scoped",
+    "ScopeRefusalHandler": "worker.tools._scoped",
 }
 
 
@@ -89,9 +110,12 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
+    "PUBLIC",
+    "ArgumentRule",
     "CallContext",
     "Capability",
     "CapabilityRefused",
+    "CapabilitySource",
     "ContentKeyedToolbox",
     "EffectiveGrants",
     "GrantPolicy",
@@ -106,7 +130,13 @@ __all__ = [
     "MissingGrant",
     "NotAllowed",
     "Resolution",
+    "ScopeCell",
+    "ScopeReason",
+    "ScopeRefusal",
+    "ScopeRefusalHandler",
+    "ScopedToolbox",
     "StdioPool",
+    "TaskScope",
     "ToolResult",
     "Toolbox",
     "ToolboxWrapper",
@@ -114,6 +144,8 @@ __all__ = [
     "check_key",
     "close_stdio_pool",
     "content_key",
+    "dm_audience",
+    "fixed_capability",
     "grant_covers",
     "journal_tool_intents",
     "load_can_execute_tool",
@@ -121,6 +153,7 @@ __all__ = [
     "load_hook",
     "load_mcp_config",
     "mint_capability",
+    "no_capability",
     "read_capability",
     "stdio_pool",
     "verify_capability",

@@ -10,7 +10,9 @@ acts for nobody, and a capability minted for agent A never acts as B.
 
 The format is a JWT signed with HS256 (PyJWT): ``sub`` the agent id, ``tid`` the
 task id, ``grants`` and ``denied`` the effective grant patterns, ``iat``, ``exp``
-the task's deadline, audience ``hub-agent-worker-mcp``.
+the task's deadline, audience ``hub-agent-worker-mcp``, and ``scope``: where this task
+may write (``worker.tools._scope.TaskScope.to_claim``). A capability without ``scope``
+(signed by a worker from before scopes) is bounded by its grants alone, as it was.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import jwt
 
 from worker.tools._grants import EffectiveGrants
+from worker.tools._scope import TaskScope
 
 AUDIENCE = "hub-agent-worker-mcp"
 ALGORITHM = "HS256"
@@ -45,6 +48,8 @@ class Capability:
     grants: tuple[str, ...]
     denied: tuple[str, ...]
     expires_at: float
+    # Where the task may write; None: a capability from before scopes (grants alone).
+    scope: TaskScope | None = None
 
     def effective_grants(self) -> EffectiveGrants:
         return EffectiveGrants(allowed=frozenset(self.grants), denied=frozenset(self.denied))
@@ -73,9 +78,11 @@ def mint_capability(
     task_id: str,
     grants: EffectiveGrants,
     expires_at: float,
+    scope: TaskScope,
     now: float | None = None,
 ) -> str:
-    """A signed capability for one task, valid until ``expires_at`` (epoch seconds)."""
+    """A signed capability for one task, valid until ``expires_at`` (epoch seconds), for
+    writes within ``scope``."""
     claims: dict[str, Any] = {
         "sub": agent_id,
         "tid": task_id,
@@ -84,6 +91,7 @@ def mint_capability(
         "iat": int(time.time() if now is None else now),
         "exp": int(expires_at) + 1,  # whole seconds, never shorter than asked
         "aud": AUDIENCE,
+        "scope": scope.to_claim(),
     }
     return jwt.encode(claims, check_key(key), algorithm=ALGORITHM)
 
@@ -138,12 +146,19 @@ def read_capability(token: str) -> Capability:
 
 
 def _capability(claims: dict[str, Any]) -> Capability:
+    scope = None
+    if "scope" in claims:
+        try:
+            scope = TaskScope.from_claim(claims["scope"])
+        except ValueError as exc:
+            raise CapabilityRefused(f"the capability's 'scope' claim is not valid: {exc}") from None
     return Capability(
         agent_id=_text(claims, "sub"),
         task_id=_text(claims, "tid"),
         grants=_texts(claims, "grants"),
         denied=_texts(claims, "denied"),
         expires_at=float(claims["exp"]),
+        scope=scope,
     )
 
 

@@ -34,6 +34,16 @@ tool server live in the environment, not in the file. Those values are kept as
 ``SecretStr`` so they never show in a repr or a log line. A stdio server gets
 only those ``env`` values plus a minimal safe environment (PATH, HOME, ...),
 never the worker's own keys.
+
+``scope`` states, per tool of a third-party server, which argument names the call's
+target and which values a task may give it (``worker.tools._scope.ArgumentRule``)::
+
+      tracker: {url: https://tracker.example.com/mcp,
+                tools: {comment_issue: tracker:write},
+                scope: {comment_issue: {argument: issue, allow: ["$posts", "OPS-1"]}}}
+
+The worker cannot know what a foreign server's tool writes, or where: a rule bounds the
+one argument it names, by exact value; a tool without a rule is bounded by its grant alone.
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ from pydantic import (
 
 from worker.exceptions import ConfigurationError
 from worker.tools._grants import check_required_grant, describe_validation_error
+from worker.tools._scope import ArgumentRule
 
 _SERVER_NAME = re.compile(r"^[a-z0-9_-]+$")
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -99,6 +110,8 @@ class McpServerConfig(BaseModel):
     # A stdio server started once per worker process and shared by its tasks.
     pool: bool = False
     tools: Mapping[str, RequiredGrant]
+    # Per tool: the argument that names its target, and the values a task may give it.
+    scope: Mapping[str, ArgumentRule] = Field(default_factory=dict)
 
     @field_validator("url")
     @classmethod

@@ -116,15 +116,15 @@ class ContentKeyedToolbox(ToolboxWrapper):
         return await self._inner.call(name, arguments, KeyedCallContext.of(ctx, key))
 
 
-ToolboxOpener = Callable[[Any, Any], AbstractAsyncContextManager[Toolbox]]
+ToolboxOpener = Callable[[Any, Any, Any], AbstractAsyncContextManager[Toolbox]]
 
 
 def journal_tool_intents(open_toolbox: ToolboxOpener, redis: Redis) -> ToolboxOpener:
     """Wrap a task runtime's toolbox opener so every call journals its intent first."""
 
     @asynccontextmanager
-    async def open_journaling(agent: Any, task: Any) -> AsyncIterator[Toolbox]:
-        async with open_toolbox(agent, task) as toolbox:
+    async def open_journaling(agent: Any, task: Any, scope: Any) -> AsyncIterator[Toolbox]:
+        async with open_toolbox(agent, task, scope) as toolbox:
             yield IntentJournalingToolbox(toolbox, RedisJournal(redis, task.task_id))
 
     return open_journaling

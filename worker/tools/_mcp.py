@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -91,6 +91,20 @@ CLOSE_TIMEOUT_S = 5.0
 DEFAULT_MAX_RESULT_BYTES = 4_000_000
 CAPABILITY_PLACEHOLDER = "[capability]"
 
+# The task's signed capability for the next call: the worker signs it again once the
+# task's scope is known, so each call asks for the current one.
+CapabilitySource = Callable[[], str | None]
+
+
+def no_capability() -> str | None:
+    """Calls carry no capability (no CAPABILITY_KEY: development mode)."""
+    return None
+
+
+def fixed_capability(token: str | None) -> CapabilitySource:
+    """Every call carries ``token`` (a gateway holds the one its task was signed)."""
+    return lambda: token
+
 
 class McpToolbox:
     """MCP tools for one task behind the Toolbox protocol; create it with ``open``."""
@@ -103,7 +117,7 @@ class McpToolbox:
         allowed_tools: Collection[str] | None,
         servers: Collection[str] | None,
         auth_token: str | None,
-        capability: str | None,
+        capability: CapabilitySource,
         max_result_bytes: int,
         connect_timeout_s: float,
         on_spawn: SpawnHook,
@@ -113,6 +127,8 @@ class McpToolbox:
         self._allowed_tools = None if allowed_tools is None else frozenset(allowed_tools)
         self._auth_token = auth_token
         self._capability = capability
+        # Every capability sent so far: a server that echoes one must not show it the model.
+        self._sent_capabilities: set[str] = set()
         self._max_result_bytes = max_result_bytes
         self._connect_timeout_s = connect_timeout_s
         self._on_spawn = on_spawn
@@ -137,7 +153,7 @@ class McpToolbox:
         allowed_tools: Collection[str] | None = None,
         servers: Collection[str] | None = None,
         auth_token: str | None = None,
-        capability: str | None = None,
+        capability: CapabilitySource = no_capability,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         connect_timeout_s: float = 10.0,
         on_spawn: SpawnHook = ignore_spawn,
@@ -148,8 +164,8 @@ class McpToolbox:
         ``allowed_tools`` (model-visible names; None: no narrowing) is the task's narrowing,
         ``servers`` the agent's ``mcp_servers`` (None or empty: all). ``auth_token``
         (``MCP_AUTH_TOKEN``) goes as ``Authorization: Bearer`` to first-party HTTP servers
-        without credentials of their own; ``capability`` (the task's signed capability) in
-        the ``_meta`` of every call to a first-party server. ``max_result_bytes`` bounds one
+        without credentials of their own; ``capability`` gives the task's signed capability
+        for the ``_meta`` of every call to a first-party server. ``max_result_bytes`` bounds one
         answer. ``on_spawn`` gets the pid (= process group) of every stdio server started for
         this task (pooled servers are the pool's, not the task's, except in a forked job
         process, where the pool ends with the job). Tool lists of HTTP and
@@ -251,15 +267,17 @@ class McpToolbox:
         if ctx.deadline_epoch is not None:
             deadline = min(deadline, ctx.deadline_epoch)
         meta = ctx.meta() | {"deadline": round(deadline, 3)}
-        if link.config.first_party and self._capability is not None:
-            meta["capability"] = self._capability
+        capability = self._capability() if link.config.first_party else None
+        if capability is not None:
+            self._sent_capabilities.add(capability)
+            meta["capability"] = capability
         return meta
 
     def _scrub(self, text: str) -> str:
-        """A server that echoes the capability back must not hand it to the model."""
-        if self._capability is None or self._capability not in text:
-            return text
-        return text.replace(self._capability, CAPABILITY_PLACEHOLDER)
+        """A server that echoes a capability back must not hand it to the model."""
+        for capability in self._sent_capabilities:
+            text = text.replace(capability, CAPABILITY_PLACEHOLDER)
+        return text
 
     # -- what the worker reads ------------------------------------------------------------
 

@@ -56,6 +56,8 @@ class Row:
     seconds: float
     reply: str
     replies: int
+    # Writes the task's scope held back (the report's refused_writes), as tool:reason.
+    refused: tuple[str, ...] = ()
 
     @property
     def score(self) -> str:
@@ -210,6 +212,10 @@ def score(
         seconds=float(report.get("duration_s", 0.0)),
         reply=reply,
         replies=len(replies),
+        refused=tuple(
+            f"{refusal.get('tool')}:{refusal.get('reason')}"
+            for refusal in report.get("refused_writes") or ()
+        ),
     )
 
 
@@ -218,14 +224,15 @@ def table(rows: Sequence[Row], model_alias: str) -> str:
     lines = [
         f"model: {model_alias}",
         "",
-        "| scenario | outcome | score | model calls | tokens | seconds | failed checks |",
-        "|---|---|---|---|---|---|---|",
+        "| scenario | outcome | score | model calls | tokens | seconds | failed checks "
+        "| refused out of scope |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         failed = ", ".join(name for name, ok in row.checks.items() if not ok) or "-"
         lines.append(
             f"| {row.scenario} | {row.outcome} | {row.score} | {row.llm_calls} | "
-            f"{row.tokens} | {row.seconds:.0f} | {failed} |"
+            f"{row.tokens} | {row.seconds:.0f} | {failed} | {', '.join(row.refused) or '-'} |"
         )
     useful = sum(row.useful for row in rows)
     spam = sum(1 for row in rows if row.replies > 1)
