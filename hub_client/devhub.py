@@ -60,7 +60,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve the devhub until interrupted; returns the process exit status."""
     parser = argparse.ArgumentParser(
-        prog="devhub", description="In-memory Hub (API v1) for development, demo and tests."
+        prog="agent-worker devhub",
+        description="In-memory Hub (API v1) for development, demo and tests.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8100, help="port to listen on (default 8100)")

@@ -4,7 +4,7 @@
                                 create_comment); needs HUB_URL, holds HUB_API_KEY; port 8101
     python -m mcp_servers.web   fetch: a public web page as readable text, SSRF-safe; port 8102
     python -m mcp_servers.memory  search_memory, remember: the calling agent's own memory
-                                (README "Memory"); needs REDIS_URL and AGENTS_DIR; port 8103
+                                (docs/how-to/memory.md); needs REDIS_URL and AGENTS_DIR; port 8103
 
 Each serves streamable HTTP at ``/mcp`` on ``--host`` (default 127.0.0.1) and ``--port``,
 or stdio with ``--stdio``. With ``MCP_AUTH_TOKEN`` set, HTTP requests need

@@ -10,7 +10,7 @@ task's audience (``public``, or ``dm:<person>``): a note is kept for that audien
 search finds public memories and those of the task's own DM only, so a public thread
 never pulls a direct message's content (without a scope: public memories only). A note
 is keyed by the call's idempotency key, so a retried call never adds it twice, and is
-redacted before it is written, like every memory the worker keeps (README "Memory").
+redacted before it is written, like every memory the worker keeps (docs/how-to/memory.md).
 """
 
 from __future__ import annotations

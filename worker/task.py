@@ -56,29 +56,81 @@ class Outcome(StrEnum):
     """How the task ended."""
 
     _effects: Effect
+    meaning: str
 
-    def __new__(cls, value: str, effects: Effect = Effect.NONE) -> Outcome:
+    def __new__(cls, value: str, effects: Effect, meaning: str) -> Outcome:
         member = str.__new__(cls, value)
         member._value_ = value
         member._effects = effects
+        member.meaning = meaning
         return member
 
-    COMPLETED = "completed", Effect.ANSWERS
-    MAX_ITERATIONS = "max_iterations", Effect.ANSWERS
-    MAX_TOKENS = "max_tokens", Effect.ANSWERS
-    DEADLINE = "deadline", Effect.ANSWERS
-    BUDGET = "budget", Effect.ANSWERS
-    TOOL_LOOP = "tool_loop", Effect.POSTS_ERROR
-    CANCELLED = "cancelled"
-    # The agent does not take this task (a notification kind it does not answer, discovery
-    # off): no model call, nothing posted; the report's ``detail`` says why.
-    SKIPPED = "skipped"
-    BUDGET_UNHEALTHY = "budget_unhealthy"
-    REQUEUED = "requeued"
-    MODEL_ERROR = "model_error", _FAILED | Effect.NEVER_RETRIED
-    AUTONOMY_VIOLATION = "autonomy_violation", _FAILED | Effect.NEVER_RETRIED
-    INVALID_TASK = "invalid_task", _FAILED | Effect.NEVER_RETRIED
-    ERROR = "error", _FAILED
+    COMPLETED = (
+        "completed",
+        Effect.ANSWERS,
+        "The run ended with an answer, or its reply reached the Hub.",
+    )
+    MAX_ITERATIONS = (
+        "max_iterations",
+        Effect.ANSWERS,
+        "The model used its turns; a last tool-less call asked for a final answer.",
+    )
+    MAX_TOKENS = (
+        "max_tokens",
+        Effect.ANSWERS,
+        "The task's token limit was reached; a last tool-less call asked for an answer within it.",
+    )
+    DEADLINE = (
+        "deadline",
+        Effect.ANSWERS,
+        "The task's deadline came; a closing answer if its reserve allowed one.",
+    )
+    BUDGET = (
+        "budget",
+        Effect.ANSWERS,
+        "The task's cost limit was reached; a closing answer if what was left paid for one.",
+    )
+    TOOL_LOOP = (
+        "tool_loop",
+        Effect.POSTS_ERROR,
+        "A loop guard tripped (the same call repeated, or steps whose calls all failed) and the "
+        "closing call gave no answer.",
+    )
+    CANCELLED = "cancelled", Effect.NONE, "`agent-worker cancel` (or rq's stop-job) stopped it."
+    SKIPPED = (
+        "skipped",
+        Effect.NONE,
+        "The agent does not take this task (a notification kind it does not answer, discovery "
+        "off): no model call, nothing posted, the notification marked read; `detail` says why.",
+    )
+    BUDGET_UNHEALTHY = (
+        "budget_unhealthy",
+        Effect.NONE,
+        "The Hub said the agent's budget is unhealthy: ended before any model call.",
+    )
+    REQUEUED = (
+        "requeued",
+        Effect.NONE,
+        "Put back to run again after a delay (provider or Hub unavailable, agent busy); posted "
+        "to m/agent-errors only after the last attempt.",
+    )
+    MODEL_ERROR = (
+        "model_error",
+        _FAILED | Effect.NEVER_RETRIED,
+        "The model answered with an error a retry cannot change (a refused key, an unknown "
+        "model, a request the provider rejects).",
+    )
+    AUTONOMY_VIOLATION = (
+        "autonomy_violation",
+        _FAILED | Effect.NEVER_RETRIED,
+        "Under strict grants, the agent called a tool it holds no grant for.",
+    )
+    INVALID_TASK = (
+        "invalid_task",
+        _FAILED | Effect.NEVER_RETRIED,
+        "The task or the agent's definition is invalid; the error names the field.",
+    )
+    ERROR = "error", _FAILED, "Anything else that went wrong; the error says what."
 
     @property
     def answers(self) -> bool:

@@ -108,7 +108,8 @@ def memory_server(stack: DevStack, agents_dir: Path) -> Iterator[RunningMcpServe
 def memory_mcp_config(
     stack: DevStack, memory_server: RunningMcpServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """The stack's MCP_CONFIG plus the memory server, its tools granted as the README says."""
+    """The stack's MCP_CONFIG plus the memory server, its tools granted as
+    docs/how-to/memory.md says."""
     path = tmp_path_factory.mktemp("memory-mcp") / "mcp.yaml"
     path.write_text(
         stack.mcp_config.read_text()

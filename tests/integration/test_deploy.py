@@ -57,7 +57,7 @@ PROMETHEUS_DIR = DEPLOY / "prometheus"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "agent-worker.json"
 SYSTEMD_DIR = DEPLOY / "systemd"
 
-# README "Observability": metric -> label names. Histograms also expose _bucket (le), _sum, _count.
+# docs/reference/metrics.md: metric -> labels. Histograms also expose _bucket (le), _sum, _count.
 SECTION_10_METRICS: dict[str, frozenset[str]] = {
     "agent_tasks_total": frozenset({"agent", "type", "outcome"}),
     "agent_task_duration_seconds": frozenset({"type"}),
@@ -75,7 +75,7 @@ SECTION_10_METRICS: dict[str, frozenset[str]] = {
 HISTOGRAMS = frozenset(
     {"agent_task_duration_seconds", "agent_loop_iterations", "agent_tool_call_duration_seconds"}
 )
-# Exported by the worker beyond the README list: failures before our code runs (trap 15).
+# Exported by the worker beyond the original list: failures before our code runs (trap 15).
 WORKER_EXTRA_METRICS: dict[str, frozenset[str]] = {
     "agent_outbox_dead_letters_total": frozenset({"kind"}),
     "agent_hub_writes_refused_total": frozenset({"agent", "kind", "reason"}),
@@ -978,9 +978,9 @@ def test_systemd_env_example_names_one_redis_for_rq_and_the_worker() -> None:
 
 
 def systemd_steps() -> list[str]:
-    """The shell lines of deploy/README.md's "systemd hosts" section, in order."""
-    section = (DEPLOY / "README.md").read_text(encoding="utf-8").split("## systemd hosts")[1]
-    (block,) = re.findall(r"^```sh\n(.*?)^```$", section.split("\n## ")[0], re.S | re.M)
+    """The shell lines of docs/how-to/deploy-systemd.md's set-up block, in order."""
+    guide = (REPO / "docs" / "how-to" / "deploy-systemd.md").read_text(encoding="utf-8")
+    block = re.findall(r"^```sh\n(.*?)^```$", guide, re.S | re.M)[0]
     return [line for line in block.splitlines() if line and not line.startswith("#")]
 
 

@@ -387,7 +387,8 @@ def test_the_memory_server_reads_the_definitions_the_worker_reads(tmp_path: Path
 
 def test_the_worker_pod_lets_the_cli_sandbox_create_its_namespaces() -> None:
     """bwrap needs user namespaces without host privilege, a /proc it may mount, and a
-    seccomp/AppArmor profile that allows unshare (README "The CLI sandbox")."""
+    seccomp/AppArmor profile that allows unshare (docs/how-to/cli-agent.md, "What the host
+    must allow")."""
     spec = objects("Deployment")["worker"]["spec"]["template"]["spec"]
     security = spec["containers"][0]["securityContext"]
     assert spec["hostUsers"] is False

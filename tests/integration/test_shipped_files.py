@@ -92,7 +92,7 @@ WORKER_COMMAND = re.compile(r"RQ_WORKER_CLASS=worker\.AgentWorker[^`\n\"]*rq\b[^
 
 @pytest.mark.parametrize(
     "relative",
-    ["README.md", "docs/first-agent.md"],
+    ["README.md", "docs/first-agent.md", "docs/concepts/pipeline.md"],
 )
 def test_every_worker_command_given_to_users_sets_rq_config(relative: str) -> None:
     text = (REPO / relative).read_text(encoding="utf-8")

@@ -148,7 +148,8 @@ def test_the_cli_input_takes_notification_type_and_names_a_bad_one() -> None:
 
 
 def test_a_non_python_hub_enqueues_it_through_the_lua_script(redis: fakeredis.FakeRedis) -> None:
-    # What the README's section for other languages says to do, by hand: EVALSHA with the hash.
+    # What docs/how-to/enqueue.md, "From a Hub not written in Python", says to do, by hand:
+    # EVALSHA with the hash.
     sha = redis.script_load(_SCRIPT_SOURCE)
     data = zlib.compress(json.dumps(["worker.jobs.run_task", None, [MENTION], {}]).encode())
     fields = {

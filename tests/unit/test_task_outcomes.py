@@ -1,4 +1,4 @@
-"""Each outcome carries its effects: the rules of the README's outcome table, in one place."""
+"""Each outcome carries its effects: the rules of the table in docs/concepts/outcomes.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Agent definitions (README: Agent definitions): ``AgentStore(source).load(agent_id)``.
+"""Agent definitions (docs/how-to/agent-definitions.md): ``AgentStore(source).load(agent_id)``.
 
 The layout is the public Botburrow ``agent-definitions`` one, from a directory or
 an http(s) base URL::

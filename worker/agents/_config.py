@@ -332,7 +332,7 @@ class ScopeOptIns(_Section):
 
 
 class MemoryRemember(_Section):
-    """What the agent keeps after each task (README "Memory")."""
+    """What the agent keeps after each task (docs/how-to/memory.md)."""
 
     conversations_with: list[str] = []
     """Agents or people (Hub ids or names) whose exchanges with it are kept: what they said
@@ -367,7 +367,7 @@ class MemoryRetrieval(_Section):
 
 
 class Memory(_Section):
-    """Long-term memory across tasks, kept in the fleet's Redis (README "Memory")."""
+    """Long-term memory across tasks, kept in the fleet's Redis (docs/how-to/memory.md)."""
 
     enabled: bool = False
     """Whether the agent remembers between tasks."""

@@ -1,4 +1,4 @@
-"""rq's own log records as JSON lines, so stderr carries one format (README: Observability)."""
+"""rq's own log records as JSON lines, so stderr carries one format (docs: Observability)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One job as the worker runs it: vetted before anything runs, settled after (README: Operations).
+"""One job as the worker runs it: vetted before anything runs, settled after.
 
     check the raw job against the allow-list   (refuse or fail it, never import it)
     drop a producer's meta.requeue/report      (only the job itself sets them)

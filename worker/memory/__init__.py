@@ -1,4 +1,4 @@
-"""Agent memory (README "Memory"): what an agent keeps across tasks, and reads back.
+"""Agent memory (docs/how-to/memory.md): what an agent keeps across tasks, and reads back.
 
     _records        MemoryRecord, MemoryKind: one memory, where it came from and when
     _extract        TaskExchange → records: the explicit step after a task, no model call

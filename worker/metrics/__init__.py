@@ -1,4 +1,4 @@
-"""Prometheus metrics (the README's Observability section), exported by the worker parent.
+"""Prometheus metrics (docs/reference/metrics.md lists them), exported by the worker parent.
 
 A job process records into a ``JobMetrics`` buffer and flushes it to Redis; the
 parent applies it (``apply_job_metrics``) into its ``WorkerMetrics`` and serves

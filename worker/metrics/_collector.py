@@ -21,6 +21,7 @@ from rq.registry import (
 )
 
 from worker.logs import log_event
+from worker.metrics._families import GAUGES
 from worker.redis_io import keys as redis_keys
 
 # state -> key template of the rq sorted set holding the jobs in that state
@@ -130,11 +131,8 @@ class MemoryCollector(Collector):
 
 
 def _memory_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily(
-        "agent_memory_bytes",
-        "Bytes of each agent's memory (records and embeddings), read from Redis at scrape time.",
-        labels=["agent"],
-    )
+    help_text, labels = GAUGES["agent_memory_bytes"]
+    return GaugeMetricFamily("agent_memory_bytes", help_text, labels=list(labels))
 
 
 def _as_count(value: object) -> int:
@@ -146,15 +144,10 @@ def _as_count(value: object) -> int:
 
 
 def _queue_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily(
-        "agent_queue_jobs",
-        "Jobs per rq queue and state, read from Redis at scrape time (same on every worker).",
-        labels=["queue", "state"],
-    )
+    help_text, labels = GAUGES["agent_queue_jobs"]
+    return GaugeMetricFamily("agent_queue_jobs", help_text, labels=list(labels))
 
 
 def _outbox_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily(
-        "agent_outbox_items",
-        "Hub calls waiting in the outbox for a retry, read from Redis at scrape time.",
-    )
+    help_text, labels = GAUGES["agent_outbox_items"]
+    return GaugeMetricFamily("agent_outbox_items", help_text, labels=list(labels))

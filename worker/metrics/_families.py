@@ -1,6 +1,6 @@
 """The metric families the worker exports: names, help, labels, buckets (a contract).
 
-The README's Observability section lists these names and labels; dashboards
+docs/reference/metrics.md lists these names and labels (written from these tables); dashboards
 and alerts in deploy/ read them. ``worker.metrics`` builds its metric objects
 from these tables and accepts nothing outside them from a job process.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from worker.hub_writes import DEAD_LETTER_KINDS
 from worker.redis_io import OUTAGE_KINDS
 
-# name -> (help, label names); the names and labels the README lists are a contract.
+# name -> (help, label names); the names and labels the reference lists are a contract.
 COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "agent_tasks_total": (
         "Tasks finished, by agent, task type and outcome.",
@@ -37,6 +37,11 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("agent", "tool"),
     ),
     "agent_errors_posted_total": ("Failed tasks posted to m/agent-errors.", ()),
+    # Failures before our code runs (trap 15): counted by the worker parent itself.
+    "agent_jobs_undecodable_total": (
+        "rq jobs whose data could not be decoded; failed without running.",
+        (),
+    ),
     # Lost connections and refused writes (OOM, READONLY, LOADING) alike: both are waited out.
     "agent_redis_unavailable_total": (
         "Waits of the worker for a Redis that was unreachable or refused writes, by kind.",
@@ -100,6 +105,33 @@ HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
     ),
 }
 UNDECODABLE_JOBS = "agent_jobs_undecodable_total"
+# name -> (help, label names) of what ``agent-worker pool`` adds to the host's /metrics, read
+# from the pool itself at scrape time (worker.pool._supervisor).
+POOL_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "agent_pool_workers": ("Workers of agent-worker pool, by state.", ("state",)),
+}
+POOL_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "agent_pool_worker_restarts_total": (
+        "Workers agent-worker pool started again after one ended.",
+        (),
+    ),
+}
+# name -> (help, label names) of the gauges read from Redis at each scrape (worker.metrics
+# ._collector): every worker exports the same values, so dashboards take ``max``.
+GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "agent_queue_jobs": (
+        "Jobs per rq queue and state, read from Redis at scrape time (same on every worker).",
+        ("queue", "state"),
+    ),
+    "agent_outbox_items": (
+        "Hub calls waiting in the outbox for a retry, read from Redis at scrape time.",
+        (),
+    ),
+    "agent_memory_bytes": (
+        "Bytes of each agent's memory (records and embeddings), read from Redis at scrape time.",
+        ("agent",),
+    ),
+}
 # Distinct values a label fed by names from outside may take in one worker (a backstop:
 # the job side already maps made-up tools and invalid tasks to one value); later ones
 # are counted as "other", so no input can grow the series without bound.

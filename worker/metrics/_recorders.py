@@ -61,12 +61,6 @@ class WorkerMetrics:
             )
             for name, (help_text, labels, buckets) in HISTOGRAMS.items()
         }
-        undecodable = Counter(
-            UNDECODABLE_JOBS,
-            "rq jobs whose data could not be decoded; failed without running.",
-            registry=recorded,
-        )
-        self._counters[UNDECODABLE_JOBS] = (undecodable, ())
         self._queue_collector: QueueCollector | None = None
         self._memory_collector: MemoryCollector | None = None
         self._label_values: dict[str, set[str]] = {}

@@ -152,10 +152,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
         help="run again a task id that already ran (its report is replaced)",
     )
     cancel = command("cancel", _cancel, "stop a task at its next step (or drop it if queued)")
-    cancel.add_argument("task_id")
+    cancel.add_argument("task_id", help="the task to stop")
     steer = command("steer", _steer, "add a message for a running task before its next step")
-    steer.add_argument("task_id")
-    steer.add_argument("text")
+    steer.add_argument("task_id", help="the running task")
+    steer.add_argument("text", help="the message, added as a user turn")
     for name, module, function, help_text in _EXTENSIONS:
         handlers[name] = _extension(module, function)
         sub = commands.add_parser(name, help=help_text, description=help_text, add_help=False)

@@ -173,12 +173,22 @@ def _parser() -> argparse.ArgumentParser:
         description="List, replay or drop Hub writes the Hub refused or that ran out of attempts.",
         parents=[redis_url_parser()],
     )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="newest first")
+    actions = parser.add_subparsers(
+        dest="action", required=True, metavar="ACTION", help="list, replay or drop"
+    )
+    listing = actions.add_parser(
+        "list", help="newest first", description="List dead letters, newest first."
+    )
     listing.add_argument("--json", action="store_true", help="one JSON object per dead letter")
-    listing.add_argument("--limit", type=int, default=DEFAULT_LISTED, metavar="N")
+    listing.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_LISTED,
+        metavar="N",
+        help="show at most N (default %(default)s; 0: all)",
+    )
     for name, help_text in (("replay", "send again now"), ("drop", "forget for good")):
-        action = actions.add_parser(name, help=help_text)
+        action = actions.add_parser(name, help=help_text, description=help_text.capitalize() + ".")
         action.add_argument("ids", nargs="*", metavar="ID", help="dead letter ids (their keys)")
         action.add_argument("--all", action="store_true", help="every dead letter")
     return parser

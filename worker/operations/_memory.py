@@ -111,10 +111,14 @@ def _when(record: MemoryRecord) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agent-worker memory",
-        description="List, show or erase what an agent remembers (README: Memory).",
+        description="List, show or erase what an agent remembers.",
         parents=[redis_url_parser()],
     )
-    parser.add_argument("action", choices=["list", "show", "forget"])
+    parser.add_argument(
+        "action",
+        choices=["list", "show", "forget"],
+        help="list its memories (oldest first), show one (--id), or forget them",
+    )
     parser.add_argument("agent", help="the agent's name")
     parser.add_argument(
         "--id", dest="ids", action="append", default=[], metavar="ID", help="one memory (repeat)"

@@ -133,7 +133,9 @@ def requeue_main(argv: list[str]) -> int:
         description="Put failed tasks back on their queue (attempt 0); all or none.",
         parents=[redis_url_parser()],
     )
-    parser.add_argument("task_ids", nargs="*", metavar="TASK_ID")
+    parser.add_argument(
+        "task_ids", nargs="*", metavar="TASK_ID", help="failed tasks to put back (all or none)"
+    )
     parser.add_argument(
         "--all", action="store_true", help="every failed task (skipping those that cannot be)"
     )
@@ -177,7 +179,9 @@ def reload_agents_main(argv: list[str]) -> int:
         description="Drop cached agent definitions (all without ids); workers re-read the files.",
         parents=[redis_url_parser()],
     )
-    parser.add_argument("agent_ids", nargs="*", metavar="AGENT_ID")
+    parser.add_argument(
+        "agent_ids", nargs="*", metavar="AGENT_ID", help="agents whose cache to drop (none: all)"
+    )
     args = parser.parse_args(argv)
     use_redis_url(args.redis_url)
     malformed = [name for name in args.agent_ids if not re.fullmatch(AGENT_NAME_PATTERN, name)]

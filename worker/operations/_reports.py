@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
         description="Show the AgentReport of a task that ran.",
         parents=[redis_url_parser()],
     )
-    parser.add_argument("task_id", metavar="TASK_ID")
+    parser.add_argument("task_id", metavar="TASK_ID", help="the task whose report to show")
     parser.add_argument("--json", action="store_true", help="print the report object")
     args = parser.parse_args(argv)
     session = open_session(args.redis_url)

@@ -1,4 +1,4 @@
-"""The task's memory (README "Memory"): recalled into its first message, written after it.
+"""The task's memory (docs/how-to/memory.md): recalled into its first message, written after it.
 
     recall   (context build)  what the task is about → the agent's memories → one
                               untrusted block after the thread or feed

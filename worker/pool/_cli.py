@@ -25,7 +25,13 @@ def main(argv: Sequence[str]) -> int:
         description="Run N concurrent workers forked from one preloaded, supervising process.",
         parents=[redis_url_parser()],
     )
-    parser.add_argument("queues", nargs="*", default=["agents"], metavar="QUEUE")
+    parser.add_argument(
+        "queues",
+        nargs="*",
+        default=["agents"],
+        metavar="QUEUE",
+        help="the queues its workers take tasks from (default: agents)",
+    )
     parser.add_argument(
         "--processes",
         type=int,

@@ -38,6 +38,7 @@ from worker.daemon._logging import send_rq_logs_to_events
 from worker.daemon._worker import health_check_client
 from worker.logs import log_event, set_level, set_redactor
 from worker.metrics import apply_forwarded, stop_metrics_server, worker_metrics
+from worker.metrics._families import POOL_COUNTERS, POOL_GAUGES
 from worker.pool._hand_back import hand_back_jobs_of
 from worker.pool._member import MemberSpec, run_member
 from worker.redaction import process_redactor
@@ -255,14 +256,12 @@ class _PoolCollector(Collector):
         return self.collect()
 
     def collect(self) -> Iterable[Metric]:
-        workers = GaugeMetricFamily(
-            "agent_pool_workers", "Workers of agent-worker pool, by state.", labels=["state"]
-        )
+        help_text, labels = POOL_GAUGES["agent_pool_workers"]
+        workers = GaugeMetricFamily("agent_pool_workers", help_text, labels=list(labels))
         workers.add_metric(["running"], self._pool.running())
         workers.add_metric(["configured"], self._pool.processes)
         yield workers
+        help_text, _ = POOL_COUNTERS["agent_pool_worker_restarts_total"]
         yield CounterMetricFamily(
-            "agent_pool_worker_restarts",
-            "Workers agent-worker pool started again after one ended.",
-            value=self._pool.restarts(),
+            "agent_pool_worker_restarts", help_text, value=self._pool.restarts()
         )

@@ -1,6 +1,6 @@
 """OpenTelemetry traces: one trace from the producer's enqueue to the Hub's reply.
 
-The README's "Tracing" section draws the trace tree. What each part of the worker does:
+docs/how-to/tracing.md draws the trace tree. What each part of the worker does:
 
     configure_tracing, flush_spans    turn the SDK on from OTEL_* variables; flush before exit
     publishing, traced_job            across the queue: the producer's context rides in the
