@@ -589,7 +589,8 @@ def test_dashboard_and_alerts_match_what_the_worker_exports(
 # outcome would multiply the exposition for events most agents never have).
 OPEN_LABEL_SETS = {
     "agent_tasks_total", "agent_task_duration_seconds", "agent_loop_iterations",
-    "agent_grant_denials_total", "agent_cost_usd_total", "agent_tool_calls_total",
+    "agent_grant_denials_total", "agent_scope_refusals_total", "agent_cost_usd_total",
+    "agent_tool_calls_total",
     "agent_tool_call_duration_seconds", "agent_llm_calls_total", "agent_llm_tokens_total",
 }  # fmt: skip
 
