@@ -24,6 +24,7 @@ from opentelemetry import trace
 import worker.loop._dispatch as dispatch
 import worker.loop._events as events
 import worker.loop._limits as limits
+import worker.loop._model_call as model_call
 import worker.loop._run as run_module
 import worker.tracing._genai as genai
 from bench._report import Table
@@ -63,12 +64,16 @@ def _none(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+def _no_timeout(*args: Any, **kwargs: Any) -> contextlib.nullcontext[None]:
+    return contextlib.nullcontext()
+
+
 PARTS: dict[str, Callable[[], Any]] = {
     "tool-argument schema check (jsonschema)": lambda: _replaced(
         (dispatch.ToolDispatcher, "_schema_problem", _none)
     ),
-    "timeouts (anyio.fail_after around each call)": lambda: _replaced(
-        (anyio, "fail_after", lambda *args, **kwargs: contextlib.nullcontext())
+    "timeouts (a cancel scope around each call)": lambda: _replaced(
+        *((module, "call_timeout", _no_timeout) for module in (dispatch, model_call, run_module))
     ),
     "tracing spans (none installed: no-op spans)": lambda: _replaced(
         (genai, "tracer", lambda: _NoSpans())

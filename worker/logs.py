@@ -87,6 +87,11 @@ def _clean(value: Any) -> Any:
     return _redact(str(value))
 
 
+def enabled(level: str = "info") -> bool:
+    """Would a line at ``level`` be written? Lets a caller skip building one that would not."""
+    return _LEVELS.get(level, 20) >= _min_level
+
+
 def log_event(event: str, level: str = "info", **fields: Any) -> None:
     if _LEVELS.get(level, 20) < _min_level:
         return

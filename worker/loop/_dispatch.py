@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import jsonschema
 from jsonschema.protocols import Validator
 
@@ -19,6 +18,7 @@ from worker.logs import log_event
 from worker.loop._events import EventBus, GrantDenied, ToolCalled
 from worker.loop._output import truncate
 from worker.loop._state import StepRecord, ToolCallRecord, ToolOutcome
+from worker.loop._timeout import call_timeout
 from worker.models import ToolCall, ToolSpec
 from worker.tools import CallContext, Granted, MissingGrant, NotAllowed, Toolbox
 from worker.tracing import traced_tool_call
@@ -139,7 +139,7 @@ class ToolDispatcher:
         """The call itself, on a granted tool with valid arguments."""
         try:
             # The toolbox honours ctx.timeout_s itself; this backstop catches one that does not.
-            with anyio.fail_after(ctx.timeout_s + _TIMEOUT_BACKSTOP_S):
+            with call_timeout(ctx.timeout_s + _TIMEOUT_BACKSTOP_S):
                 result = await self._toolbox.call(name, arguments, ctx)
         except TimeoutError:
             message = f"Error: tool '{name}' timed out after {ctx.timeout_s:.1f} s"

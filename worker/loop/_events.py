@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from worker.logs import enabled as log_enabled
 from worker.logs import log_event
 from worker.models import StopReason, Usage
 
@@ -105,6 +106,9 @@ def log_observer(*, task_id: str, agent_id: str, executor: str | None = None) ->
         who["executor"] = executor
 
     def observe(event: LoopEvent) -> None:
+        # With logs off (or above info) the line's fields are not even built.
+        if not log_enabled("warning" if isinstance(event, GrantDenied) else "info"):
+            return
         if isinstance(event, LlmCalled):
             log_event(
                 "llm_call",

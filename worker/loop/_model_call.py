@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import anyio
-
 from worker.exceptions import ContextTooLong, LimitReached, ModelUnavailable, WorkerError
 from worker.loop._budget import (
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -21,6 +19,7 @@ from worker.loop._contract import LoopSettings
 from worker.loop._events import EventBus, LlmCalled
 from worker.loop._limits import Limit
 from worker.loop._state import LoopState
+from worker.loop._timeout import call_timeout
 from worker.models import (
     Message,
     Model,
@@ -129,7 +128,7 @@ class ModelCaller:
         status = "ok"
         response: ModelResponse | None = None
         try:
-            with anyio.fail_after(timeout_s + _CALL_BACKSTOP_S):
+            with call_timeout(timeout_s + _CALL_BACKSTOP_S):
                 response = await self._model.complete(request)
         except TimeoutError:
             status = "timeout"

@@ -20,8 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-import anyio
-
 from worker.exceptions import ContextTooLong, LimitReached
 from worker.logs import log_event
 from worker.loop._budget import CallPlan
@@ -62,6 +60,7 @@ from worker.loop._steps import (
     WindDown,
     decide,
 )
+from worker.loop._timeout import call_timeout
 from worker.loop._window import fit_window
 from worker.models import Message, Model, ModelResponse, ToolCall, ToolSpec
 from worker.task import Outcome
@@ -158,7 +157,7 @@ class AgentLoop:
         state = self._restore(messages, resume)
         try:
             # Backstop only: every call already has the remaining time as its timeout.
-            with anyio.fail_after(max(0.0, self._run_clock.remaining()) + 5):
+            with call_timeout(max(0.0, self._run_clock.remaining()) + 5):
                 stop = await self._run_steps(state)
         except TimeoutError:
             stop = Stop(Outcome.DEADLINE, "the task's wall-clock budget ran out mid-call")
