@@ -234,12 +234,21 @@ def _hub_message(response: httpx2.Response) -> str:
     try:
         payload = response.json()
     except ValueError:
-        return response.text.strip()[:_HUB_MESSAGE_MAX_CHARS]
+        return _clipped(response.text.strip())
     if isinstance(payload, dict):
         for key in ("error", "detail", "message"):
             reason = payload.get(key)
             if isinstance(reason, dict):
                 reason = reason.get("message", reason)
             if reason:
-                return str(reason)[:_HUB_MESSAGE_MAX_CHARS]
-    return str(payload)[:_HUB_MESSAGE_MAX_CHARS]
+                return _clipped(str(reason))
+    return _clipped(str(payload))
+
+
+def _clipped(text: str) -> str:
+    """``text`` within the limit, cut at a space: this client has no redactor (the worker
+    masks what it logs or posts, whole), so a cut never halves a word such as a key."""
+    if len(text) <= _HUB_MESSAGE_MAX_CHARS:
+        return text
+    head = text[: _HUB_MESSAGE_MAX_CHARS + 1]
+    return head[: head.rfind(" ")].rstrip() if " " in head else ""

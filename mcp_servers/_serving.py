@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from enum import StrEnum
 from types import FrameType
 from typing import Any
 
@@ -325,6 +326,19 @@ def identity_or_exit(name: str, tool_grants: dict[str, str]) -> Identity:
         raise SystemExit(2) from None
 
 
+class CallOutcome(StrEnum):
+    """How a tool call ended, as its ``tool_call`` log line says."""
+
+    OK = "ok"
+    TOOL_ERROR = "tool_error"  # the tool refused it with a message for the model
+    ERROR = "error"  # anything else the tool raised
+    CANCELLED = "cancelled"  # the client cancelled the request
+
+    @property
+    def is_failure(self) -> bool:
+        return self in (CallOutcome.TOOL_ERROR, CallOutcome.ERROR)
+
+
 @contextmanager
 def logged_tool_call(
     *, server: str, tool: str, identity: Identity, ctx: Context[Any, Any]
@@ -332,19 +346,23 @@ def logged_tool_call(
     """Check who calls (``Identity.caller``) and log one ``tool_call`` event (who, outcome,
     duration) around the tool's work; yields the caller."""
     started = time.monotonic()
-    outcome = "error"
+    outcome = CallOutcome.ERROR
     caller: Caller | None = None
     try:
         caller = identity.caller(ctx, tool)
         yield caller
-        outcome = "ok"
+        outcome = CallOutcome.OK
     except ToolError:
-        outcome = "tool_error"
+        outcome = CallOutcome.TOOL_ERROR
+        raise
+    except anyio.get_cancelled_exc_class():
+        # The client gave up on it (its deadline, the task stopped): no fault of the tool.
+        outcome = CallOutcome.CANCELLED
         raise
     finally:
         log_event(
             "tool_call",
-            level=logging.INFO if outcome == "ok" else logging.WARNING,
+            level=logging.WARNING if outcome.is_failure else logging.INFO,
             server=server,
             tool=tool,
             agent=caller.agent_id if caller else None,

@@ -57,6 +57,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from mcp_servers._gateway_socket import serve_socket
+from worker._version import package_version
 from worker.exceptions import ConfigurationError
 from worker.executors import (
     CAPABILITY,
@@ -183,7 +184,7 @@ def build_server(
     )
     return Server(
         SERVER_NAME,
-        version="1",
+        version=package_version(),
         instructions="The tools this agent holds grants for, on behalf of the Hub worker.",
         lifespan=setup.open,
         on_list_tools=_list_tools,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -48,6 +49,7 @@ from mcp_servers._serving import (
     logged_tool_call,
     serve,
 )
+from worker._version import package_version
 from worker.tracing import TracingTransport
 
 DEFAULT_PORT = 8101
@@ -343,11 +345,19 @@ def _when(moment: datetime | None) -> str:
     return f" at {moment:%Y-%m-%d %H:%M} UTC" if moment else ""
 
 
+_LAST_WORD = re.compile(r"\S*\Z")
+
+
 def _clip(text: str, max_chars: int) -> str:
+    """``text`` cut at a space within ``max_chars``. This server does not know the worker's
+    secrets (the worker redacts results as they arrive), so a cut never halves a word: a
+    key is one word, kept whole for the worker to mask, or left out."""
     text = text.strip()
     if len(text) <= max_chars:
         return text
-    return f"{text[:max_chars].rstrip()}… [{len(text) - max_chars} more characters]"
+    # Up to the last space at or before the limit (the character after it may be one).
+    kept = _LAST_WORD.sub("", text[: max_chars + 1]).rstrip()
+    return f"{kept}… [{len(text) - len(kept)} more characters]"
 
 
 def build_server(
@@ -375,6 +385,7 @@ def build_server(
 
     server: MCPServer[HubAccess] = MCPServer(
         "hub",
+        version=package_version(),
         instructions="Read and write on the Hub, the agents' social network.",
         lifespan=one_client,
     )

@@ -33,6 +33,7 @@ from mcp_servers._serving import (
     logged_tool_call,
     serve,
 )
+from worker._version import package_version
 from worker.agents import AgentStore
 from worker.exceptions import WorkerError
 from worker.memory import (
@@ -193,6 +194,7 @@ def build_server(
 
     server: MCPServer[MemoryAccess] = MCPServer(
         "memory",
+        version=package_version(),
         instructions="Search and add to your own memory of earlier tasks.",
         lifespan=one_connection,
     )

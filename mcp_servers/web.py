@@ -31,6 +31,7 @@ from mcp_servers._serving import (
     serve,
 )
 from mcp_servers._ssrf import AddressPolicy, AddressRefused, VettedTransport
+from worker._version import package_version
 from worker.tracing import TracingTransport
 
 DEFAULT_PORT = 8102
@@ -283,6 +284,7 @@ def build_server(
 
     server: MCPServer[WebAccess] = MCPServer(
         "web",
+        version=package_version(),
         instructions="Fetch public web pages as readable text.",
         lifespan=one_fetcher,
     )

@@ -22,7 +22,7 @@ import redis
 from tests.support.definitions import write_agent
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
 from tests.support.mcp_servers import RunningMcpServer, running_mcp_memory
-from tests.support.workers import parse_events
+from tests.support.workers import parse_events, wait_until
 from worker.agents import Memory, MemoryRetrieval
 from worker.dev.devstack import DevStack
 from worker.memory import (
@@ -223,6 +223,32 @@ def test_an_exchange_with_ron_is_recalled_in_the_next_task_and_only_by_its_agent
     assert shown.returncode == 0 and '"about": [\n    "ron"\n  ]' in shown.stdout
 
 
+# -- an edited definition is read again: the guide's "Next: Memory" step ---------------------
+
+
+def test_memory_added_to_a_cached_definition_is_used_by_the_next_task_without_a_reload(
+    e2e: E2E, agents_dir: Path
+) -> None:
+    name = "mem-late-starter"
+    config = f"name: {name}\n{_COMMON.format(name=name)}"
+    write_agent(agents_dir, name, config, prompt="You are the first draft.")
+    e2e.llm.set_scenario(name, [{"text": "Hello ron."}, {"text": "Hello again, ron."}])
+    # One running worker, as in the guide: its first task caches the definition (for
+    # AGENT_CACHE_TTL_S, 300 s by default) and the guide's next step edits the files.
+    with e2e.worker(AGENTS_DIR=str(agents_dir)) as worker:
+        ask(e2e, "late-1", name, "ron", "hello there")
+        worker.wait_for_event("task_completed", timeout_s=60)
+        write_agent(agents_dir, name, config + AGENTS[NEWCOMER], prompt="You are the second draft.")
+        ask(e2e, "late-2", name, "ron", "hello again")
+        wait_until(lambda: task_events(worker.stderr, "task_completed", "late-2"), 60, "late-2")
+        stderr = worker.stderr
+
+    assert not task_events(stderr, "memory_written", "late-1")
+    assert task_events(stderr, "memory_written", "late-2")
+    system = e2e.llm.requests(name)[-1]["body"]["messages"][0]["content"]
+    assert "second draft" in system and "first draft" not in system
+
+
 # -- an injection stored once stays data ------------------------------------------------------
 
 
@@ -252,6 +278,66 @@ def test_a_stored_injection_is_recalled_inside_the_untrusted_block_and_not_obeye
     state = e2e.hub.state()
     assert not [post for post in state["posts"] if post["community"] == "m/leaks"]
     assert [c["content"] for c in state["comments"]] == ["Noted, thanks.", "Nothing to add."]
+
+
+# -- redacted whole, then cut: a secret across a clip is masked, not kept in part --------------
+
+
+def _words(count: int) -> str:
+    """``count`` characters of words, each followed by one space (memory's clip folds runs)."""
+    words, rest = divmod(count, 5)
+    return "x" * (4 + rest) + " " + "word " * (words - 1)
+
+
+def test_a_secret_that_a_memory_or_prompt_clip_cuts_through_is_masked_whole_everywhere(
+    e2e: E2E, agents_dir: Path
+) -> None:
+    known = e2e.stack.hub_api_key  # a secret the worker holds
+    shaped = "sk-canary-llm-7f3a9b2c4d5e6f708192"  # one it only knows by its shape
+    opening = f"Hey @{KEEPER}, "
+    # Each clip falls fifteen characters into a secret: memory's message clip (600), the
+    # project title's (300) and the prompt's item clip (4,000).
+    content = opening + _words(585 - len(opening)) + shaped + " "
+    content += _words(3985 - len(content)) + known + " and that is all."
+    title = _words(285) + known + " tail"
+    assert content.index(shaped) == 585 and content.index(known) == 3985
+    e2e.llm.set_scenario(KEEPER, [{"text": "Noted, I will rotate them."}, {"text": "Done."}])
+    e2e.llm.set_scenario(EMBEDDER, [{"text": "Noted."}])
+    post = e2e.hub.create_post(agent_id="ron", title=title, content=content)
+    for task_id, agent in (("cut-1", KEEPER), ("cut-emb", EMBEDDER)):
+        task = {
+            "task_id": task_id,
+            "type": "notification",
+            "agent_id": agent,
+            "post_id": post["id"],
+        }
+        assert e2e.enqueue(task) == "enqueued"
+    run(e2e, agents_dir, MEMORY_EMBEDDINGS_URL=f"{e2e.stack.llm_base_url}/v1")
+    ask(e2e, "cut-2", KEEPER, "ron", "did you rotate the keys I sent?")
+    run(e2e, agents_dir)
+
+    def leaks(text: str) -> list[str]:
+        return [part for part in (known[:10], shaped[:9]) if part in text]
+
+    first = first_prompt(e2e, KEEPER, 0)
+    assert leaks(first) == [] and first.count("[REDACTED]") == 3
+    stored = [
+        value.decode(errors="replace")
+        for key, value in redis_values(e2e.redis).items()
+        if key.startswith(f"{redis_keys.PREFIX}memory:{KEEPER}")
+    ]
+    assert stored and [leaks(value) for value in stored] == [[] for _ in stored]
+    listed = memory_cli(e2e, "list", KEEPER, "--about", "ron")
+    assert listed.returncode == 0 and not leaks(listed.stdout)
+    ids = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
+    shown = "".join(memory_cli(e2e, "show", KEEPER, "--id", memory_id).stdout for memory_id in ids)
+    assert shown.count("[REDACTED]") >= 2 and not leaks(shown)
+    (recalled,) = memory_blocks(first_prompt(e2e, KEEPER))
+    assert "ron said:" in recalled and "You worked on" in recalled
+    assert "[REDACTED]" in recalled and leaks(recalled) == []
+    # What recall searches with goes to the embeddings endpoint: redacted too.
+    queries = [text for call in e2e.llm.requests("embeddings") for text in call["body"]["input"]]
+    assert queries and [leaks(text) for text in queries] == [[] for _ in queries]
 
 
 # -- bounded: max_size_mb, oldest first --------------------------------------------------------

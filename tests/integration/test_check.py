@@ -130,10 +130,10 @@ def test_check_names_every_problem_of_a_broken_setup(stack: Stack, tmp_path: Pat
         "'gpt-4o-mini' needs it",
         f"warning: HUB_API_KEY: {PLAIN_SECRET}",
         f"warning: MCP_AUTH_TOKEN: {PLAIN_SECRET}",
-        f"warning: HUB_URL: the Hub at {stack.hub.url} refuses HUB_API_KEY (HTTP 401)",
+        f"error: HUB_API_KEY: the Hub at {stack.hub.url} refuses HUB_API_KEY (HTTP 401)",
     ]
     as_json = json.loads(agent_worker(["check", "--json"], env, tmp_path).stdout)
-    assert as_json["ok"] is False and (as_json["errors"], as_json["warnings"]) == (3, 5)
+    assert as_json["ok"] is False and (as_json["errors"], as_json["warnings"]) == (4, 4)
 
 
 PLAIN_SECRET = (
@@ -178,6 +178,33 @@ def test_check_catches_what_breaks_every_task_of_an_agent(
 
     up = agent_worker(["check"], {**env, **stack.model_env}, tmp_path)
     assert "model endpoint" not in up.stdout and "OPENAI_API_KEY" not in up.stdout
+
+
+def test_check_suggests_only_a_grant_of_the_same_service_and_warns_about_declined_keys(
+    stack: Stack, tmp_path: Path
+) -> None:
+    env = {**setup(tmp_path, stack.mcp.url), **stack.model_env, "HUB_URL": stack.hub.url}
+    config = Path(env["AGENTS_DIR"]) / "agents" / "demo-agent" / "config.yaml"
+    text = config.read_text().replace("- hub:read", "- kubernetes:read\n    - hbu:read")
+    text = text.replace("  shell:\n    enabled: false", "  shell:\n    enabled: true\n"
+                        "  spawning:\n    can_propose: true")  # fmt: skip
+    config.write_text(text)
+    where = "agents/demo-agent/config.yaml"
+
+    completed = agent_worker(["check", "--offline"], env, tmp_path)
+
+    assert completed.returncode == 0, completed.stdout  # warnings: the agent still runs
+    assert completed.stdout.splitlines()[:-1] == [
+        f"warning: {where}: capabilities.shell.enabled: a native agent has no shell here (only "
+        "a coding-agent CLI type runs commands, in its sandbox); its tools are MCP_CONFIG's "
+        "servers",
+        f"warning: {where}: capabilities.spawning.can_propose: this worker never creates or "
+        "proposes agents (definitions come only from AGENTS_DIR); the key is ignored",
+        f"warning: {where}: capabilities.grants: 'kubernetes:read' matches no tool of any "
+        "MCP_CONFIG server",
+        f"warning: {where}: capabilities.grants: 'hbu:read' matches no tool of any MCP_CONFIG "
+        "server (did you mean 'hub:read'?)",
+    ]
 
 
 def test_check_uses_redis_url_flag_over_the_environment(redis_url: str, tmp_path: Path) -> None:

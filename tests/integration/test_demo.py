@@ -8,6 +8,7 @@ DEMO_REDIS_URL it borrows that Redis under a queue of its own and leaves nothing
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from worker.enqueue import enqueue_task
 
 pytestmark = pytest.mark.integration
 
+GUIDE_LLM_URL = "http://127.0.0.1:9/v1"
 LIVE_TASK = {"task_id": "live-1", "type": "exploration", "agent_id": "fleet-agent"}
 
 
@@ -47,13 +49,24 @@ def fleet_is_untouched(redis_conn: redis.Redis) -> None:
     assert [key for key in redis_conn.scan_iter(match="*demo-*")] == []
 
 
-def test_demo_uses_a_throwaway_redis_not_the_one_at_redis_url(
+def test_demo_in_the_guides_shell_uses_a_throwaway_redis_and_the_scripted_model(
     redis_url: str, redis_conn: redis.Redis, tmp_path: Path
 ) -> None:
     enqueue_task(redis_conn, LIVE_TASK)
-    completed = run_demo(tmp_path, REDIS_URL=redis_url)
+    # What docs/first-agent.md leaves exported (its scripted endpoint, stopped since).
+    guide = {"OPENAI_API_KEY": "sk-guide-8f3b61d2c74e905a", "OPENAI_BASE_URL": GUIDE_LLM_URL}
+    completed = run_demo(tmp_path, REDIS_URL=redis_url, **guide)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert "Redis: a throwaway redis-server, queue agents" in completed.stdout
+    assert re.search(
+        r"^Model: the built-in scripted demo model at http://127\.0\.0\.1:\d+/v1 ",
+        completed.stdout,
+        re.M,
+    )
+    assert (
+        "OPENAI_API_KEY set in this shell, not used: "
+        f"DEMO_MODEL=openai runs the demo against {GUIDE_LLM_URL}" in completed.stdout
+    )
     assert '"outcome": "completed"' in completed.stdout
     # The exploration ends with the structured answer the worker asked for.
     assert "not a valid DiscoveryAnswer" not in completed.stdout

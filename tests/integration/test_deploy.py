@@ -22,6 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+from urllib.request import urlopen
 
 import pytest
 import yaml
@@ -37,8 +38,10 @@ from tests.support.mcp_servers import running_mcp_hub, running_mcp_memory, runni
 from tests.support.promtool import PROMTOOL_MISSING, find_promtool
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.strict_yaml import load_document
+from tests.support.workers import running_worker
 from worker.agents import Limits
 from worker.metrics import JobMetrics, WorkerMetrics, start_metrics_server, stop_metrics_server
+from worker.metrics._families import COUNTERS, KNOWN_LABEL_SETS
 from worker.settings import Settings
 from worker.tools._config import load_mcp_config
 from worker.tools._grants import load_grant_policy
@@ -581,6 +584,46 @@ def test_dashboard_and_alerts_match_what_the_worker_exports(
         assert_uses_known_metrics(where, expression, known)
 
 
+# Queried series a first scrape cannot show: each label set carries an agent, model, tool or
+# server the worker learns of only when a task names it (initialising every agent, type and
+# outcome would multiply the exposition for events most agents never have).
+OPEN_LABEL_SETS = {
+    "agent_tasks_total", "agent_task_duration_seconds", "agent_loop_iterations",
+    "agent_grant_denials_total", "agent_scope_refusals_total", "agent_cost_usd_total",
+    "agent_tool_calls_total",
+    "agent_tool_call_duration_seconds", "agent_llm_calls_total", "agent_llm_tokens_total",
+}  # fmt: skip
+
+
+def test_a_first_scrape_shows_every_queried_series_whose_labels_are_known_at_0(
+    redis_url: str,
+) -> None:
+    with running_worker(redis_url, metrics_port=free_port()) as worker:
+        port = worker.wait_for_event("worker_started")["metrics_port"]
+        with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            exposition = response.read().decode()
+
+    sampled: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            name = _without_histogram_suffix(sample.name)
+            sampled.setdefault(name, {})[frozenset(sample.labels.items())] = sample.value
+    queried = {name for _, expression in all_expressions() for name in metric_names(expression)}
+    queried -= set(PROMETHEUS_METRICS)
+    assert {name for name in queried if name not in sampled} == OPEN_LABEL_SETS & queried
+    # The alerts' closed label sets, each at 0 before anything happened.
+    for name, label_sets in KNOWN_LABEL_SETS.items():
+        assert name in queried
+        label = COUNTERS[name][1][0]
+        assert {dict(key)[label]: value for key, value in sampled[name].items()} == {
+            labels[0]: 0.0 for labels in label_sets
+        }
+    assert sampled["agent_jobs_undecodable_total"] == {frozenset(): 0.0}
+    assert {"oom", "connection"} <= {
+        kinds[0] for kinds in KNOWN_LABEL_SETS["agent_redis_unavailable_total"]
+    }
+
+
 # === Docker image ===========================================================================
 
 
@@ -598,8 +641,13 @@ def test_image_is_slim_non_root_and_runs_the_worker_by_default() -> None:
     assert users and users[-1] not in ("root", "0")
     assert any(re.search(r"\bpip install \.(\s|$)", command) for command in commands)
     assert not any("[test]" in command for command in commands)
-    environment_lines = " ".join(arguments for keyword, arguments in runtime if keyword == "ENV")
-    assert "RQ_WORKER_CLASS=worker.AgentWorker" in environment_lines
+    environment = " ".join(arguments for keyword, arguments in runtime if keyword == "ENV").split()
+    # `rq worker agents` as the Procfile runs it: our worker class and our rq settings module
+    # (RQ_CONFIG: REDIS_URL read through our settings, one line for a mistake in it).
+    procfile_worker = (REPO / "Procfile").read_text().splitlines()[0].removeprefix("worker: ")
+    assignments = [word for word in procfile_worker.split() if "=" in word]
+    assert assignments == ["RQ_WORKER_CLASS=worker.AgentWorker", "RQ_CONFIG=worker.rq_config"]
+    assert set(assignments) <= set(environment)
     (command,) = [arguments for keyword, arguments in runtime if keyword == "CMD"]
     assert json.loads(command) == ["agent-worker", "pool"]
     assert ("STOPSIGNAL", "SIGTERM") in runtime

@@ -43,6 +43,7 @@ def test_the_first_agent_guide_runs_as_written(tmp_path: Path) -> None:
         REDIS_PORT=str(free_port()),
         HUB_PORT=str(free_port()),
         LLM_PORT=str(free_port()),
+        TMPDIR=str(tmp_path),  # where the guide's scratch directory goes
     )
     process = subprocess.Popen(
         ["bash", str(script)],
@@ -59,8 +60,13 @@ def test_the_first_agent_guide_runs_as_written(tmp_path: Path) -> None:
         # The guide stops its background processes itself; this only catches a failed run.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-    worker_log = (tmp_path / "worker.log").read_text() if (tmp_path / "worker.log").exists() else ""
+    scratch = [path for path in tmp_path.iterdir() if path.name.startswith("first-agent.")]
+    logs = [scratch[0] / "worker.log"] if scratch else []
+    worker_log = logs[0].read_text() if logs and logs[0].exists() else ""
     assert process.returncode == 0, f"{stdout[-3000:]}\n{stderr[-3000:]}\n{worker_log[-3000:]}"
+    # Nothing in the directory it was started from (a checkout): all in its scratch directory.
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(["guide.sh", scratch[0].name])
+    assert {"my-agents", "worker.log", "redis.log"} <= {p.name for p in scratch[0].iterdir()}
     assert "check: 0 errors, 0 warnings" in stdout
     assert "1 of 1 agent definitions load; 1 skills parse" in stdout
     assert "enqueued first-1" in stdout

@@ -1,4 +1,8 @@
-"""deploy/kubernetes, checked offline: schemas, settings, ports, grace period, processes.
+"""deploy/kubernetes, checked offline: builds, schemas, settings, ports, grace period,
+processes.
+
+Every kustomization under deploy/ is built as ``kubectl apply -k`` builds it (kustomize,
+or kubectl's): a layout kustomize refuses (an overlay inside its base) fails here.
 
 Every core object is validated with ``kubernetes-validate`` (the Kubernetes
 OpenAPI schemas it ships, strict: an unknown field fails). The KEDA
@@ -25,6 +29,7 @@ from rq import Queue
 from mcp_servers._identity import CAPABILITY_KEY_ENV
 from mcp_servers._serving import AUTH_TOKEN_ENV
 from mcp_servers._ssrf import ALLOW_NETWORKS_ENV
+from tests.support.kustomize import KUSTOMIZE_MISSING, built_objects, kustomize_command
 from tests.support.strict_yaml import load_document, load_documents
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.enqueue import DEFAULT_MAX_DURATION_S
@@ -35,7 +40,8 @@ from worker.tools._grants import load_grant_policy
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = REPO_ROOT / "deploy" / "kubernetes"
+MANIFESTS = REPO_ROOT / "deploy" / "kubernetes" / "base"
+KUSTOMIZATIONS = sorted(path.parent for path in (REPO_ROOT / "deploy").rglob("kustomization.yaml"))
 KUBERNETES_VERSION = kubernetes_validate.latest_version()
 # Variables rq's own CLI reads (RQ_CONFIG names worker.rq_config, our settings module for rq).
 RQ_VARIABLES = {"RQ_WORKER_CLASS", "RQ_CONFIG"}
@@ -111,6 +117,51 @@ def procfile() -> dict[str, list[str]]:
     return {
         name: shlex.split(command) for name, _, command in (line.partition(": ") for line in lines)
     }
+
+
+# --- builds --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kustomize() -> None:
+    if kustomize_command() is None:
+        pytest.skip(KUSTOMIZE_MISSING)
+
+
+def test_the_shipped_kustomizations_are_the_fleet_its_base_and_the_tracing_overlay() -> None:
+    names = [path.relative_to(REPO_ROOT).as_posix() for path in KUSTOMIZATIONS]
+    assert names == ["deploy/kubernetes", "deploy/kubernetes/base", "deploy/kubernetes/tracing"]
+
+
+@pytest.mark.usefixtures("kustomize")
+@pytest.mark.parametrize(
+    "directory", KUSTOMIZATIONS, ids=lambda p: p.relative_to(REPO_ROOT).as_posix()
+)
+def test_every_kustomization_builds_into_valid_objects_of_the_namespace(directory: Path) -> None:
+    built = built_objects(directory)
+    assert {(d["kind"], d["metadata"]["name"]) for d in built} >= {
+        ("Deployment", "worker"), ("Namespace", "hub-agent-worker")
+    }  # fmt: skip
+    for document in built:
+        if document["kind"] not in {"Namespace", "ScaledObject"}:
+            assert document["metadata"]["namespace"] == "hub-agent-worker", document["kind"]
+            kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.usefixtures("kustomize")
+def test_the_fleet_builds_to_exactly_the_objects_of_its_base() -> None:
+    assert built_objects(MANIFESTS.parent) == built_objects(MANIFESTS)
+
+
+@pytest.mark.usefixtures("kustomize")
+def test_a_build_refuses_an_overlay_that_lives_inside_its_base(tmp_path: Path) -> None:
+    # The layout deploy/kubernetes had: the check above can fail.
+    (tmp_path / "kustomization.yaml").write_text("resources: [config.yaml]\n")
+    (tmp_path / "config.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "overlay" / "kustomization.yaml").write_text("resources: [..]\n")
+    with pytest.raises(AssertionError, match="cycle detected"):
+        built_objects(tmp_path / "overlay")
 
 
 # --- schemas -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.mcp_servers import _running, server_environment
+from tests.support.mcp_servers import _running, running_mcp_hub, server_environment
 from tests.support.mcp_test_servers.launch import stdio_entry
 from worker.exceptions import ToolFailed
 from worker.tools._base import CallContext
@@ -160,6 +160,28 @@ async def test_stdio_server_env_holds_only_what_its_entry_names(
         assert name not in environment
     for secret in (WORKER_TOKEN, CAPABILITY_KEY, "hub-key-canary-0b3e"):
         assert secret not in result.content
+
+
+async def test_a_server_refusing_the_token_is_withdrawn_saying_the_token_was_refused(
+    log_stream: io.StringIO,
+) -> None:
+    # The real mcp-hub, which wants another bearer token than the worker sends.
+    with running_mcp_hub(
+        hub_url="http://127.0.0.1:9", auth_token="the-servers-own-token-5c1a"
+    ) as hub:
+        config = McpConfig.model_validate(
+            {"servers": {"hub": {"url": hub.url, "first_party": True, "tools": {"*": "hub:read"}}}}
+        )
+        grants = EffectiveGrants.of(["hub:read"])
+        async with McpToolbox.open(config, grants=grants, auth_token=WORKER_TOKEN) as toolbox:
+            reason = toolbox.unavailable_servers["hub"]
+
+    assert reason == (
+        "the server refused MCP_AUTH_TOKEN (HTTP 401): a wrong or missing token, not a server fault"
+    )
+    events = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    (withdrawn,) = [event for event in events if event["event"] == "mcp_server_withdrawn"]
+    assert withdrawn["reason"] == reason and WORKER_TOKEN not in log_stream.getvalue()
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import cast
+from importlib.metadata import version
+from typing import Any, cast
 
+import anyio
 import httpx2
 import pytest
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParamsMeta as Meta
 
+from mcp_servers.hub import PREVIEW_CHARS
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.mcp_servers import (
     RunningMcpServer,
@@ -20,6 +23,7 @@ from tests.support.mcp_servers import (
     running_mcp_hub,
     text_of,
 )
+from tests.support.workers import parse_events, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -64,6 +68,39 @@ async def new_post(session: ClientSession, content: str, **fields: str) -> str:
     assert not result.is_error, text_of(result)
     # "Created post p-1 in m/devops."
     return text_of(result).split()[2].rstrip(".")
+
+
+@pytest.mark.anyio
+async def test_the_server_reports_its_name_and_the_package_version(
+    mcp_hub: RunningMcpServer,
+) -> None:
+    async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
+        info = (await session.initialize()).server_info
+    assert (info.name, info.version) == ("hub", version("hub-agent-worker"))
+
+
+@pytest.mark.anyio
+async def test_a_call_the_client_cancels_is_logged_as_cancelled_not_as_an_error(
+    hub: DevHub, mcp_hub: RunningMcpServer
+) -> None:
+    hub.inject_faults(None, 1, path_prefix="/api/v1/search", delay_s=5)
+    async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
+        with anyio.move_on_after(1):  # the worker's tool deadline, say
+            await session.call_tool("search_posts", {"query": "slow"}, meta=caller("slow-agent"))
+        calls = await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: tool_calls(mcp_hub, "slow-agent"), 10, "its tool_call")
+        )
+
+    (call,) = calls
+    assert (call["tool"], call["outcome"], call["level"]) == ("search_posts", "cancelled", "info")
+
+
+def tool_calls(server: RunningMcpServer, agent: str) -> list[dict[str, Any]]:
+    return [
+        event
+        for event in parse_events(server.stderr_text(), "tool_call")
+        if event.get("agent") == agent
+    ]
 
 
 @pytest.mark.anyio
@@ -129,6 +166,22 @@ async def test_search_and_get_thread_show_ids_authors_titles_and_content(
     assert "Kubernetes pods restart" in text_of(thread)
     assert "by sre-agent" in text_of(thread)
     assert "Look at OOMKilled events." in text_of(thread)
+
+
+@pytest.mark.anyio
+async def test_a_preview_cut_never_halves_a_word_so_the_worker_can_mask_a_key_whole(
+    hub: DevHub, mcp_hub: RunningMcpServer
+) -> None:
+    # The server does not know the worker's keys: a cut inside one would hand the worker a
+    # fragment its redactor cannot recognise. The preview stops before the key instead.
+    key = "sk-worker-only-key-0123456789abcdef"
+    content = "x" * (PREVIEW_CHARS - 20) + f" {key} and more words after it"
+    async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
+        await new_post(session, content, title="Preview")
+        found = text_of(await session.call_tool("search_posts", {"query": "Preview"}))
+
+    assert "x" * (PREVIEW_CHARS - 20) + "… [" in found
+    assert key[:6] not in found
 
 
 @pytest.mark.anyio

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,7 @@ async def test_a_note_is_kept_once_redacted_and_found_only_by_its_agent(
         "about": ["Ron"],
     }
     async with mcp_http_session(server.url, auth_token=MCP_TOKEN) as session:
+        info = (await session.initialize()).server_info
         first = await session.call_tool("remember", note, meta=meta(NOTE_TAKER, "memory:write"))
         replay = await session.call_tool("remember", note, meta=meta(NOTE_TAKER, "memory:write"))
         found = await session.call_tool(
@@ -110,6 +112,7 @@ async def test_a_note_is_kept_once_redacted_and_found_only_by_its_agent(
         )
 
     assert not first.is_error, text_of(first)
+    assert (info.name, info.version) == ("memory", version("hub-agent-worker"))
     assert text_of(first) == text_of(replay)  # the same call again: the same note
     (kept,) = store.all(NOTE_TAKER)
     assert (

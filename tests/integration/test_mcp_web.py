@@ -8,6 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from importlib.metadata import version
 
 import anyio
 import anyio.to_thread
@@ -203,10 +204,12 @@ async def test_the_model_sees_one_fetch_tool_with_url_and_max_bytes() -> None:
 async def test_over_http_with_a_bearer_token(site: Site) -> None:
     with running_mcp_web(auth_token="web-token-for-tests", allow_networks=LOOPBACK_ONLY) as server:
         async with mcp_http_session(server.url, auth_token="web-token-for-tests") as session:
+            info = (await session.initialize()).server_info
             result = await session.call_tool("fetch", {"url": f"{site.base_url}/article"})
         log = server.stderr_text()
 
     assert not result.is_error
+    assert (info.name, info.version) == ("web", version("hub-agent-worker"))
     assert "Title: Release notes" in text_of(result)
     assert "web-token-for-tests" not in log
     assert '"event": "tool_call"' in log

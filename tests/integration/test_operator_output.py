@@ -11,10 +11,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.support.redis_server import RedisServer, free_port, spawn_redis
 from tests.support.workers import launch_worker, parse_events, wait_until, worker_env
 from worker.dev.devstack import redis_server_command
+from worker.hub_writes import OutboxItem, bury
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +79,27 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) in {0, 141}
     assert stderr == ""
+
+
+def test_dead_letters_list_masks_a_secret_in_a_refusal_whole_before_its_preview_cut(
+    redis_url: str, redis_conn: redis.Redis
+) -> None:
+    hub_key = "hub-operator-key-4b1e9d0c7a2f"
+    # The Hub's refusal quoted the key, at the preview's edge (it keeps 80 characters).
+    refusal = "HTTP 403 from the Hub: " + "x" * 40 + f" key {hub_key} is not allowed here"
+    item = OutboxItem(kind="post", payload={"content": "hi"}, idempotency_key="t-1:post:")
+    bury(redis_conn, item, refusal)
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": redis_url, "HUB_API_KEY": hub_key}
+
+    listed = [
+        subprocess.run(
+            [AGENT_WORKER, "dead-letters", "list", *extra],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )
+        for extra in ([], ["--json"])
+    ]  # fmt: skip
+
+    for completed in listed:
+        assert completed.returncode == 0, completed.stderr
+        assert "t-1:post:" in completed.stdout and "[REDACTED]" in completed.stdout
+        assert hub_key[:8] not in completed.stdout

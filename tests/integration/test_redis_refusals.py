@@ -136,7 +136,7 @@ def test_an_idle_worker_waits_out_a_full_redis_then_serves(stack: ChaosStack) ->
         accept_writes(connection)
 
     assert event["during"]
-    waits = scrape_metric(metrics_port, "agent_redis_unavailable_total")
+    waits = scrape_metric(metrics_port, 'agent_redis_unavailable_total{kind="oom"}')
     assert waits is not None and waits >= 1
     task_id = stack.notification("after-oom", [{"text": "Answered after it"}])
     assert_answered_once(stack, worker, task_id)

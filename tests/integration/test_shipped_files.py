@@ -33,7 +33,7 @@ CHECK_JSONSCHEMA = str(Path(sys.executable).parent / "check-jsonschema")
 
 def test_the_shipped_yaml_files_are_found() -> None:
     names = {path.relative_to(REPO).as_posix() for path in SHIPPED_YAML}
-    assert {"deploy/compose.yaml", "deploy/kubernetes/worker.yaml", "deploy/mcp.yaml"} <= names
+    assert {"deploy/compose.yaml", "deploy/kubernetes/base/worker.yaml", "deploy/mcp.yaml"} <= names
     assert "worker/dev/demo/agents/agents/demo-agent/config.yaml" in names
 
 

@@ -1,5 +1,6 @@
-"""The tracing wiring of deploy/: the compose override, the Kubernetes overlay, Grafana's
-link from a task's duration to its trace, and the image's tracing extra. Checked offline."""
+"""The tracing wiring of deploy/: the compose override, the Kubernetes overlay (read, and
+built as ``kubectl apply -k`` builds it), Grafana's link from a task's duration to its
+trace, and the image's tracing extra. Checked offline."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from urllib.parse import urlsplit
 import kubernetes_validate
 import pytest
 import yaml
+
+from tests.support.kustomize import KUSTOMIZE_MISSING, built_objects, kustomize_command
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +51,7 @@ def overlay_documents() -> list[dict[str, Any]]:
     kustomization = load(OVERLAY / "kustomization.yaml")
     documents = []
     for resource in kustomization["resources"]:
-        if resource != "..":
+        if resource != "../base":
             documents.extend(d for d in yaml.safe_load_all((OVERLAY / resource).read_text()) if d)
     return documents
 
@@ -62,11 +65,11 @@ def test_the_collector_objects_are_valid_for_kubernetes(document: dict[str, Any]
 
 def test_the_overlay_patches_every_process_to_send_to_the_collector() -> None:
     kustomization = load(OVERLAY / "kustomization.yaml")
-    base = load(DEPLOY / "kubernetes" / "kustomization.yaml")
+    base = load(DEPLOY / "kubernetes" / "base" / "kustomization.yaml")
     deployments = {
         document["metadata"]["name"]: document
         for resource in base["resources"]
-        for document in yaml.safe_load_all((DEPLOY / "kubernetes" / resource).read_text())
+        for document in yaml.safe_load_all((DEPLOY / "kubernetes" / "base" / resource).read_text())
         if document and document["kind"] == "Deployment"
     }
     (patch,) = kustomization["patches"]
@@ -84,6 +87,26 @@ def test_the_overlay_patches_every_process_to_send_to_the_collector() -> None:
     (service,) = [d for d in overlay_documents() if d["kind"] == "Service"]
     assert endpoint.hostname == service["metadata"]["name"]
     assert endpoint.port in {port["port"] for port in service["spec"]["ports"]}
+
+
+def test_the_built_overlay_is_the_fleet_with_every_process_sending_to_the_collector() -> None:
+    if kustomize_command() is None:
+        pytest.skip(KUSTOMIZE_MISSING)
+    built = built_objects(OVERLAY)
+    fleet = built_objects(DEPLOY / "kubernetes")
+    assert {(d["kind"], d["metadata"]["name"]) for d in fleet} < {
+        (d["kind"], d["metadata"]["name"]) for d in built
+    }
+    config_maps = {d["metadata"]["name"]: d for d in built if d["kind"] == "ConfigMap"}
+    endpoint = config_maps["tracing-env"]["data"]["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    for deployment in (d for d in built if d["kind"] == "Deployment"):
+        (container, *_) = deployment["spec"]["template"]["spec"]["containers"]
+        env = {variable["name"]: variable for variable in container.get("env", [])}
+        name = deployment["metadata"]["name"]
+        if name in TRACED_PROCESSES:
+            reference = env["OTEL_EXPORTER_OTLP_ENDPOINT"]["valueFrom"]["configMapKeyRef"]
+            assert reference["name"] == "tracing-env", name
+    assert urlsplit(endpoint).hostname == "otel-collector"
 
 
 def test_grafana_links_a_tasks_duration_to_its_trace() -> None:

@@ -1,19 +1,31 @@
 """Start-up of a real `rq worker agents`: the checks of `agent-worker check` run first; a bad
-setting or a missing AGENTS_DIR is one line and no traceback; METRICS_HOST is the bound address."""
+setting, a missing or unreadable AGENTS_DIR, a Hub refusing HUB_API_KEY is one line and no
+traceback, an unreachable Redis one JSON line naming REDIS_URL; METRICS_HOST is the bound
+address."""
 
 from __future__ import annotations
 
+import codecs
+import json
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from tests.support.definitions import write_agent
+from tests.support.devhub import running_devhub
+from tests.support.unprivileged import call_unprivileged
 from tests.support.workers import parse_events, run_burst, running_worker, wait_until
 from worker.dev.devstack import free_port
 from worker.enqueue import enqueue_task
+from worker.operations import check_at_start
+from worker.operations import main as operations_main
+from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -71,6 +83,89 @@ def test_a_missing_agents_dir_stops_the_worker_before_any_task(
         f"agent-worker: error: AGENTS_DIR: {tmp_path / 'definitions'} does not exist"
     )
     assert redis_conn.lrange("rq:queue:agents", 0, -1) == [b"t-1"]  # untouched, not failed
+
+
+def test_an_empty_agents_dir_only_warns_and_the_worker_starts(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # As deploy/README.md says: a fleet without agents yet, not a broken one.
+    (tmp_path / "definitions").mkdir()
+    completed = start_worker(redis_url, tmp_path, AGENTS_DIR=str(tmp_path / "definitions"))
+    assert completed.returncode == 0, completed.stderr
+    problems = parse_events(completed.stderr, "config_problem")
+    (problem,) = [event for event in problems if event["subject"] == "AGENTS_DIR"]
+    assert (
+        problem["level"] == "warning" and "has no agents/<name>/config.yaml" in problem["problem"]
+    )
+    assert parse_events(completed.stderr, "worker_started")
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory any user may enter (pytest's tmp_path is its owner's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="agent-worker-shared-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_an_agents_dir_it_may_not_read_stops_check_and_the_worker_with_one_line(
+    shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    definitions = shared_dir / "definitions"
+    shutil.copytree(DEMO_AGENTS, definitions)
+    (definitions / "agents").chmod(0o000)  # as a deploy with the wrong owner leaves it
+    monkeypatch.setenv("AGENTS_DIR", str(definitions))
+    monkeypatch.setenv("HUB_URL", "http://127.0.0.1:9")
+    unreadable = f"AGENTS_DIR: {definitions / 'agents'} cannot be read (Permission denied)"
+    for encoding in ("utf-8-sig", "idna"):  # the child may not read the interpreter's files
+        codecs.lookup(encoding)
+
+    check = call_unprivileged(lambda: operations_main(["check", "--offline"]))
+    start = call_unprivileged(lambda: check_at_start(Settings(), timeout_s=0.5))  # type: ignore[call-arg]
+
+    (definitions / "agents").chmod(0o755)
+    assert check.status == 1 and "Traceback" not in check.output, check.output
+    assert [line for line in check.output.splitlines() if "AGENTS_DIR" in line] == [
+        f"error: {unreadable}"
+    ]
+    assert start.status == 2 and "Traceback" not in start.output, start.output
+    assert f"agent-worker: error: {unreadable}" in start.output.splitlines()
+
+
+def test_a_hub_that_refuses_hub_api_key_stops_the_worker_with_one_line(
+    redis_url: str, tmp_path: Path
+) -> None:
+    with running_devhub(api_key="the-hubs-own-key-0123456789") as hub:
+        completed = start_worker(
+            redis_url,
+            tmp_path,
+            AGENTS_DIR=str(DEMO_AGENTS),
+            OPENAI_API_KEY="sk-start-5e0d2b7a9c4f1836",
+            HUB_URL=hub.url,
+            HUB_API_KEY="a-wrong-key-9876543210abcdef",
+        )
+    assert one_error_line(completed) == (
+        f"agent-worker: error: HUB_API_KEY: the Hub at {hub.url} refuses HUB_API_KEY (HTTP 401)"
+    )
+
+
+def test_an_unreachable_redis_stops_rq_worker_with_one_json_line_naming_redis_url(
+    tmp_path: Path,
+) -> None:
+    closed = f"redis://:a-password-0123456789@127.0.0.1:{free_port()}/0"
+    completed = start_worker(
+        closed, tmp_path, AGENTS_DIR=str(DEMO_AGENTS), RQ_CONFIG="worker.rq_config",
+        REDIS_PATIENCE_S="0.5",
+    )  # fmt: skip
+
+    assert completed.returncode == 1
+    (event,) = [json.loads(line) for line in completed.stderr.splitlines()]
+    assert (event["event"], event["variable"]) == ("redis_unavailable", "REDIS_URL")
+    assert event["redis"] == closed.replace(":a-password-0123456789@", "")
+    assert event["error"] == "ConnectionError" and "a-password" not in completed.stderr
 
 
 def test_a_mistyped_stdio_mcp_command_stops_the_worker(redis_url: str, tmp_path: Path) -> None:

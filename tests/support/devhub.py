@@ -83,7 +83,7 @@ class DevHub:
 
     def inject_faults(
         self,
-        status: int,
+        status: int | None,
         count: int,
         *,
         path_prefix: str = "/api/v1",
@@ -91,15 +91,19 @@ class DevHub:
         method: str | None = None,
         body: str | None = None,
         content_type: str | None = None,
+        delay_s: float | None = None,
     ) -> None:
         """The next ``count`` requests under ``path_prefix`` (of ``method``, when given)
-        answer ``status``, with ``body`` as ``content_type`` when given; 0 clears."""
-        fault: dict[str, Any] = {"status": status, "count": count, "path_prefix": path_prefix}
+        answer ``status``, with ``body`` as ``content_type`` when given, after ``delay_s``
+        when given (``status`` None: the Hub's own answer, late); 0 clears."""
+        fault: dict[str, Any] = {"count": count, "path_prefix": path_prefix}
         optional = {
+            "status": status,
             "retry_after": retry_after,
             "method": method,
             "body": body,
             "content_type": content_type,
+            "delay_s": delay_s,
         }
         fault.update({key: value for key, value in optional.items() if value is not None})
         self._request("POST", "/_dev/faults", json=fault)

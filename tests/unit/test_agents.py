@@ -14,6 +14,7 @@ import worker.agents._store as store_module
 from tests.support.definitions import write_agent
 from tests.support.fake_redis import FakeRedisClients
 from worker.agents import AgentConfig, AgentDefinition, AgentStore, RecallStrategy, Skill
+from worker.agents._sources import DirectorySource
 from worker.exceptions import AgentConfigError, InvalidTask
 
 DEMO_AGENTS_DIR = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
@@ -227,12 +228,17 @@ def test_unknown_keys_are_ignored_at_every_level_with_a_warning(tmp_path: Path) 
             "Input should be less than or equal to 50",
         ),
         (
-            "name: devops-agent\nbrain: {provider: google, model: m}\n",
+            "name: devops-agent\nbrain: {provider: gemini, model: m}\n",
             "agents/devops-agent/config.yaml: brain.provider: "
             "Input should be 'anthropic' or 'openai'",
         ),
         (
-            "name: devops-agent\ntype: custom\nbrain: {provider: openai, model: m}\n",
+            "name: devops-agent\nbrain: {provider: google, model: m}\n",
+            "agents/devops-agent/config.yaml: brain.provider: 'google' is in the public "
+            "Botburrow format but this worker does not support it: use openai with",
+        ),
+        (
+            "name: devops-agent\ntype: crewai\nbrain: {provider: openai, model: m}\n",
             "agents/devops-agent/config.yaml: type: Input should be 'native', 'claude-code',",
         ),
         (
@@ -516,41 +522,87 @@ def make_cached_agent(root: Path, name: str = "cached-agent") -> Path:
     return agent_dir
 
 
-def remove_definition_files(root: Path) -> None:
-    for path in sorted(root.rglob("*"), reverse=True):
-        if path.is_file():
-            path.unlink()
+@pytest.fixture
+def config_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each config.yaml a directory source reads, in order (a cache hit reads none)."""
+    seen: list[str] = []
+    read = DirectorySource.read
+
+    def counting(source: DirectorySource, relative_path: str) -> bytes | None:
+        if relative_path.endswith("config.yaml"):
+            seen.append(relative_path)
+        return read(source, relative_path)
+
+    monkeypatch.setattr(DirectorySource, "read", counting)
+    return seen
 
 
-def test_cached_definition_survives_deleted_files_until_invalidated(
-    tmp_path: Path, redis: fakeredis.FakeRedis
+def test_a_cached_definition_is_used_while_its_files_are_unchanged_until_invalidated(
+    tmp_path: Path, redis: fakeredis.FakeRedis, config_reads: list[str]
 ) -> None:
     make_cached_agent(tmp_path)
     store = AgentStore(str(tmp_path), redis=redis, ttl_s=300)
     first = store.load("cached-agent")
-
-    remove_definition_files(tmp_path)
     second = store.load("cached-agent")
 
-    assert second == first
+    assert second == first and len(config_reads) == 1
     assert second.full_system_prompt() == first.full_system_prompt()
     assert 0 < redis.ttl("agent-worker:agent:cached-agent") <= 300
     assert store.invalidate("cached-agent") == 1
     assert redis.exists("agent-worker:agent:cached-agent") == 0
+    store.load("cached-agent")
+    assert len(config_reads) == 2
+
+
+@pytest.mark.parametrize(
+    "edited", ["agents/cached-agent/system-prompt.md", "agents/cached-agent/config.yaml",
+               "skills/memo-skill/SKILL.md"]
+)  # fmt: skip
+def test_an_edited_file_of_a_cached_definition_is_read_by_the_next_load(
+    tmp_path: Path, redis: fakeredis.FakeRedis, edited: str
+) -> None:
+    make_cached_agent(tmp_path)
+    store = AgentStore(str(tmp_path), redis=redis, ttl_s=300)
+    before = store.load("cached-agent")
+    path = tmp_path / edited
+    # A same-size edit within the same clock tick still changes the inode (an editor's
+    # save writes a new file and renames it over the old one).
+    replacement = tmp_path / "replacement"
+    text = path.read_text()
+    for was, now in (("Remember", "Remindme"), ("Keep", "Drop"), ("0514", "0515")):
+        text = text.replace(was, now)
+    replacement.write_text(text)
+    replacement.replace(path)
+
+    after = AgentStore(str(tmp_path), redis=redis, ttl_s=300).load("cached-agent")
+
+    assert after != before
+    assert store.load("cached-agent") == after
+
+
+def test_a_cached_agent_whose_files_are_gone_is_unknown(
+    tmp_path: Path, redis: fakeredis.FakeRedis
+) -> None:
+    agent_dir = make_cached_agent(tmp_path)
+    store = AgentStore(str(tmp_path), redis=redis, ttl_s=300)
+    store.load("cached-agent")
+    for path in agent_dir.iterdir():
+        path.unlink()
+
     with pytest.raises(InvalidTask, match="unknown agent 'cached-agent'"):
         store.load("cached-agent")
 
 
 def test_cache_is_shared_by_stores_on_the_same_redis(
-    tmp_path: Path, redis: fakeredis.FakeRedis
+    tmp_path: Path, redis: fakeredis.FakeRedis, config_reads: list[str]
 ) -> None:
     make_cached_agent(tmp_path)
     AgentStore(str(tmp_path), redis=redis).load("cached-agent")
-    remove_definition_files(tmp_path)
 
     other_process_store = AgentStore(str(tmp_path), redis=redis)
 
     assert other_process_store.load("cached-agent").system_prompt == "Remember me."
+    assert len(config_reads) == 1
 
 
 def test_entries_cached_for_another_source_are_not_used(
@@ -632,42 +684,42 @@ def test_errors_are_not_cached(tmp_path: Path, redis: fakeredis.FakeRedis) -> No
 
 
 def test_without_redis_a_process_memo_respects_the_ttl(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config_reads: list[str]
 ) -> None:
     now = [1_000.0]
     monkeypatch.setattr(store_module, "monotonic", lambda: now[0])
     make_cached_agent(tmp_path)
     store = AgentStore(str(tmp_path), ttl_s=30)
     store.load("cached-agent")
-    remove_definition_files(tmp_path)
 
     now[0] += 29
     assert store.load("cached-agent").system_prompt == "Remember me."
+    assert len(config_reads) == 1
     now[0] += 2
-    with pytest.raises(InvalidTask, match="unknown agent"):
-        store.load("cached-agent")
+    store.load("cached-agent")
+    assert len(config_reads) == 2
 
 
-def test_without_redis_invalidate_drops_the_memo(tmp_path: Path) -> None:
+def test_without_redis_invalidate_drops_the_memo(tmp_path: Path, config_reads: list[str]) -> None:
     make_cached_agent(tmp_path)
     store = AgentStore(str(tmp_path))
     store.load("cached-agent")
-    remove_definition_files(tmp_path)
 
     assert store.invalidate() == 1
-    with pytest.raises(InvalidTask):
-        store.load("cached-agent")
+    store.load("cached-agent")
+    assert len(config_reads) == 2
 
 
-def test_ttl_zero_disables_caching(tmp_path: Path, redis: fakeredis.FakeRedis) -> None:
+def test_ttl_zero_disables_caching(
+    tmp_path: Path, redis: fakeredis.FakeRedis, config_reads: list[str]
+) -> None:
     make_cached_agent(tmp_path)
     store = AgentStore(str(tmp_path), redis=redis, ttl_s=0)
     store.load("cached-agent")
-    remove_definition_files(tmp_path)
+    store.load("cached-agent")
 
     assert redis.keys("*") == []
-    with pytest.raises(InvalidTask):
-        store.load("cached-agent")
+    assert len(config_reads) == 2
 
 
 # -- HTTP sources (transport fake; tests/integration serves a real tree) -------
@@ -740,7 +792,8 @@ def test_demo_agent_loads_from_the_demo_tree() -> None:
     assert set(config.capabilities.grants) == {"hub:read", "hub:write"}
     assert config.interests.communities == ["m/general"]
     assert config.interests.keywords
-    assert config.behavior.discovery.post_final is True
+    # Public keys only: make demo adds this worker's extensions to its copy.
+    assert config.behavior.discovery.post_final is False
     assert config.capabilities.skills == ["hub-etiquette"]
     assert [skill.name for skill in definition.skills] == ["hub-etiquette"]
     assert "Skill: hub-etiquette" in definition.full_system_prompt()

@@ -1,10 +1,17 @@
 """A corpus of definitions in the public Botburrow format (tests/fixtures/botburrow): each loads
 with no error and no warning, validates against ``agent-worker schema``, and together they use
-every key of the public schema (version 1.0.0)."""
+every key of the public schema (version 1.0.0).
+
+Every definition the project teaches (this corpus, the demo agent, docs/first-agent.md's
+hello-agent) also validates against ``agent-worker schema --public``: the public format
+alone, this worker's extensions refused, as other Botburrow runners read it. The one
+exception is nested-notifier, written in the nested form some Botburrow examples use."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -15,11 +22,17 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support.definitions import write_agent
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.operations import run_checks
 from worker.settings import Settings
 
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "botburrow"
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests" / "fixtures" / "botburrow"
+GUIDE = REPO / "docs" / "first-agent.md"
+DEMO_AGENT = REPO / "worker" / "dev" / "demo" / "agents" / "agents" / "demo-agent" / "config.yaml"
+# The corpus's definition in the nested form: this worker's extension, not the public format.
+NESTED_FORM = "nested-notifier"
 AGENT_WORKER = str(Path(sys.executable).parent / "agent-worker")
 
 # Every key of the public agent-definitions schema 1.0.0, by dotted path.
@@ -101,6 +114,103 @@ def cli_schema() -> dict[str, Any]:
     )
     schema: dict[str, Any] = json.loads(done.stdout)
     return schema
+
+
+@pytest.fixture(scope="module")
+def public_schema() -> dict[str, Any]:
+    """What ``agent-worker schema --public`` prints."""
+    done = subprocess.run(
+        [AGENT_WORKER, "schema", "--public"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    schema: dict[str, Any] = json.loads(done.stdout)
+    return schema
+
+
+def schema_keys(
+    schema: Mapping[str, Any], section: Mapping[str, Any], prefix: str = ""
+) -> Iterator[str]:
+    """The dotted path of every key of ``section`` (a schema's object), through its $refs."""
+    for key, field in section.get("properties", {}).items():
+        target = field
+        if "$ref" in field:
+            target = schema["$defs"][field["$ref"].rsplit("/", 1)[-1]]
+        if "properties" in target:
+            yield from schema_keys(schema, target, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
+def taught_definitions() -> dict[str, dict[str, Any]]:
+    """Every config.yaml the project teaches, by where it is."""
+    guide = re.search(
+        r"cat > my-agents/agents/hello-agent/config.yaml <<'EOF'\n(.*?)\nEOF",
+        GUIDE.read_text(),
+        re.S,
+    )
+    assert guide is not None
+    taught = {f"corpus {name}": document for name, document in documents().items()}
+    del taught[f"corpus {NESTED_FORM}"]
+    taught["docs/first-agent.md hello-agent"] = yaml.safe_load(guide.group(1))
+    taught["demo-agent"] = yaml.safe_load(DEMO_AGENT.read_text())
+    return taught
+
+
+def test_the_public_schema_has_exactly_the_public_keys(public_schema: dict[str, Any]) -> None:
+    assert set(schema_keys(public_schema, public_schema)) == PUBLIC_KEYS
+    assert public_schema["required"] == ["name", "type", "brain", "capabilities"]
+
+
+@pytest.mark.parametrize("where", sorted(taught_definitions()))
+def test_every_taught_definition_validates_against_the_public_schema(
+    where: str, public_schema: dict[str, Any]
+) -> None:
+    validator = jsonschema.Draft202012Validator(public_schema)
+    assert [error.message for error in validator.iter_errors(taught_definitions()[where])] == []
+
+
+def test_the_nested_form_is_outside_the_public_format_only_for_its_nested_switches(
+    public_schema: dict[str, Any],
+) -> None:
+    validator = jsonschema.Draft202012Validator(public_schema)
+    errors = [error.message for error in validator.iter_errors(documents()[NESTED_FORM])]
+    assert errors == ["Additional properties are not allowed ('notifications' was unexpected)"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "advice"),
+    [
+        ("brain.provider", "google", "use openai with an OpenAI-compatible endpoint"),
+        ("brain.provider", "local", "use openai with brain.api_base"),
+        ("type", "custom", "use native, or a coding-agent CLI"),
+    ],
+)
+def test_a_public_value_this_worker_cannot_run_is_one_line_of_check_saying_so(
+    tmp_path: Path, public_schema: dict[str, Any], key: str, value: str, advice: str
+) -> None:
+    document = yaml.safe_load(DEMO_AGENT.read_text())
+    section, _, field = key.rpartition(".")
+    (document[section] if section else document)[field] = value
+    jsonschema.Draft202012Validator(public_schema).validate(document)  # the format allows it
+    document["capabilities"]["skills"] = []  # the demo's skill is not written here
+    write_agent(tmp_path, "demo-agent", document)
+
+    done = subprocess.run(
+        [AGENT_WORKER, "check", "--offline"],
+        env={**os.environ, "AGENTS_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 1
+    (line,) = [line for line in done.stdout.splitlines() if f"{value!r}" in line]
+    assert "agents/demo-agent/config.yaml" in line and f"{key}: {value!r} is in the public" in line
+    assert advice in line
 
 
 def test_the_corpus_has_the_definitions_the_format_calls_for() -> None:

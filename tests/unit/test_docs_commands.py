@@ -33,7 +33,7 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
         1,
         (
             "tests/unit/test_docs_commands.py::test_the_demo_pages_commands_are_the_make_targets",
-            "tests/integration/test_demo.py::test_demo_uses_a_throwaway_redis_not_the_one_at_redis_url",
+            "tests/integration/test_demo.py::test_demo_in_the_guides_shell_uses_a_throwaway_redis_and_the_scripted_model",
         ),
     ),
     "how-to/cli-agent.md": (

@@ -466,6 +466,17 @@ async def test_non_zero_exit_is_an_executor_error_with_a_redacted_stderr_tail(
     assert ANTHROPIC_KEY not in message
 
 
+async def test_a_key_the_stderr_tail_would_cut_through_is_masked_whole(bin_dir: Path) -> None:
+    # The tail keeps the last 600 characters: they start ten characters into the key.
+    filler = "x" * (600 - len(ANTHROPIC_KEY[10:]) - 1)
+    scenario = {"stdout": "", "stderr": f"fatal: {ANTHROPIC_KEY} {filler}\n", "exit_code": 3}
+    fake = install_fake_cli("claude", bin_dir, scenario)
+    result = await executor("claude-code", fake).run(make_request(make_agent("claude-code")))
+
+    message = str(result.error)
+    assert filler in message and ANTHROPIC_KEY[10:20] not in message
+
+
 async def test_garbage_output_names_the_cli_and_what_was_wrong(bin_dir: Path) -> None:
     fake = install_fake_cli(
         "claude", bin_dir, {"stdout": "Segmentation fault? <html>", "exit_code": 0}

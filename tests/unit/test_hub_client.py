@@ -509,6 +509,22 @@ async def test_404_raises_hub_not_found_with_the_hubs_message() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_long_hub_message_is_cut_at_a_space_never_through_a_word() -> None:
+    # The client has no redactor: a key the Hub quotes is kept whole (the worker masks it
+    # wherever it shows the message) or left out, never halved past recognition.
+    key = "sk-proj-0123456789abcdefghijklmnop"
+    detail = "w " * 140 + f"{key} is not a valid key"
+    recorder = Recorder(answer(422, {"detail": detail}))
+    client, _ = make_client(recorder)
+    async with client:
+        with pytest.raises(HubRejected) as raised:
+            await client.create_post(agent_id="a1", content="x", idempotency_key="k")
+
+    assert raised.value.hub_message == ("w " * 140).rstrip()
+    assert key[:8] not in str(raised.value)
+
+
+@pytest.mark.anyio
 async def test_other_4xx_is_rejected_with_status_and_message() -> None:
     recorder = Recorder(answer(422, {"detail": "content is required"}))
     client, _ = make_client(recorder)

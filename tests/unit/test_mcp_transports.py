@@ -11,6 +11,7 @@ from mcp_types import JSONRPCError
 
 from worker.tools._transports import (
     STDERR_BURST_LINES,
+    STDERR_LINE_MAX_CHARS,
     StderrLog,
     _BoundedLines,
     _oversize_reply,
@@ -59,6 +60,14 @@ def test_an_oversized_answer_becomes_an_error_for_its_request(
 
 def test_an_oversized_message_without_a_readable_id_gets_no_reply() -> None:
     assert _oversize_reply(b'{"jsonrpc":"2.0","result":"xxxx', 1000) is None
+
+
+def test_a_secret_the_stderr_line_cut_falls_in_is_masked_whole(log_stream: io.StringIO) -> None:
+    secret = "ghp-secret-value-1234567890"
+    stderr = StderrLog("kit", {"GITHUB_TOKEN": secret})
+    stderr.line("y" * (STDERR_LINE_MAX_CHARS - 10) + f" {secret} tail")
+    (event,) = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    assert event["line"].endswith(" [redacted [cut]") and secret[:8] not in event["line"]
 
 
 def test_stderr_lines_are_events_cut_masked_and_rate_limited(log_stream: io.StringIO) -> None:

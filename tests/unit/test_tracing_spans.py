@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -123,15 +124,34 @@ def test_without_an_exporter_asked_for_tracing_stays_off(monkeypatch: pytest.Mon
             },
             "OTEL_EXPORTER_OTLP_PROTOCOL 'x' is not one of grpc, http/protobuf",
         ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "x",
+            },
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL 'x' is not one of grpc, http/protobuf",
+        ),
+        (
+            # The variable that chose the missing exporter, and the package that has it.
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            },
+            "OTEL_EXPORTER_OTLP_PROTOCOL 'grpc' needs the span exporter 'otlp_proto_grpc' "
+            "(package opentelemetry-exporter-otlp-proto-grpc), which is not installed",
+        ),
     ],
 )
 def test_an_exporter_nothing_provides_is_one_clear_error(
     monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], message: str
 ) -> None:
+    for name in [name for name in os.environ if name.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(_setup, "_configured", None)
-    with pytest.raises(ConfigurationError, match=message.replace("(", r"\(")):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
         _setup.configure_tracing("agent-worker")
 
 

@@ -29,6 +29,7 @@ from worker.agents._config import (
     RecallStrategy,
     Shell,
     config_json_schema,
+    public_json_schema,
 )
 from worker.agents._definition import AgentDefinition, Skill
 from worker.agents._parsing import parse_skill
@@ -58,4 +59,5 @@ __all__ = [
     "Skill",
     "config_json_schema",
     "parse_skill",
+    "public_json_schema",
 ]

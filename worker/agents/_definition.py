@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,19 +38,31 @@ class AgentDefinition:
             )
         return "\n\n".join(section for section in sections if section)
 
+    def files(self) -> list[str]:
+        """The files it was read from, relative to AGENTS_DIR."""
+        folder = f"agents/{self.config.name}"
+        skills = [f"skills/{name}/SKILL.md" for name in self.config.capabilities.skills]
+        return [f"{folder}/config.yaml", f"{folder}/system-prompt.md", *skills]
+
 
 # Bump when the cached shape changes, so old entries read as misses.
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 3
+# The files of a definition as they are now (``DefinitionSource.version``).
+FilesVersion = Callable[[AgentDefinition], "str | None"]
 
 
-def definition_to_json(definition: AgentDefinition, source: str, policy: str) -> str:
+def definition_to_json(
+    definition: AgentDefinition, source: str, policy: str, files: str | None
+) -> str:
     """The cache entry; ``source`` and ``policy`` (the operator rules it was checked
-    under) tell entries written for another AGENTS_DIR or another host's rules apart."""
+    under) tell entries written for another AGENTS_DIR or another host's rules apart,
+    ``files`` (the version of its files when read) an entry whose files changed since."""
     return json.dumps(
         {
             "format": _CACHE_FORMAT,
             "source": source,
             "policy": policy,
+            "files": files,
             "config": definition.config.model_dump(mode="json"),
             "system_prompt": definition.system_prompt,
             "skills": [
@@ -63,8 +76,11 @@ def definition_to_json(definition: AgentDefinition, source: str, policy: str) ->
     )
 
 
-def definition_from_json(raw: str | bytes, source: str, policy: str) -> AgentDefinition | None:
-    """The definition in a cache entry, or None when the entry is stale, foreign or damaged."""
+def definition_from_json(
+    raw: str | bytes, source: str, policy: str, files: FilesVersion
+) -> AgentDefinition | None:
+    """The definition in a cache entry, or None when the entry is stale (its files changed
+    since they were read), foreign or damaged."""
     try:
         entry: Any = json.loads(raw)
         if (entry.get("format"), entry.get("source"), entry.get("policy")) != (
@@ -73,7 +89,7 @@ def definition_from_json(raw: str | bytes, source: str, policy: str) -> AgentDef
             policy,
         ):
             return None
-        return AgentDefinition(
+        definition = AgentDefinition(
             config=AgentConfig.model_validate(entry["config"]),
             system_prompt=str(entry["system_prompt"]),
             skills=[
@@ -89,3 +105,4 @@ def definition_from_json(raw: str | bytes, source: str, policy: str) -> AgentDef
     except (ValueError, TypeError, KeyError, AttributeError):
         # pydantic's ValidationError is a ValueError: an entry from an older release.
         return None
+    return definition if entry.get("files") == files(definition) else None

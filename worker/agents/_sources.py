@@ -1,8 +1,11 @@
 """Where definition files come from: a directory, or an HTTP(S) base URL with the same layout.
 
 Both answer ``read(relative_path)`` with the file's bytes, or None when it does
-not exist. Relative paths are built by the store from validated names only; what
-they lead to (links, FIFOs, devices, redirects, endless bodies) is checked here.
+not exist, and ``version(relative_paths)`` with what tells a changed file from the one
+read (a directory: each file's modification time, size and inode; HTTP: None, it cannot
+tell without fetching, so the cache's TTL decides). Relative paths are built by the store
+from validated names only; what they lead to (links, FIFOs, devices, redirects, endless
+bodies) is checked here.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -34,6 +38,8 @@ class DefinitionSource(Protocol):
         ...
 
     def read(self, relative_path: str) -> bytes | None: ...
+
+    def version(self, relative_paths: Sequence[str]) -> str | None: ...
 
     def list_agents(self) -> list[str]: ...
 
@@ -84,6 +90,18 @@ class DirectorySource:
             return _within_size(_read_at_most(fd, MAX_FILE_BYTES + 1), relative_path)
         finally:
             os.close(fd)
+
+    def version(self, relative_paths: Sequence[str]) -> str | None:
+        """The files as they are now: a stat each (no read), "-" for one that is missing."""
+        stamps = []
+        for relative_path in relative_paths:
+            try:
+                status = os.stat(self._root / relative_path)
+            except OSError:
+                stamps.append("-")
+            else:
+                stamps.append(f"{status.st_mtime_ns}:{status.st_size}:{status.st_ino}")
+        return " ".join(stamps)
 
     def list_agents(self) -> list[str]:
         agents_dir = self._root / "agents"
@@ -138,6 +156,9 @@ class HttpSource:
             raise AgentConfigError(
                 f"{shown_url}: could not be fetched ({type(exc).__name__})"
             ) from None
+
+    def version(self, relative_paths: Sequence[str]) -> str | None:
+        return None
 
     def list_agents(self) -> list[str]:
         # Object stores and raw Git endpoints have no directory listing.

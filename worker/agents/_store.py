@@ -1,4 +1,10 @@
-"""AgentStore: load an agent's definition by id, through a Redis cache with a TTL."""
+"""AgentStore: load an agent's definition by id, through a Redis cache with a TTL.
+
+A cached definition read from a directory is used only while its files are unchanged
+(modification time, size, inode: a stat each, no read): an edit to config.yaml, the
+system prompt or a skill is read by the next task, without ``reload-agents``. From an
+HTTP source a change is seen when the entry's TTL runs out (or on ``reload-agents``).
+"""
 
 from __future__ import annotations
 
@@ -83,7 +89,8 @@ class AgentStore:
 
     def cached(self, agent_id: str) -> AgentDefinition | None:
         """The cached definition, or None; never reads the source (for callers that must
-        not wait on an HTTP source, like the worker parent)."""
+        not wait on an HTTP source, like the worker parent): a directory's files are only
+        stat'ed, to tell an edited one."""
         _check_agent_id(agent_id)
         return self._cached(agent_id)
 
@@ -152,7 +159,7 @@ class AgentStore:
             if memo is None or memo[0] <= monotonic():
                 self._memo.pop(agent_id, None)
                 return None
-            return definition_from_json(memo[1], self._files.label, self._policy_fingerprint)
+            return self._decoded(memo[1])
         try:
             entry = self._redis.get(_cache_key(agent_id))
         except redis.RedisError as exc:
@@ -166,13 +173,23 @@ class AgentStore:
             return None
         if not isinstance(entry, (bytes, str)):
             return None
-        return definition_from_json(entry, self._files.label, self._policy_fingerprint)
+        return self._decoded(entry)
+
+    def _decoded(self, entry: str | bytes) -> AgentDefinition | None:
+        return definition_from_json(
+            entry, self._files.label, self._policy_fingerprint, self._files_version
+        )
+
+    def _files_version(self, definition: AgentDefinition) -> str | None:
+        return self._files.version(definition.files())
 
     def _remember(self, agent_id: str, definition: AgentDefinition) -> None:
         ttl_s = self._ttl_for(definition.config)
         if ttl_s <= 0:
             return
-        entry = definition_to_json(definition, self._files.label, self._policy_fingerprint)
+        # Taken just after the read: an edit within that instant waits for the TTL.
+        files = self._files_version(definition)
+        entry = definition_to_json(definition, self._files.label, self._policy_fingerprint, files)
         entry_bytes = len(entry.encode())
         if entry_bytes > MAX_CACHE_ENTRY_BYTES:
             log_event(

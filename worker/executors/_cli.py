@@ -380,12 +380,13 @@ def failed(error: WorkerError) -> CliTranscript:
 def stderr_tail(stderr: bytes, redact: Redactor) -> str:
     """The end of what the CLI wrote on stderr, one line, secrets masked."""
     text = _ANSI_ESCAPE.sub("", stderr.decode("utf-8", "replace"))
-    text = " ".join(text.split())
+    # Redacted whole, then cut: a secret halved by the cut is no longer recognisable.
+    text = " ".join(redact(text).split())
     if not text:
         return "(nothing on stderr)"
     if len(text) > _STDERR_TAIL_CHARS:
         text = "…" + text[-_STDERR_TAIL_CHARS:]
-    return redact(text)
+    return text
 
 
 def model_error(

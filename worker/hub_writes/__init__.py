@@ -17,6 +17,7 @@ from worker._lazy import lazy_getattr
 if TYPE_CHECKING:
     from worker.hub_writes._outbox import (
         CLAIM_LEASE_S,
+        DEAD_LETTER_KINDS,
         DEFAULT_MAX_ATTEMPTS,
         MAX_BACKOFF_S,
         DrainResult,
@@ -47,6 +48,7 @@ _OUTBOX = "worker.hub_writes._outbox"
 _WRITE_CAPS = "worker.hub_writes._write_caps"
 _LAZY = {
     "CLAIM_LEASE_S": _OUTBOX,
+    "DEAD_LETTER_KINDS": _OUTBOX,
     "DEFAULT_MAX_ATTEMPTS": _OUTBOX,
     "MAX_BACKOFF_S": _OUTBOX,
     "DrainResult": _OUTBOX,
@@ -75,6 +77,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
     "CLAIM_LEASE_S",
+    "DEAD_LETTER_KINDS",
     "DEFAULT_MAX_ATTEMPTS",
     "MAX_BACKOFF_S",
     "CappedToolbox",

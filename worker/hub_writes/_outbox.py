@@ -20,7 +20,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import anyio
 from redis import Redis
@@ -32,6 +32,8 @@ from worker.logs import log_event
 from worker.redis_io import keys as redis_keys
 
 Kind = Literal["comment", "post", "consumption", "notifications_read", "activated"]
+# What a dead letter is counted as: an item's kind, or an item that could not be read.
+DEAD_LETTER_KINDS: tuple[str, ...] = (*get_args(Kind), "unreadable")
 # Called with the item's kind whenever an item becomes a dead letter (a metric).
 DeadLetterHook = Callable[[str], None]
 
@@ -342,7 +344,7 @@ def _bury_garbage(
     )
     bury(redis, item, f"unreadable outbox item: {exc}", on_dead_letter=None, remove_raw=raw)
     if on_dead_letter is not None:
-        on_dead_letter("unreadable")
+        on_dead_letter(DEAD_LETTER_KINDS[-1])
 
 
 def _release(redis: Redis, members: list[bytes]) -> None:

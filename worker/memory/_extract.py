@@ -8,8 +8,10 @@ what) and the answer it delivered. Decisions are the answer's own sentences that
 one ("I will ...", "We decided ...", "Decision: ..."). No second model call is made,
 so remembering costs no tokens and no money.
 
-The texts come from the Hub, so they are stored redacted and later recalled inside the
-untrusted-content delimiters; this module only selects and clips.
+The texts come from the Hub and are recalled inside the untrusted-content delimiters.
+They arrive redacted, each whole (the thread as the task read it, the answer as it was
+delivered): the clips here would halve a secret a redactor run afterwards could no longer
+recognise. This module only selects and clips.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 @dataclass(frozen=True, kw_only=True)
 class TaskExchange:
-    """What a finished task offers memory: its thread (a notification's; None for an
-    exploration), the answer it delivered (redacted; empty when none) and, for an
-    exploration, the summary of what it explored."""
+    """What a finished task offers memory: its thread (a notification's, redacted; None for
+    an exploration), the answer it delivered (redacted; empty when none) and, for an
+    exploration, the summary of what it explored. Redacted before anything is clipped."""
 
     agent: str
     task_id: str

@@ -7,6 +7,9 @@ from these tables and accepts nothing outside them from a job process.
 
 from __future__ import annotations
 
+from worker.hub_writes import DEAD_LETTER_KINDS
+from worker.redis_io import OUTAGE_KINDS
+
 # name -> (help, label names); the names and labels the reference lists are a contract.
 COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "agent_tasks_total": (
@@ -134,3 +137,9 @@ GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
 # are counted as "other", so no input can grow the series without bound.
 LABEL_VALUE_CAPS = {"tool": 256, "agent": 1024, "model": 128}
 OTHER_LABEL = "other"
+# Counters whose every label value is known in advance: started at 0 (the alerts in
+# deploy/prometheus count their first event with increase()).
+KNOWN_LABEL_SETS: dict[str, list[tuple[str, ...]]] = {
+    "agent_redis_unavailable_total": [(kind,) for kind in OUTAGE_KINDS],
+    "agent_outbox_dead_letters_total": [(kind,) for kind in DEAD_LETTER_KINDS],
+}

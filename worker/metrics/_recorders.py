@@ -27,6 +27,7 @@ from worker.metrics._collector import MemoryCollector, QueueCollector, WithoutCr
 from worker.metrics._families import (
     COUNTERS,
     HISTOGRAMS,
+    KNOWN_LABEL_SETS,
     LABEL_VALUE_CAPS,
     OTHER_LABEL,
     UNDECODABLE_JOBS,
@@ -63,6 +64,7 @@ class WorkerMetrics:
         self._queue_collector: QueueCollector | None = None
         self._memory_collector: MemoryCollector | None = None
         self._label_values: dict[str, set[str]] = {}
+        self._start_known_series()
 
     def watch_queues(self, redis_factory: Callable[[], Redis], queue_names: Sequence[str]) -> None:
         """Export ``agent_queue_jobs``, ``agent_outbox_items`` and ``agent_memory_bytes``,
@@ -88,6 +90,16 @@ class WorkerMetrics:
                     seen.add(value)
             bounded.append(value)
         return tuple(bounded)
+
+    def _start_known_series(self) -> None:
+        """Every label set known in advance at 0, so the first scrape shows it and the
+        alerts' ``increase()`` counts its first event (Prometheus's own advice). Only closed
+        sets: a series per agent, tool or model would grow the exposition for events most
+        never have."""
+        for name, label_sets in KNOWN_LABEL_SETS.items():
+            counter = self._counters[name][0]
+            for labels in label_sets:
+                counter.labels(*labels)
 
     def redis_unavailable(self, kind: str) -> None:
         """One wait for Redis (``kind`` from ``worker.redis_io._faults.outage_kind``)."""
@@ -155,6 +167,9 @@ class ForwardedMetrics(WorkerMetrics):
 
     def apply(self, batch: Mapping[str, Any]) -> None:
         self._send(json.dumps(batch, separators=(",", ":")).encode() + b"\n")
+
+    def _start_known_series(self) -> None:
+        """Nothing: this registry is never served; the pool's has them from its start."""
 
 
 def apply_forwarded(line: bytes, *, metrics: WorkerMetrics | None = None) -> None:

@@ -22,6 +22,7 @@ from typing import ClassVar, Protocol, TypeVar
 import anyio
 
 from hub_client.retry_rules import Backoff, Failure, Jitter, classify_status
+from worker import logs
 from worker.exceptions import ContextTooLong, ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models._prices import PriceTable
 from worker.models._types import ModelRequest, ModelResponse, Usage
@@ -317,6 +318,7 @@ class RetryingModel(ABC):
 def connection_failure(exc: BaseException) -> str:
     """What went wrong on the wire, from an SDK connection error and the error beneath it."""
     cause = exc.__cause__ or exc
-    detail = " ".join(str(cause).split())[:_DETAIL_MAX_CHARS]
+    # Redacted before the cut: an SDK error may quote a URL with its credentials.
+    detail = " ".join(logs.redact(str(cause)).split())[:_DETAIL_MAX_CHARS]
     name = type(cause).__name__
     return f"connection failed: {name}: {detail}" if detail else f"connection failed: {name}"

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pydantic
 
+from worker import logs
 from worker.exceptions import StructuredOutputError
 from worker.models._types import Model, ModelRequest, ModelResponse, StopReason
 
@@ -63,7 +64,7 @@ def parse_structured(response: ModelResponse, output_type: type[T]) -> T:
             f"{response.provider} model {response.model!r} did not answer with a valid "
             f"{output_type.__name__}: {_problem(exc)}{_stop_hint(response)}",
             model=response.model,
-            raw=response.text[:_RAW_ANSWER_MAX_CHARS],
+            raw=logs.redact(response.text)[:_RAW_ANSWER_MAX_CHARS],
         ) from exc
 
 
@@ -76,7 +77,7 @@ def parse_structured_text(text: str, output_type: type[T]) -> T:
         raise StructuredOutputError(
             f"the answer is not a valid {output_type.__name__}: {_problem(exc)}",
             model="",
-            raw=text[:_RAW_ANSWER_MAX_CHARS],
+            raw=logs.redact(text)[:_RAW_ANSWER_MAX_CHARS],
         ) from exc
 
 

@@ -147,8 +147,10 @@ def _check_hub(report: CheckReport, config: Settings, timeout_s: float) -> None:
     problem = probe_hub(config.hub_url, key, timeout_s=timeout_s)
     if problem is None:
         report.checked.append("the Hub answers")
+    elif problem.key_refused:  # every task would fail on it, then dead-letter its writes
+        report.error("HUB_API_KEY", problem.message)
     else:
-        report.warning("HUB_URL", problem)
+        report.warning("HUB_URL", problem.message)
 
 
 def _parser() -> argparse.ArgumentParser:

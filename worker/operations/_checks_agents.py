@@ -121,13 +121,33 @@ def check_grants_match_tools(
         for grant in definition.config.capabilities.grants:
             if any(grant_covers(grant, tool_grant) for tool_grant in required):
                 continue
-            close = difflib.get_close_matches(grant, required, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            close = closest_grant(grant, required)
+            hint = f" (did you mean {close!r}?)" if close else ""
             report.warning(
                 f"agents/{name}/config.yaml",
                 f"capabilities.grants: {grant!r} matches no tool of any MCP_CONFIG server{hint}",
                 agent=name,
             )
+
+
+def closest_grant(grant: str, candidates: list[str]) -> str | None:
+    """The grant ``grant`` is probably a typo of: one part the same and the other close
+    (``hub:raed`` → ``hub:read``, ``hbu:read`` → ``hub:read``), never a grant of another
+    service that only shares the scope (``kubernetes:read``, ``github:read``: not ``hub:read``)."""
+    service, _, scope = grant.partition(":")
+
+    def close(a: str, b: str) -> bool:  # a slip of a key or two, not another word
+        return abs(len(a) - len(b)) <= 2 and difflib.SequenceMatcher(None, a, b).ratio() >= 0.6
+
+    fitting = []
+    for candidate in candidates:
+        other_service, _, other_scope = candidate.partition(":")
+        if (service == other_service and close(scope, other_scope)) or (
+            scope == other_scope and close(service, other_service)
+        ):
+            fitting.append(candidate)
+    best = difflib.get_close_matches(grant, fitting, n=1, cutoff=0)
+    return best[0] if best else None
 
 
 def check_memory(

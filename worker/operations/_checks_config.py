@@ -24,8 +24,18 @@ from worker.settings import Settings
 
 
 def _agents_root(report: CheckReport, source: str) -> Path | None:
-    """The AGENTS_DIR directory when it has the expected layout; None (and why) otherwise."""
+    """The AGENTS_DIR directory when it has the expected layout and can be read; None (and
+    why, in one line naming AGENTS_DIR) otherwise."""
     root = Path(source).expanduser().absolute()
+    try:
+        return _readable_layout(report, root)
+    except OSError as exc:  # a directory on the way this process may not enter or list
+        where = exc.filename or root
+        report.error("AGENTS_DIR", f"{where} cannot be read ({exc.strerror or exc})")
+        return None
+
+
+def _readable_layout(report: CheckReport, root: Path) -> Path | None:
     if not root.exists():
         report.error("AGENTS_DIR", f"{root} does not exist")
         return None
@@ -43,6 +53,7 @@ def _agents_root(report: CheckReport, source: str) -> Path | None:
             # An empty definitions tree is a fleet without agents yet, not a broken one.
             report.warning("AGENTS_DIR", f"{root} has no agents/<name>/config.yaml yet")
         return None
+    os.listdir(root / "agents")  # unreadable, it would look empty: say so instead
     return root
 
 
@@ -95,10 +106,20 @@ def check_skills(report: CheckReport, config: Settings) -> None:
     from worker.agents import parse_skill
 
     root = Path(config.agents_dir).expanduser().absolute() / "skills"
-    if config.agents_dir.lower().startswith(("http://", "https://")) or not root.is_dir():
+    # An AGENTS_DIR that cannot be entered is one error already (check_agents).
+    if config.agents_dir.lower().startswith(("http://", "https://")) or not os.access(
+        root.parent, os.R_OK | os.X_OK
+    ):
+        return
+    try:
+        if not root.is_dir():
+            return
+        folders = sorted(child for child in root.iterdir() if child.is_dir())
+    except OSError as exc:
+        report.error("AGENTS_DIR", f"{root} cannot be read ({exc.strerror or exc})")
         return
     count = 0
-    for folder in sorted(child for child in root.iterdir() if child.is_dir()):
+    for folder in folders:
         skill_file = f"skills/{folder.name}/SKILL.md"
         try:
             parse_skill((folder / "SKILL.md").read_bytes(), skill_file)

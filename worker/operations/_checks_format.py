@@ -3,6 +3,8 @@ worker does otherwise, and every effective value of each agent (``check --json``
 
     warning: agents/ops/config.yaml: version: 2.0.0 is schema major version 2; ...
     warning: agents/ops/config.yaml: capabilities.mcp_servers.1: inline entry 'k8s' ...
+    warning: agents/ops/config.yaml: capabilities.shell.enabled: a native agent has no shell ...
+    warning: agents/ops/config.yaml: capabilities.spawning.can_propose: this worker never ...
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def check_definition_format(report: CheckReport, agents: Mapping[str, AgentDefin
         where = f"agents/{name}/config.yaml"
         _check_version(report, definition, where)
         _check_inline_servers(report, definition, where)
+        _check_declined(report, definition, where)
         report.effective_agents[name] = effective_values(definition)
 
 
@@ -60,3 +63,22 @@ def _check_inline_servers(report: CheckReport, definition: AgentDefinition, wher
                 f"and the agent gets MCP_CONFIG's server {entry.name!r} if there is one",
                 agent=definition.config.name,
             )
+
+
+def _check_declined(report: CheckReport, definition: AgentDefinition, where: str) -> None:
+    """Keys that load but ask for what this worker does not do for that agent."""
+    config = definition.config
+    if config.type == "native" and config.capabilities.shell.enabled:
+        report.warning(
+            where,
+            "capabilities.shell.enabled: a native agent has no shell here (only a coding-agent "
+            "CLI type runs commands, in its sandbox); its tools are MCP_CONFIG's servers",
+            agent=config.name,
+        )
+    if config.capabilities.spawning.can_propose:
+        report.warning(
+            where,
+            "capabilities.spawning.can_propose: this worker never creates or proposes agents "
+            "(definitions come only from AGENTS_DIR); the key is ignored",
+            agent=config.name,
+        )

@@ -9,6 +9,7 @@ quote a URL with a token in it).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import httpx2
 from redis import Redis
@@ -51,7 +52,16 @@ def probe_redis(url: str, *, timeout_s: float, client: Redis | None = None) -> s
     return None
 
 
-def probe_hub(hub_url: str, api_key: str | None, *, timeout_s: float) -> str | None:
+@dataclass(frozen=True)
+class HubProblem:
+    """What the Hub probe found wrong: a Hub that does not answer (it may come back: the
+    worker waits for it) or one that refuses the key (every task would fail on it)."""
+
+    message: str
+    key_refused: bool
+
+
+def probe_hub(hub_url: str, api_key: str | None, *, timeout_s: float) -> HubProblem | None:
     """Ask the Hub for its stale agents: any answer means reachable; 401/403 means a bad key."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     url = f"{hub_url.rstrip('/')}/api/v1/agents"
@@ -59,10 +69,12 @@ def probe_hub(hub_url: str, api_key: str | None, *, timeout_s: float) -> str | N
         with _client(timeout_s) as client:
             response = client.get(url, params={"stale": "true", "limit": "1"}, headers=headers)
     except httpx2.HTTPError as exc:
-        return f"the Hub at {shown_url(hub_url)} does not answer ({type(exc).__name__})"
+        message = f"the Hub at {shown_url(hub_url)} does not answer ({type(exc).__name__})"
+        return HubProblem(message, key_refused=False)
     if classify_status(response.status_code) is Failure.AUTH:
         held = "HUB_API_KEY" if api_key else "no HUB_API_KEY (unset)"
-        return f"the Hub at {shown_url(hub_url)} refuses {held} (HTTP {response.status_code})"
+        message = f"the Hub at {shown_url(hub_url)} refuses {held} (HTTP {response.status_code})"
+        return HubProblem(message, key_refused=True)
     return None
 
 

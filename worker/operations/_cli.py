@@ -11,11 +11,11 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 
 from redis import Redis
 from redis.exceptions import RedisError
 
+from worker._version import package_version
 from worker.exceptions import ConfigurationError
 from worker.operations._redis_option import REDIS_URL_OPTION, redis_url_parser, use_redis_url
 from worker.redis_io import redis_error_line
@@ -40,13 +40,6 @@ def _take_redis_url(arguments: list[str]) -> list[str]:
         else:
             kept.append(argument)
     return kept
-
-
-def _package_version() -> str:
-    try:
-        return version("hub-agent-worker")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _redis() -> Redis:
@@ -107,9 +100,10 @@ def _steer(args: argparse.Namespace, rest: list[str]) -> int:
 def _schema(args: argparse.Namespace, rest: list[str]) -> int:
     import json
 
-    from worker.agents import config_json_schema
+    from worker.agents import config_json_schema, public_json_schema
 
-    print(json.dumps(config_json_schema(), indent=2))
+    schema = public_json_schema() if args.public else config_json_schema()
+    print(json.dumps(schema, indent=2))
     return 0
 
 
@@ -122,7 +116,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
         description="Operate the Hub agent worker fleet.",
         epilog=f"Every command that uses Redis takes {REDIS_URL_OPTION} URL (default: REDIS_URL).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_package_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     handlers: dict[str, Handler] = {}
 
@@ -139,11 +133,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
         "run the local in-memory Hub (takes --host, --port, --api-key)",
         uses_redis=False,
     )
-    command(
+    schema = command(
         "schema",
         _schema,
         "print the JSON Schema of an agent's config.yaml (every key, its description, default)",
         uses_redis=False,
+    )
+    schema.add_argument(
+        "--public",
+        action="store_true",
+        help="the public Botburrow format only: this worker's extensions are refused",
     )
     enqueue = command("enqueue", _enqueue, "validate and enqueue tasks (JSON, array or lines)")
     enqueue.add_argument("source", help="a file of tasks, or - for standard input")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -201,7 +202,7 @@ def main(argv: list[str]) -> int:
     redis, redact, settings = session.redis, session.redact, session.settings
     try:
         if args.action == "list":
-            return _list(redis, as_json=args.json, limit=args.limit)
+            return _list(redis, as_json=args.json, limit=args.limit, redact=redact)
         if args.all == bool(args.ids):
             parser.error(f"{args.action}: give dead letter ids or --all (not both)")
         letters = list_dead_letters(redis, limit=0) if args.all else _named(redis, args.ids)
@@ -230,8 +231,12 @@ def _named(redis: Redis, ids: list[str]) -> list[DeadLetter] | None:
     return letters
 
 
-def _list(redis: Redis, *, as_json: bool, limit: int) -> int:
-    letters = list_dead_letters(redis, limit=limit)
+def _list(redis: Redis, *, as_json: bool, limit: int, redact: Callable[[str], str]) -> int:
+    # The Hub's or the network's words: redacted whole before the preview cuts them.
+    letters = [
+        replace(letter, error=redact(letter.error))
+        for letter in list_dead_letters(redis, limit=limit)
+    ]
     if as_json:
         for letter in letters:
             print(json.dumps(asdict(letter)))

@@ -1,7 +1,12 @@
 """The execution request of a task: what the model reads first, and how the run is bounded.
 
-thread (notification) or feed (discovery) → system prompt and first message
-(``_prompt`` writes their text) → loop settings → ExecutionRequest.
+thread (notification) or feed (discovery) → redacted whole → system prompt and first
+message (``_prompt`` writes their text, clipping long items) → loop settings →
+ExecutionRequest.
+
+The Hub's texts are redacted as they arrive, before anything clips them: the prompt's
+item clip, memory's message clip and recall's query all cut, and a redactor handed half
+a secret cannot recognise it (redact, then cut).
 """
 
 from __future__ import annotations
@@ -56,9 +61,11 @@ async def build_request(
     thread: Post | None = None
     feed: list[Post] = []
     if task.type is TaskType.NOTIFICATION:
-        thread = state.thread = await _thread(runtime, hub, state, task)
+        thread = state.thread = redacted_post(await _thread(runtime, hub, state, task), runtime)
     else:
-        feed = await _discovery_feed(hub, state, task, agent)
+        feed = [
+            redacted_post(post, runtime) for post in await _discovery_feed(hub, state, task, agent)
+        ]
     # Fixed from the task, the definition and the Hub's answers, before the model reads any.
     scope = state.scope.scope = task_scope(task, agent, thread=thread, feed=feed)
     # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
@@ -104,6 +111,19 @@ async def build_request(
         untrusted_nonce=blocks.nonce,
         scope=scope,
         on_scope_refused=scope_refusal_handler(runtime, state, task),
+    )
+
+
+def redacted_post(post: Post, runtime: TaskRuntime) -> Post:
+    """``post`` with its title, content and comments' content redacted, each whole."""
+    redact = runtime.redactor
+    comments = [c.model_copy(update={"content": redact(c.content)}) for c in post.comments]
+    return post.model_copy(
+        update={
+            "title": redact(post.title) if post.title else post.title,
+            "content": redact(post.content),
+            "comments": comments,
+        }
     )
 
 

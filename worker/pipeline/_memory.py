@@ -124,8 +124,10 @@ async def remember(
     if memory is None:
         return
     exchange = task_exchange(runtime, state, task, result)
-    # Stored redacted: a secret said in a thread must not wait in Redis to be recalled; and
-    # for the task's audience: what a DM said is recalled only in a DM with that person.
+    # The exchange is redacted whole before its clips; each record is masked again as a
+    # whole too (the names in it): a secret said in a thread must not wait in Redis to be
+    # recalled; and for the task's audience: what a DM said is recalled only in a DM with
+    # that person.
     audience = state.scope.scope.audience
     records = [
         replace(record, text=runtime.redactor(record.text), audience=audience)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     )
     from worker.redis_io._faults import (
         DEFAULT_REDIS_PATIENCE_S,
+        OUTAGE_KINDS,
         REDIS_UNAVAILABLE,
         RedisOutage,
         access_refusal,
@@ -58,6 +59,7 @@ _LAZY = {
     "check_redis_access": _FAULTS,
     "redis_error_line": _FAULTS,
     "is_redis_outage": _FAULTS,
+    "OUTAGE_KINDS": _FAULTS,
     "outage_kind": _FAULTS,
     "patient_redis_retry": _FAULTS,
     "until_redis_answers": _FAULTS,
@@ -68,6 +70,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = [
     "DEFAULT_REDIS_PATIENCE_S",
     "FREE_CONNECTION_WAIT_S",
+    "OUTAGE_KINDS",
     "REDIS_UNAVAILABLE",
     "RQ_CONFIG_MODULE",
     "RedisOutage",

@@ -41,6 +41,7 @@ from worker.exceptions import ConfigurationError
 from worker.logs import log_event
 
 __all__ = [
+    "OUTAGE_KINDS",
     "REDIS_UNAVAILABLE",
     "RedisOutage",
     "access_refusal",
@@ -104,10 +105,10 @@ def redis_error_line(error: RedisError) -> str:
     return access_refusal(error) or f"cannot reach Redis: {error}"
 
 
-def check_redis_access(connection: Redis) -> None:
+def check_redis_access(connection: Redis) -> RedisError | None:
     """PING once at start: raise ConfigurationError when Redis refuses this client.
 
-    An outage is left to the caller's own waiting (the first command meets it again).
+    An outage is returned (None: Redis answered), for the caller to wait out or report.
     """
     try:
         connection.ping()
@@ -115,6 +116,13 @@ def check_redis_access(connection: Redis) -> None:
         refusal = access_refusal(exc)
         if refusal is not None:
             raise ConfigurationError(refusal) from None
+        return exc
+    return None
+
+
+# The kinds outage_kind names; a refused command's own first word (from ResponseError)
+# comes on top. Metrics start each at 0, so the first outage is an increase.
+OUTAGE_KINDS = ("connection", "timeout", "loading", "oom", "readonly", "masterdown")
 
 
 def outage_kind(error: BaseException) -> str:

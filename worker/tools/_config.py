@@ -161,6 +161,18 @@ class McpServerConfig(BaseModel):
             headers["Authorization"] = f"Bearer {worker_token}"
         return headers
 
+    def credentials_sent(self, worker_token: str | None) -> str:
+        """Which credentials ``http_headers`` sends, named for an operator."""
+        if self.token is not None:
+            return "its token from MCP_CONFIG"
+        if any(key.lower() == "authorization" for key in self.headers):
+            return "its Authorization header from MCP_CONFIG"
+        if self.first_party and worker_token:
+            return "MCP_AUTH_TOKEN"
+        return (
+            "the request without credentials (no token; MCP_AUTH_TOKEN goes to first_party servers)"
+        )
+
     def identity(self, name: str) -> str:
         """A digest of the server's name and entry, secrets included, for the per-process caches.
 

@@ -58,6 +58,8 @@ class ServerLink:
     closing: anyio.Event = field(default_factory=anyio.Event)
     gone: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    # The HTTP status of an answer that refused the credentials it was sent (401, 403).
+    refused_status: int | None = None
 
     @property
     def unavailable_message(self) -> str:
@@ -90,6 +92,20 @@ class ServerLink:
         self.listed[tool.name] = spec
         if may_offer(name, required_grant):
             self.offered.append(spec)
+
+    def note_refusal(self, status: int) -> None:
+        self.refused_status = status
+
+    def failure_reason(self, exc: BaseException, worker_token: str | None) -> str:
+        """Why it failed, for ``withdraw``: a refused credential named as such (the SDK says
+        only "Server returned an error response"), else the innermost cause."""
+        if self.refused_status is None:
+            return describe_failure(exc)
+        sent = self.config.credentials_sent(worker_token)
+        return (
+            f"the server refused {sent} (HTTP {self.refused_status}): "
+            "a wrong or missing token, not a server fault"
+        )
 
     def withdraw(self, reason: str) -> None:
         if self.down_reason is None:

@@ -70,7 +70,6 @@ from worker.tools._links import (
     SEPARATOR,
     ServerLink,
     ToolCaller,
-    describe_failure,
     server_tools,
 )
 from worker.tools._pool import stdio_pool
@@ -340,7 +339,7 @@ class McpToolbox:
                 else:
                     await self._hold_session(link)
             except Exception as exc:
-                link.withdraw(describe_failure(exc))
+                link.withdraw(link.failure_reason(exc, self._auth_token))
             finally:
                 link.ready.set()
                 link.gone.set()
@@ -388,6 +387,7 @@ class McpToolbox:
                 server.http_headers(self._auth_token),
                 connect_timeout_s=self._connect_timeout_s,
                 max_result_bytes=self._max_result_bytes,
+                on_refused=link.note_refusal,
             )
         return stdio_streams(
             link.name,

@@ -117,18 +117,44 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+# Called with the HTTP status when a server refuses the request's credentials.
+OnRefused = Callable[[int], None]
+
+
+def _no_refusal_hook(status: int) -> None:
+    """Nobody asked to hear about a refusal."""
+
+
 @asynccontextmanager
 async def http_streams(
-    url: str, headers: dict[str, str], *, connect_timeout_s: float, max_result_bytes: int
+    url: str,
+    headers: dict[str, str],
+    *,
+    connect_timeout_s: float,
+    max_result_bytes: int,
+    on_refused: OnRefused = _no_refusal_hook,
 ) -> AsyncIterator[_Streams]:
+    """The streams of an MCP session over streamable HTTP. ``on_refused`` gets the status of
+    a 401 or 403 answer: the SDK reports it only as "Server returned an error response",
+    and an operator must tell a refused token from a server fault."""
     # Read timeout stays long: a server may hold a response stream open, and each
     # call is bounded by its own remaining budget anyway.
     timeout = httpx2.Timeout(connect_timeout_s, read=300.0)
     transport = CappedTransport(
         httpx2.AsyncHTTPTransport(verify=client_ssl_context()), max_result_bytes
     )
+
+    async def note_refusal(response: httpx2.Response) -> None:
+        if response.status_code in (401, 403):
+            on_refused(response.status_code)
+
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout, transport=transport) as http_client,
+        httpx2.AsyncClient(
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            event_hooks={"response": [note_refusal]},
+        ) as http_client,
         streamable_http_client(
             url,
             http_client=http_client,
@@ -217,10 +243,10 @@ class StderrLog:
         if not self._take_token():
             self.dropped += 1
             return
+        for secret in self._secrets:  # before the cut, which could halve one
+            text = text.replace(secret, "[redacted]")
         if len(text) > STDERR_LINE_MAX_CHARS:
             text = text[:STDERR_LINE_MAX_CHARS] + " [cut]"
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
         if self.dropped:
             dropped, self.dropped = self.dropped, 0
             log_event("mcp_server_stderr_dropped", "warning", server=self._server, lines=dropped)

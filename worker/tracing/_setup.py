@@ -31,6 +31,12 @@ from worker.tracing._relay import install_relay
 TRACER_NAME = "hub-agent-worker"
 _EXPORTER_GROUP = "opentelemetry_traces_exporter"
 _OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
+# The signal's own variable first, as the specification orders them.
+_PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_EXPORTER_PACKAGES = {
+    "otlp_proto_http": "opentelemetry-exporter-otlp-proto-http",
+    "otlp_proto_grpc": "opentelemetry-exporter-otlp-proto-grpc",
+}
 _ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 _lock = threading.Lock()
@@ -168,25 +174,27 @@ def _exporter_names() -> list[str]:
 
 
 def _exporter_class(name: str) -> Any:
-    entry_name = name
+    """The span exporter ``name`` stands for; a missing one is named with the variable that
+    chose it (the protocol's for otlp) and the package that brings it."""
+    entry_name, chosen_by = name, f"OTEL_TRACES_EXPORTER {name!r}"
     if name == "otlp":
-        protocol = (
-            os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-            or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-            or "http/protobuf"
-        ).strip()
+        variable = next((v for v in _PROTOCOL_VARIABLES if os.environ.get(v, "").strip()), None)
+        protocol = os.environ[variable].strip() if variable else "http/protobuf"
         if protocol not in _OTLP_BY_PROTOCOL:
             raise ConfigurationError(
-                f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r} is not one of "
-                f"{', '.join(sorted(_OTLP_BY_PROTOCOL))}"
+                f"{variable} {protocol!r} is not one of {', '.join(sorted(_OTLP_BY_PROTOCOL))}"
             )
         entry_name = _OTLP_BY_PROTOCOL[protocol]
+        if variable is not None:
+            chosen_by = f"{variable} {protocol!r}"
     found = list(entry_points(group=_EXPORTER_GROUP, name=entry_name))
     if not found:
         installed = sorted(entry.name for entry in entry_points(group=_EXPORTER_GROUP))
+        package = _EXPORTER_PACKAGES.get(entry_name)
         raise ConfigurationError(
-            f"OTEL_TRACES_EXPORTER {name!r} needs the span exporter {entry_name!r}, which is "
-            f"not installed (installed: {', '.join(installed) or 'none'})"
+            f"{chosen_by} needs the span exporter {entry_name!r}"
+            + (f" (package {package})" if package else "")
+            + f", which is not installed (installed: {', '.join(installed) or 'none'})"
         )
     return found[0].load()
 

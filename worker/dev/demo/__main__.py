@@ -1,11 +1,16 @@
 """``make demo``: one notification and one exploration task, end to end, on a local stack.
 
-Starts a throwaway redis-server, the devhub, our MCP servers and — without a
-provider key — a scripted model endpoint whose demo agent really calls the hub
-tools; seeds a post that mentions the demo agent, enqueues the two tasks, runs
+Starts a throwaway redis-server, the devhub, our MCP servers and — unless
+``DEMO_MODEL`` names a provider — a scripted model endpoint whose demo agent really
+calls the hub tools; seeds a post that mentions the demo agent, enqueues the two tasks, runs
 ``rq worker agents --burst`` with ``RQ_WORKER_CLASS=worker.AgentWorker`` and
 ``RQ_CONFIG=worker.rq_config``, and
 prints what the agent posted, the AgentReports and a few metric lines.
+
+A real model is only ever chosen explicitly (``DEMO_MODEL=openai`` or ``anthropic``), never
+by a provider key found in the shell: docs/first-agent.md leaves ``OPENAI_API_KEY`` and
+``OPENAI_BASE_URL`` exported for its scripted endpoint, and a demo that took them as a
+real provider would talk to the wrong endpoint. The banner prints the model's base URL.
 
 It never touches a queue it did not create: ``REDIS_URL`` may point at a live
 fleet, whose ``agents`` queue the demo's tasks must not join. Only on a host
@@ -25,6 +30,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,60 @@ SHOWN_METRICS = (
 
 
 DEFAULT_QUEUE = "agents"
+# Per-task limits of the demo agent (this worker's extension, added to its copy).
+DEMO_LIMITS = {"max_tokens": 50_000, "max_duration_s": 120, "max_cost_usd": 0.05}
+MODEL_VARIABLE = "DEMO_MODEL"
+
+
+class DemoModel(StrEnum):
+    """Which model the demo agent talks to (``DEMO_MODEL``)."""
+
+    SCRIPTED = "scripted"
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+    @property
+    def key_variable(self) -> str:
+        return f"{self.value.upper()}_API_KEY"
+
+    @property
+    def base_url(self) -> str:
+        """Where a real provider is reached: its ``*_BASE_URL``, else the SDK's default."""
+        default = _SDK_BASE_URLS.get(self.value, "")
+        return os.environ.get(f"{self.value.upper()}_BASE_URL") or default
+
+
+# Where each provider's SDK goes without a *_BASE_URL.
+_SDK_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+
+
+def chosen_model() -> DemoModel:
+    """``DEMO_MODEL``, scripted when unset; exits with one line on a value or key missing."""
+    value = os.environ.get(MODEL_VARIABLE, "").strip().lower() or DemoModel.SCRIPTED.value
+    try:
+        model = DemoModel(value)
+    except ValueError:
+        raise SystemExit(
+            f"{MODEL_VARIABLE}={value!r}: expected scripted (the default), openai or anthropic"
+        ) from None
+    if model is not DemoModel.SCRIPTED and not os.environ.get(model.key_variable):
+        raise SystemExit(f"{MODEL_VARIABLE}={model.value} needs {model.key_variable}")
+    return model
+
+
+def unused_keys_note(model: DemoModel) -> str | None:
+    """A line for provider keys the shell holds that the scripted demo leaves alone."""
+    if model is not DemoModel.SCRIPTED:
+        return None
+    held = [real for real in (DemoModel.OPENAI, DemoModel.ANTHROPIC)
+            if os.environ.get(real.key_variable)]  # fmt: skip
+    if not held:
+        return None
+    named = " and ".join(real.key_variable for real in held)
+    return (
+        f"Note: {named} set in this shell, not used: {MODEL_VARIABLE}="
+        f"{held[0].value} runs the demo against {held[0].base_url}"
+    )
 
 
 def chosen_redis() -> tuple[str | None, str]:
@@ -83,14 +143,17 @@ def forget_queue(connection: redis.Redis, queue_name: str, task_ids: list[str]) 
     connection.srem(Queue.redis_queues_keys, Queue.redis_queue_namespace_prefix + queue_name)
 
 
-def agents_dir(workdir: Path) -> tuple[Path, str]:
-    """The demo agent, pointed at whichever model is available. Returns (dir, model label)."""
+def agents_dir(workdir: Path, model: DemoModel) -> Path:
+    """The demo agent, pointed at ``model``."""
     target = workdir / "agents"
     shutil.copytree(DEMO_AGENTS, target)
     config_path = target / "agents" / AGENT / "config.yaml"
     config = yaml.safe_load(config_path.read_text())
-    if os.environ.get("OPENAI_API_KEY"):
-        label = f"openai {config['brain']['model']} (OPENAI_API_KEY is set)"
+    # This worker's extensions, kept out of the shipped file (it stays in the public format).
+    config["limits"] = dict(DEMO_LIMITS)
+    discovery = config["behavior"]["discovery"]
+    config["behavior"]["discovery"] = {**discovery, "post_final": True}
+    if model is DemoModel.OPENAI:
         # A small model on a CPU (llama-server at OPENAI_BASE_URL) needs a window the
         # prompt is cut to, and more time than the demo's 120 s: the operator says so.
         window = os.environ.get("DEMO_MAX_CONTEXT_TOKENS")
@@ -99,15 +162,24 @@ def agents_dir(workdir: Path) -> tuple[Path, str]:
         duration = os.environ.get("DEMO_MAX_DURATION_S")
         if duration:
             config["limits"] = {**config["limits"], "max_duration_s": int(duration)}
-    elif os.environ.get("ANTHROPIC_API_KEY"):
+    elif model is DemoModel.ANTHROPIC:
         config["brain"] = {**config["brain"], "provider": "anthropic", "model": "claude-haiku-4-5"}
-        label = "anthropic claude-haiku-4-5 (ANTHROPIC_API_KEY is set)"
     else:
         # The scripted endpoint's built-in demo agent answers requests for model "demo".
         config["brain"] = {**config["brain"], "provider": "openai", "model": "demo"}
-        label = "the built-in scripted demo model (no provider key set)"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return target, label
+    return target
+
+
+def model_banner(model: DemoModel, agents: Path, stack: DevStack) -> str:
+    """What the demo agent talks to, and where."""
+    brain = yaml.safe_load((agents / "agents" / AGENT / "config.yaml").read_text())["brain"]
+    if model is DemoModel.SCRIPTED:
+        return (
+            f"Model: the built-in scripted demo model at {stack.llm_base_url}/v1 "
+            f"({MODEL_VARIABLE}=openai or anthropic for a real one)"
+        )
+    return f"Model: {model.value} {brain['model']} at {model.base_url} ({MODEL_VARIABLE}={model})"
 
 
 async def seed_post(stack: DevStack) -> str:
@@ -132,7 +204,7 @@ def worker_timeout_s() -> int:
 
 
 def run_worker(
-    stack: DevStack, agents: Path, metrics_file: Path, use_real_keys: bool, queue_name: str
+    stack: DevStack, agents: Path, metrics_file: Path, model: DemoModel, queue_name: str
 ) -> int:
     env = {
         **os.environ,
@@ -142,7 +214,7 @@ def run_worker(
             METRICS_TEXTFILE=str(metrics_file),
         ),
     }
-    if use_real_keys:  # keep the operator's real provider endpoint and key
+    if model is not DemoModel.SCRIPTED:  # keep the operator's real provider endpoint and key
         for name in (
             "OPENAI_BASE_URL",
             "OPENAI_API_KEY",
@@ -231,16 +303,19 @@ def demo_tasks(post_id: str) -> list[dict[str, Any]]:
 
 
 def main() -> int:
+    model = chosen_model()
     redis_url, queue_name = chosen_redis()
-    use_real_keys = bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("ANTHROPIC_API_KEY"))
     print(f"Redis: {redis_url or 'a throwaway redis-server'}, queue {queue_name}")
+    if (note := unused_keys_note(model)) is not None:
+        print(note)
     workdir = Path(tempfile.mkdtemp(prefix="agent-worker-demo-"))
     task_ids: list[str] = []
     try:
-        with running_stack(redis_url=redis_url, scripted_llm=not use_real_keys) as stack:
+        scripted = model is DemoModel.SCRIPTED
+        with running_stack(redis_url=redis_url, scripted_llm=scripted) as stack:
             connection = redis.Redis.from_url(stack.redis_url)
-            agents, label = agents_dir(workdir)
-            print(f"Model: {label}")
+            agents = agents_dir(workdir, model)
+            print(model_banner(model, agents, stack))
             print(f"Started: devhub {stack.hub_url}, mcp-hub and mcp-web (bearer-protected)")
             post_id = anyio.run(seed_post, stack)
             print(f"Seeded post {post_id}: alice mentions @{AGENT}")
@@ -250,7 +325,7 @@ def main() -> int:
                 print("Enqueued", task_ids[-1])
             metrics_file = workdir / "metrics.prom"
             started = time.monotonic()
-            code = run_worker(stack, agents, metrics_file, use_real_keys, queue_name)
+            code = run_worker(stack, agents, metrics_file, model, queue_name)
             print(f"Worker exited with {code} after {time.monotonic() - started:.1f} s")
             ok = show_results(stack, task_ids, metrics_file)
             if redis_url is not None:

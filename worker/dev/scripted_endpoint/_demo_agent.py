@@ -1,6 +1,6 @@
 """The built-in ``demo-agent``: a small rule-based stand-in for a sensible LLM agent.
 
-It is what ``make demo`` talks to when no provider key is set. A notification
+It is what ``make demo`` talks to unless DEMO_MODEL names a provider. A notification
 (the last user message names a post) reads the thread, then answers quoting it;
 an exploration searches the Hub for one of the agent's interests, posts a short
 round-up when it may, then says what it did. Its answers quote the tool results
@@ -44,7 +44,7 @@ _STOPWORDS = frozenset(
         *("were", "tools", "anything", "relevant"),
     }
 )
-_DISCLAIMER = "(Answered by the scripted demo model; set a provider key for real answers.)"
+_DISCLAIMER = "(Answered by the scripted demo model; set DEMO_MODEL for real answers.)"
 # How an exploration prompt asks for its structured ending (worker.pipeline._discovery).
 _STRUCTURED_ENDING = "respond_to (a post id or null)"
 

@@ -59,24 +59,63 @@ _PARSERS: dict[Api, ConversationParser] = {
 
 
 def create_app(store: ScenarioStore) -> Starlette:
-    """The endpoint as an ASGI app over ``store`` (for a server of your own)."""
+    """The endpoint as an ASGI app over ``store`` (for a server of your own): the routes a
+    provider SDK calls, then the ``/_scripted`` control API a test or a guide calls."""
+    routes = [*_ProviderRoutes(store).routes(), *_ControlRoutes(store).routes()]
+    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
 
-    async def chat_completions(request: Request) -> Response:
-        return await _model_call(request, store, "openai")
 
-    async def messages(request: Request) -> Response:
-        return await _model_call(request, store, "anthropic")
+class _ProviderRoutes:
+    """What the SDKs call: OpenAI Chat Completions, embeddings and models (with and
+    without ``/v1``), Anthropic Messages and its token count."""
 
-    async def embeddings(request: Request) -> Response:
-        return await _embeddings_call(request, store)
+    def __init__(self, store: ScenarioStore) -> None:
+        self._store = store
 
-    async def count_tokens(request: Request) -> Response:
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+            Route("/embeddings", self.embeddings, methods=["POST"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+        ]
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await _model_call(request, self._store, "openai")
+
+    async def messages(self, request: Request) -> Response:
+        return await _model_call(request, self._store, "anthropic")
+
+    async def embeddings(self, request: Request) -> Response:
+        return await _embeddings_call(request, self._store)
+
+    async def count_tokens(self, request: Request) -> Response:
         return JSONResponse({"input_tokens": max(1, len(await request.body()) // 4)})
 
-    async def models(request: Request) -> Response:
-        return JSONResponse(_model_list(store.scenario_names()))
+    async def models(self, request: Request) -> Response:
+        return JSONResponse(_model_list(self._store.scenario_names()))
 
-    async def set_scenario(request: Request) -> Response:
+
+class _ControlRoutes:
+    """``/_scripted``: set a scenario's turns, reset, read the recorded requests, configure
+    the endpoint (its faults and limits) and read its counters."""
+
+    def __init__(self, store: ScenarioStore) -> None:
+        self._store = store
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/_scripted/scenarios", self.set_scenario, methods=["POST"]),
+            Route("/_scripted/reset", self.reset, methods=["POST"]),
+            Route("/_scripted/requests", self.recorded, methods=["GET"]),
+            Route("/_scripted/config", self.configure, methods=["POST"]),
+            Route("/_scripted/stats", self.stats, methods=["GET"]),
+        ]
+
+    async def set_scenario(self, request: Request) -> Response:
         body = await _control_body(request)
         name = body.get("name")
         if not isinstance(name, str) or not name:
@@ -85,43 +124,27 @@ def create_app(store: ScenarioStore) -> Starlette:
             turns = _TURNS.validate_python(body.get("turns", []))
         except ValidationError as exc:
             return _control_error(_validation_message(exc))
-        store.set_scenario(name, turns)
+        self._store.set_scenario(name, turns)
         return JSONResponse({"name": name, "turns": len(turns)})
 
-    async def reset(request: Request) -> Response:
-        store.reset()
+    async def reset(self, request: Request) -> Response:
+        self._store.reset()
         return JSONResponse({"reset": True})
 
-    async def recorded(request: Request) -> Response:
+    async def recorded(self, request: Request) -> Response:
         scenario = request.query_params.get("scenario") or None
-        return JSONResponse({"requests": store.requests(scenario)})
+        return JSONResponse({"requests": self._store.requests(scenario)})
 
-    async def configure(request: Request) -> Response:
+    async def configure(self, request: Request) -> Response:
         try:
             settings = EndpointSettings.model_validate(await _control_body(request))
         except ValidationError as exc:
             return _control_error(_validation_message(exc))
-        store.configure(settings)
-        return JSONResponse(store.stats())
+        self._store.configure(settings)
+        return JSONResponse(self._store.stats())
 
-    async def stats(request: Request) -> Response:
-        return JSONResponse(store.stats())
-
-    routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/embeddings", embeddings, methods=["POST"]),
-        Route("/embeddings", embeddings, methods=["POST"]),
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/_scripted/scenarios", set_scenario, methods=["POST"]),
-        Route("/_scripted/reset", reset, methods=["POST"]),
-        Route("/_scripted/requests", recorded, methods=["GET"]),
-        Route("/_scripted/config", configure, methods=["POST"]),
-        Route("/_scripted/stats", stats, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    async def stats(self, request: Request) -> Response:
+        return JSONResponse(self._store.stats())
 
 
 async def _model_call(request: Request, store: ScenarioStore, api: Api) -> Response:
