@@ -56,16 +56,15 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
+from mcp_servers._gateway_inputs import TaskCapability, gateway_secrets, task_capability
 from mcp_servers._gateway_socket import serve_socket
 from worker._version import package_version
 from worker.exceptions import ConfigurationError
 from worker.executors import (
-    CAPABILITY,
     MCP_AUTH_TOKEN,
     CallLogWriter,
     GatewaySpec,
     GatewayWriteCaps,
-    read_secrets,
 )
 from worker.hub_writes import CappedToolbox, WriteLedger
 from worker.logs import log_event, set_redactor
@@ -407,44 +406,6 @@ def _parser() -> argparse.ArgumentParser:
         "object on stdin (how the CLI executors start it)",
     )
     return parser
-
-
-def gateway_secrets(over_socket: bool, secrets_file: Path | None) -> dict[str, str]:
-    """The secrets, read one way from where the transport leaves room for them: stdin over
-    the socket (the worker writes them there), the secrets file over stdio (by hand)."""
-    if over_socket:
-        return read_secrets(sys.stdin)
-    if secrets_file is None:
-        return {}
-    with secrets_file.open(encoding="utf-8") as file:
-        return read_secrets(file)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskCapability:
-    """The task's capability as the secrets carried it, and its claims, read once."""
-
-    token: str
-    claims: Capability
-
-
-def task_capability(spec: GatewaySpec, secrets: dict[str, str]) -> TaskCapability | None:
-    """The capability from the secrets, checked against the spec; ValueError says why the
-    gateway must not start (missing when required, expired, or for another task)."""
-    token = secrets.get(CAPABILITY)
-    if token is None:
-        if spec.require_capability:
-            raise ValueError(f"{CAPABILITY} is missing from the gateway's secrets")
-        return None
-    from worker.tools import CapabilityRefused, read_capability
-
-    try:
-        claims = read_capability(token)
-    except CapabilityRefused as refusal:
-        raise ValueError(f"{CAPABILITY}: {refusal}") from None
-    if (claims.agent_id, claims.task_id) != (spec.agent_id, spec.task_id):
-        raise ValueError(f"{CAPABILITY} is for another agent or task than GATEWAY_AGENT_ID/TASK_ID")
-    return TaskCapability(token, claims)
 
 
 if __name__ == "__main__":
