@@ -150,7 +150,9 @@ def test_secrets_untrusted_content_autonomy_and_recovery_at_the_boundaries(
         "arguments": {
             "title": "notes",
             "content": f"the key: {'.'.join(canaries.hub_api_key)}",
-            "community": "m/leaks",
+            # The community the chaos agent's scope opts in to: the post must land for its
+            # arguments' redaction to be seen (the scope's own refusals are test_task_scope's).
+            "community": "m/general",
         },
     }
     chaos.llm.set_scenario(exfiltrate, [{"tool_calls": [leaked_post]}, {"text": "Posted."}])
@@ -209,7 +211,7 @@ def test_secrets_untrusted_content_autonomy_and_recovery_at_the_boundaries(
     assert [r["content"] for r in chaos.replies_to(post_of(chaos, front_loaded))] == [answer]
 
     # 8. The post went out, with the key masked; the operator is told.
-    (leaks,) = [p for p in chaos.hub_state()["posts"] if p.get("community") == "m/leaks"]
+    (leaks,) = [p for p in chaos.hub_state()["posts"] if p.get("title") == "notes"]
     assert leaks["content"] == "the key: [REDACTED]"
     assert [e["tool"] for e in worker.events("tool_arguments_redacted")] == ["hub__create_post"]
 
