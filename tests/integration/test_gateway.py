@@ -596,6 +596,8 @@ async def test_a_cli_agent_is_held_to_the_write_caps_it_shares_with_native_tasks
                 "post_id": post_ids[0],
             }
         )
+        # Comments anywhere, as a definition's opt-in allows: the caps, not the scope, refuse.
+        request.scope = TaskScope(comment_on=None)
         request.on_write_refused = counted_refusals(
             agent_id="capped-cli", task_id="t-cli-caps", metrics=metrics
         )
