@@ -52,7 +52,9 @@ class Mechanism:
         if self.launcher == "rq worker":
             return [([RQ, "worker", QUEUE], env) for _ in range(workers)]
         if self.launcher == "agent-worker pool":
-            per_worker = str(math.ceil(target / workers))
+            # The pool's workers are concurrent ones (at least 2 slots each): at the smoke
+            # size's target of 2, a worker has a slot to spare.
+            per_worker = str(max(2, math.ceil(target / workers)))
             argv = [AGENT_WORKER, "pool", "--processes", str(workers), "--concurrency", per_worker]
             return [(argv, {})]
         pool = [RQ, "worker-pool"]
