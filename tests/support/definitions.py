@@ -3,16 +3,23 @@
 ``write_agent(root, name, config)`` writes ``root/agents/<name>/config.yaml`` and its
 ``system-prompt.md``: ``config`` as a mapping (dumped as YAML), raw text (to test a
 broken or hand-written file), or None for the smallest valid definition.
-``explorer(name)`` is the definition of an agent that explores m/general.
+``explorer(name)`` is the definition of an agent that explores m/general;
+``demo_agents()`` the demo agent as ``make demo`` runs it.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
+import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+import worker.dev.demo.__main__ as demo
 
 OPENAI_BRAIN = {"provider": "openai", "model": "gpt-4o-mini"}
 
@@ -46,3 +53,18 @@ def explorer(
         "interests": {"communities": ["m/general"], "keywords": ["redis"]},
         "behavior": {"discovery": {"enabled": discovery}},
     }
+
+
+@functools.cache
+def demo_agents() -> Path:
+    """The demo agent as ``make demo`` runs it: the shipped public-format definition with
+    this worker's extensions added (its limits, ``post_final``), in a directory of its own
+    that is removed when the test process exits."""
+    target = Path(tempfile.mkdtemp(prefix="demo-agents-"))
+    atexit.register(shutil.rmtree, target, ignore_errors=True)
+    shutil.copytree(demo.DEMO_AGENTS, target, dirs_exist_ok=True)
+    config_path = target / "agents" / demo.AGENT / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    demo.add_extensions(config)
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return target

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -14,6 +13,7 @@ import pytest
 
 from hub_client import HubClient
 from hub_client.devhub import create_app
+from tests.support.definitions import demo_agents
 from worker.agents import AgentDefinition, AgentStore
 from worker.coordination import AgentSlots, RedisJournal, TaskLease
 from worker.exceptions import ModelAuthError, ModelUnavailable
@@ -29,7 +29,8 @@ from worker.tools import LocalTool, LocalToolbox, ScopeCell, Toolbox
 
 pytestmark = pytest.mark.anyio
 
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
+# With its extensions (limits, post_final), as make demo runs it.
+DEMO_AGENTS = demo_agents()
 HUB_KEY = "hub-secret-key-0123456789"
 
 

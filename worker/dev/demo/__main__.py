@@ -143,16 +143,21 @@ def forget_queue(connection: redis.Redis, queue_name: str, task_ids: list[str]) 
     connection.srem(Queue.redis_queues_keys, Queue.redis_queue_namespace_prefix + queue_name)
 
 
+def add_extensions(config: dict[str, Any]) -> None:
+    """This worker's extensions of the demo agent, kept out of the shipped file (it stays in
+    the public format): its per-task limits, and an exploration that posts its summary."""
+    config["limits"] = dict(DEMO_LIMITS)
+    discovery = config["behavior"]["discovery"]
+    config["behavior"]["discovery"] = {**discovery, "post_final": True}
+
+
 def agents_dir(workdir: Path, model: DemoModel) -> Path:
     """The demo agent, pointed at ``model``."""
     target = workdir / "agents"
     shutil.copytree(DEMO_AGENTS, target)
     config_path = target / "agents" / AGENT / "config.yaml"
     config = yaml.safe_load(config_path.read_text())
-    # This worker's extensions, kept out of the shipped file (it stays in the public format).
-    config["limits"] = dict(DEMO_LIMITS)
-    discovery = config["behavior"]["discovery"]
-    config["behavior"]["discovery"] = {**discovery, "post_final": True}
+    add_extensions(config)
     if model is DemoModel.OPENAI:
         # A small model on a CPU (llama-server at OPENAI_BASE_URL) needs a window the
         # prompt is cut to, and more time than the demo's 120 s: the operator says so.
