@@ -32,6 +32,7 @@ from worker.coordination import (
 )
 from worker.daemon import AgentWorker
 from worker.daemon._job_threads import InFlightJob, JobThreadDeathPenalty, size_connection_pool
+from worker.daemon._unloadable import UnloadableJobsWorker
 from worker.redis_io import keys as redis_keys
 
 
@@ -192,6 +193,35 @@ def test_rqs_stop_job_cancels_a_task_running_in_a_job_thread(fake_redis: FakeRed
 
     # A thread cannot be killed: the task is cancelled and stops at its next step.
     assert connection.exists(redis_keys.cancel_flag("t-1")) == 1
+
+
+def test_a_burst_worker_looks_again_when_a_run_ended_during_its_empty_look(
+    fake_redis: FakeRedisClients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race CI met: the queue looked empty, then the one run in flight put its retry back
+    and ended before the worker asked whether anything was in flight."""
+    connection = fake_redis()
+    worker = AgentWorker(["agents"], connection=connection)
+    worker.concurrency = 2
+    queue = Queue("agents", connection=connection)
+    job = Job.create("worker.jobs.run_task", args=[{}], id="t-1", connection=connection)
+    worker._in_flight["exec-1"] = InFlightJob(
+        job=job, queue=queue, execution=Execution(id="exec-1", job_id="t-1", connection=connection)
+    )
+    looks: list[str] = []
+
+    def look(self: AgentWorker, timeout: int | None, max_idle_time: int | None = None) -> object:
+        if not looks:
+            looks.append("empty")
+            worker._end_flight("exec-1")  # the retry is back in the queue meanwhile
+            return None
+        looks.append("retry")
+        return (job, queue)
+
+    monkeypatch.setattr(UnloadableJobsWorker, "dequeue_job_and_maintain_ttl", look)
+
+    assert worker.dequeue_job_and_maintain_ttl(None) == (job, queue)
+    assert looks == ["empty", "retry"]
 
 
 @pytest.mark.parametrize(("concurrency", "expected"), [(1, 19), (40, 136), (500, 1516)])

@@ -87,6 +87,7 @@ class ConcurrentWorker(VettingWorker):
         # thread waits on it for a free slot, teardown for the last job.
         self._in_flight: dict[str, InFlightJob] = {}
         self._job_ended = threading.Condition()
+        self._runs_ended = 0  # ever: a burst worker's empty look counts only if none ended since
         self._waiting_for_job = False
         self._cold_shutdown = False
         self._stop_signal_pending = False
@@ -168,6 +169,7 @@ class ConcurrentWorker(VettingWorker):
         self.executions.pop(execution_id, None)
         with self._job_ended:
             self._in_flight.pop(execution_id, None)
+            self._runs_ended += 1
             self._job_ended.notify_all()
 
     # -- settling a run: fenced once handed back; STOPPED when rq asked to stop it ---------
@@ -228,22 +230,23 @@ class ConcurrentWorker(VettingWorker):
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
         while True:
+            runs_ended = self._runs_ended
             self._waiting_for_job = True
             try:
                 result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
             finally:
                 self._waiting_for_job = False
-            if result is not None or timeout is not None or not self._in_flight:
+            if result is not None or timeout is not None:
                 return result
-            # A burst worker stops at an empty queue, but a job in flight may still put
-            # its task back (a retry, a requeue): look again once one of them ended.
-            self._wait_for_a_job_to_end()
+            # A burst worker stops at an empty queue, but a job in flight may still put its
+            # task back (a retry, a requeue): an empty look counts only when no run was in
+            # flight then and none ended since (one may have ended between the look and now).
+            if self._runs_ended == runs_ended:
+                if not self._in_flight:
+                    return None
+                self._wait_while(lambda: self._runs_ended == runs_ended)
             if self._stop_requested:
                 return None  # a warm shutdown came meanwhile: take nothing more
-
-    def _wait_for_a_job_to_end(self) -> None:
-        in_flight = len(self._in_flight)  # nothing is handed over meanwhile: only ends count
-        self._wait_while(lambda: len(self._in_flight) == in_flight)
 
     # -- heartbeats ------------------------------------------------------------------------
 
