@@ -244,9 +244,12 @@ class ConcurrentWorker(VettingWorker):
             if self._runs_ended == runs_ended:
                 if not self._in_flight:
                     return None
-                self._wait_while(lambda: self._runs_ended == runs_ended)
+                self._wait_for_a_run_to_end(since=runs_ended)
             if self._stop_requested:
                 return None  # a warm shutdown came meanwhile: take nothing more
+
+    def _wait_for_a_run_to_end(self, since: int) -> None:
+        self._wait_while(lambda: self._runs_ended == since)
 
     # -- heartbeats ------------------------------------------------------------------------
 
