@@ -415,6 +415,7 @@ class AgentLoop:
             state.messages,
             over_by=lambda: self._model.tokens_over_window(state, tools, extra, window),
             chars_per_token=self._model.chars_per_token(),
+            changed=lambda index: self._model.message_changed(state, index),
         )
         if cut:
             log_event("context_trimmed", task=self._task_id, cuts=cut, window_tokens=window)
@@ -429,4 +430,6 @@ class AgentLoop:
         state.apply(entry)
         if isinstance(entry, ToolEntry):
             self._compactor.add(len(state.messages) - 1, len(entry.record.content))
-            self._compactor.compact(state.messages)
+            self._compactor.compact(
+                state.messages, lambda index: self._model.message_changed(state, index)
+            )
