@@ -241,7 +241,8 @@ class AgentLoop:
             self._limits.check_step(state, remaining_s=self._run_clock.remaining())
             self._fit_window(state, tools)
             plan = self._model.plan(state, tools, closing=False)
-            self.events.emit(StepStarted(step=step))
+            if self.events.wants(StepStarted):
+                self.events.emit(StepStarted(step=step))
             response = await self._ask_within_window(state, tools, step, plan)
         except LimitReached as limit:
             return WindDown(limit.limit, limit.message)
@@ -332,8 +333,11 @@ class AgentLoop:
                     state, ToolOutcome.REFUSED, CLOSED_SKIPPED_TOOL.format(reason=closing.reason)
                 )
                 return Close(closing)
-        failed = sum(1 for record in records if record.is_error)
-        self.events.emit(StepFinished(step=step, tool_calls=len(records), failed_tool_calls=failed))
+        if self.events.wants(StepFinished):
+            failed = sum(1 for record in records if record.is_error)
+            self.events.emit(
+                StepFinished(step=step, tool_calls=len(records), failed_tool_calls=failed)
+            )
         if self._guard.step_finished(records):
             return self._loop_guard_tripped(
                 state,
