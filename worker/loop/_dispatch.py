@@ -293,8 +293,12 @@ class ToolLoopGuard:
         return self.consecutive_error_steps >= self._max_error_steps
 
 
+# One encoder for every call (json.dumps with options builds a new one each time).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def _canonical(arguments: str) -> str:
     try:
-        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+        return _CANONICAL.encode(json.loads(arguments))
     except (json.JSONDecodeError, TypeError):
         return arguments
