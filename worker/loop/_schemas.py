@@ -9,7 +9,7 @@ prepared once per process, keyed by its JSON text:
 - for schemas made only of keywords whose meaning is the same in fastjsonschema's draft 7
   and in the drafts jsonschema applies (``FAST_KEYWORDS``), a fastjsonschema function
   compiled to Python: a few µs per call. It may only *accept*: anything it rejects, or
-  any schema it cannot compile, goes to jsonschema, so a verdict never rests on it alone.
+  any schema it cannot compile, goes to jsonschema: no rejection rests on it.
 
 The keywords left out are those where the two differ, or where a stricter check inside
 would make the whole looser (``not``, ``oneOf``, ``if``; ``patternProperties``, whose
