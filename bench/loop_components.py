@@ -70,7 +70,7 @@ def _no_timeout(*args: Any, **kwargs: Any) -> contextlib.nullcontext[None]:
 
 
 PARTS: dict[str, Callable[[], Any]] = {
-    "tool-argument schema check (jsonschema)": lambda: _replaced(
+    "tool-argument schema check": lambda: _replaced(
         (dispatch.ToolDispatcher, "_schema_problem", _none)
     ),
     "timeouts (a cancel scope around each call)": lambda: _replaced(

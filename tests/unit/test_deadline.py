@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -25,7 +26,7 @@ from worker.loop import AgentLoop, LoopSettings, ResponseEntry, RunLimits, RunRe
 from worker.models import Message, ModelRequest, ModelResponse, ScriptedModel, Turn, Usage
 from worker.redis_io import keys as redis_keys
 from worker.task import Outcome, Task, parse_task
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import CallContext, LocalTool, LocalToolbox
 
 pytestmark = pytest.mark.anyio
 
@@ -301,3 +302,12 @@ async def test_hub_calls_before_the_loop_get_the_time_left_as_their_timeout(
     # Not their own 5 s and 15 s defaults: what was left of the task's 3 s.
     assert budget and all(0 < timeout <= 3 for timeout in budget)
     assert thread and all(0 < timeout <= 3 for timeout in thread)
+
+
+def test_a_tool_calls_context_with_the_deadline_keeps_every_other_field() -> None:
+    ctx = CallContext(task_id="t-1", agent_id="a", step=3, index=2, timeout_s=7.5)
+    stamped = ctx.with_deadline(1234.5)
+    assert stamped == dataclasses.replace(ctx, deadline_epoch=1234.5)
+    # A field added to CallContext and not copied by with_deadline fails here.
+    defaults = {field.name: field.default for field in dataclasses.fields(CallContext)}
+    assert set(defaults) == {"task_id", "agent_id", "step", "index", "timeout_s", "deadline_epoch"}

@@ -16,12 +16,17 @@ from worker.loop import (
     FALLBACK_ANSWER,
     AgentLoop,
     Control,
+    EventBus,
+    LlmCalled,
     LoopEvent,
     LoopSettings,
     MemoryJournal,
     RunLimits,
     RunResult,
+    StepFinished,
+    StepStarted,
     ToolCalled,
+    observing,
 )
 from worker.models import Message, ModelRequest, ScriptedModel, StopReason, Turn
 from worker.task import Outcome
@@ -516,6 +521,37 @@ async def test_observer_that_raises_is_logged_and_ignored() -> None:
     events = [json.loads(line)["event"] for line in stream.getvalue().splitlines()]
     assert "observer_failed" in events
     assert events.count("llm_call") == 2 and events.count("tool_call") == 1
+
+
+async def test_an_observer_marked_for_some_events_gets_only_those_and_others_get_all() -> None:
+    everything: list[LoopEvent] = []
+    model_calls: list[LoopEvent] = []
+
+    @observing(LlmCalled)
+    def only_model_calls(event: LoopEvent) -> None:
+        model_calls.append(event)
+
+    result, _, _ = await run(
+        [Turn(tool_calls=[("double", {"n": 1})]), Turn(text="ok")],
+        observers=[only_model_calls, everything.append],
+    )
+    assert result.outcome is Outcome.COMPLETED
+    assert [type(event) for event in model_calls] == [LlmCalled, LlmCalled]
+    assert [type(event) for event in everything] == [
+        StepStarted,
+        LlmCalled,
+        ToolCalled,
+        StepFinished,
+        StepStarted,
+        LlmCalled,
+    ]
+
+
+def test_an_event_no_observer_acts_on_is_not_wanted() -> None:
+    bus = EventBus([observing(LlmCalled)(lambda event: None)])
+    assert bus.wants(LlmCalled) and not bus.wants(StepStarted)
+    bus.add(lambda event: None)  # an unmarked observer acts on every event
+    assert bus.wants(StepStarted)
 
 
 # --- checkpoints ---------------------------------------------------------------------------

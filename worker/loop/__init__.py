@@ -23,6 +23,7 @@ from worker.loop._events import (
     StepStarted,
     ToolCalled,
     log_observer,
+    observing,
 )
 from worker.loop._limits import FALLBACK_ANSWER, Limit, RunLimits
 from worker.loop._output import truncate
@@ -81,6 +82,7 @@ __all__ = [
     "entry_to_json",
     "expired_result",
     "log_observer",
+    "observing",
     "redacting_arguments",
     "truncate",
 ]

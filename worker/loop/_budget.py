@@ -45,6 +45,48 @@ class CallPlan:
     input_chars: int
 
 
+class ConversationChars:
+    """The characters of a run's conversation, counted as messages are added.
+
+    Only messages added since the last count are read, so the count per call stays flat
+    however long the conversation grows. A message shortened in place (the compactor's and
+    the window fit's cuts) must be reported with ``changed``; another list, or a shorter
+    one, is counted afresh.
+    """
+
+    __slots__ = ("_chars", "_counted", "_messages")
+
+    def __init__(self) -> None:
+        self._messages: Sequence[Message] | None = None
+        self._counted: list[int] = []  # per message counted: its characters
+        self._chars = 0
+
+    def of(self, messages: Sequence[Message]) -> int:
+        counted = self._counted
+        if messages is not self._messages or len(messages) < len(counted):
+            self._messages, counted, self._chars = messages, [], 0
+            self._counted = counted
+        for index in range(len(counted), len(messages)):
+            chars = message_chars(messages[index])
+            counted.append(chars)
+            self._chars += chars
+        return self._chars
+
+    def changed(self, messages: Sequence[Message], index: int) -> None:
+        """Message ``index`` of ``messages`` was changed in place: count it again."""
+        if messages is self._messages and index < len(self._counted):
+            chars = message_chars(messages[index])
+            self._chars += chars - self._counted[index]
+            self._counted[index] = chars
+
+
+def message_chars(message: Message) -> int:
+    chars = len(message.content)
+    for call in message.tool_calls:
+        chars += len(call.name) + len(call.arguments)
+    return chars
+
+
 @dataclass(slots=True)
 class InputEstimator:
     """Input tokens of a request from its size, calibrated by the provider's usage reports."""
@@ -58,15 +100,18 @@ class InputEstimator:
     def __post_init__(self) -> None:
         self._tokens_per_char = 1 / self.chars_per_token
 
+    # The conversation counted so far (the run's: one estimator per run).
+    _conversation: ConversationChars = field(init=False, default_factory=ConversationChars)
+
     def request_chars(
         self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]
     ) -> int:
-        chars = len(system) + self._chars_of_tools(tools)
-        for message in messages:
-            chars += len(message.content)
-            for call in message.tool_calls:
-                chars += len(call.name) + len(call.arguments)
-        return chars
+        """Characters of a request; ``messages`` as ``ConversationChars`` counts them (a
+        message changed in place is reported with ``message_changed``)."""
+        return len(system) + self._chars_of_tools(tools) + self._conversation.of(messages)
+
+    def message_changed(self, messages: Sequence[Message], index: int) -> None:
+        self._conversation.changed(messages, index)
 
     def estimate(self, chars: int, messages: int) -> int:
         """Input tokens of a request of ``chars`` characters in ``messages`` messages."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,5 +52,4 @@ class DeadlineToolbox(ToolboxWrapper):
         self._deadline_epoch = deadline_epoch
 
     async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
-        stamped = dataclasses.replace(ctx, deadline_epoch=self._deadline_epoch())
-        return await self._inner.call(name, arguments, stamped)
+        return await self._inner.call(name, arguments, ctx.with_deadline(self._deadline_epoch()))

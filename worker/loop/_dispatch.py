@@ -10,13 +10,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-from jsonschema.protocols import Validator
-
 from worker.exceptions import AutonomyViolation, ToolFailed
 from worker.logs import log_event
 from worker.loop._events import EventBus, GrantDenied, ToolCalled
 from worker.loop._output import truncate
+from worker.loop._schemas import SchemaCheck, schema_check
 from worker.loop._state import StepRecord, ToolCallRecord, ToolOutcome
 from worker.loop._timeout import call_timeout
 from worker.models import ToolCall, ToolSpec
@@ -72,9 +70,8 @@ class ToolDispatcher:
         self._events = events
         self._max_chars = max_output_chars
         self._can_execute = can_execute_tool
-        # Per tool name: its validator, or None once its schema proved broken.
-        self._validators: dict[str, Validator | None] = {}
-        self._sound_schemas: set[str] = set()
+        # Per tool name: the process's checks of its schema (prepared once per process).
+        self._checks: dict[str, SchemaCheck] = {}
 
     @traced_tool_call  # one `execute_tool {tool}` span per call
     async def run(self, step: int, index: int, call: ToolCall, timeout_s: float) -> ToolCallRecord:
@@ -194,47 +191,12 @@ class ToolDispatcher:
         return arguments, None
 
     def _schema_problem(self, spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
-        """What is wrong with ``arguments`` for the tool's schema; None when they fit.
-
-        A tool whose schema is itself broken runs unchecked. Checking a schema
-        against its meta-schema costs about a millisecond, so it is done only when
-        it matters: when the arguments fail the schema, or the schema fails to apply.
-        """
-        validator = self._validator(spec)
-        if validator is None:
-            return None
-        try:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-        except Exception:
-            if self._schema_is_broken(spec):
-                return None
-            raise
-        if error is None or self._schema_is_broken(spec):
-            return None
-        where = "/".join(str(p) for p in error.absolute_path) or "arguments"
-        return f"{where}: {error.message}"
-
-    def _validator(self, spec: ToolSpec) -> Validator | None:
-        if spec.name not in self._validators:
-            cls = jsonschema.validators.validator_for(spec.input_schema)
-            self._validators[spec.name] = cls(spec.input_schema)
-        return self._validators[spec.name]
-
-    def _schema_is_broken(self, spec: ToolSpec) -> bool:
-        """Checks the schema once; a broken one is remembered and never applied again."""
-        if spec.name in self._sound_schemas:
-            return False
-        validator = self._validators.get(spec.name)
-        if validator is None:
-            return True
-        try:
-            validator.check_schema(spec.input_schema)
-        except jsonschema.exceptions.SchemaError:
-            # A server with a broken schema: its tools still run, unchecked.
-            self._validators[spec.name] = None
-            return True
-        self._sound_schemas.add(spec.name)
-        return False
+        """What is wrong with ``arguments`` for the tool's schema; None when they fit (or
+        when the schema itself is broken: its tool then runs unchecked)."""
+        check = self._checks.get(spec.name)
+        if check is None:
+            check = self._checks[spec.name] = schema_check(spec.input_schema)
+        return check.problem(arguments)
 
     async def _refusal(self, name: str, arguments: dict[str, Any]) -> str | None:
         if self._can_execute is None:
@@ -331,8 +293,12 @@ class ToolLoopGuard:
         return self.consecutive_error_steps >= self._max_error_steps
 
 
+# One encoder for every call (json.dumps with options builds a new one each time).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def _canonical(arguments: str) -> str:
     try:
-        return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+        return _CANONICAL.encode(json.loads(arguments))
     except (json.JSONDecodeError, TypeError):
         return arguments

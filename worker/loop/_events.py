@@ -7,9 +7,9 @@ gateway all attach it, so the lines are written in one place, alike for every ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from worker.logs import enabled as log_enabled
 from worker.logs import log_event
@@ -72,17 +72,38 @@ class LoopObserver(Protocol):
     def __call__(self, event: LoopEvent) -> None: ...
 
 
+_O = TypeVar("_O", bound=LoopObserver)
+
+
+def observing(*event_types: type[LoopEvent]) -> Callable[[_O], _O]:
+    """Marks an observer that acts only on ``event_types``: the bus sends it no other
+    event, and builds no event that no observer acts on. Unmarked observers get all."""
+
+    def mark(observer: _O) -> _O:
+        observer.loop_events = frozenset(event_types)  # type: ignore[attr-defined]
+        return observer
+
+    return mark
+
+
 class EventBus:
     """Fans events out to observers; an observer's exception never reaches the loop."""
 
     def __init__(self, observers: Sequence[LoopObserver] = ()) -> None:
         self._observers = list(observers)
+        # Per event type: the observers that act on it (from their `observing` marks).
+        self._by_type: dict[type[LoopEvent], list[LoopObserver]] = {}
 
     def add(self, observer: LoopObserver) -> None:
         self._observers.append(observer)
+        self._by_type.clear()
+
+    def wants(self, event_type: type[LoopEvent]) -> bool:
+        """Whether any observer acts on ``event_type`` (else the event need not be built)."""
+        return bool(self._observing(event_type))
 
     def emit(self, event: LoopEvent) -> None:
-        for observer in self._observers:
+        for observer in self._observing(type(event)):
             try:
                 observer(event)
             except Exception as exc:
@@ -93,6 +114,16 @@ class EventBus:
                     event_type=type(event).__name__,
                     error=f"{type(exc).__name__}: {exc}",
                 )
+
+    def _observing(self, event_type: type[LoopEvent]) -> list[LoopObserver]:
+        found = self._by_type.get(event_type)
+        if found is None:
+            found = self._by_type[event_type] = [
+                observer
+                for observer in self._observers
+                if event_type in getattr(observer, "loop_events", (event_type,))
+            ]
+        return found
 
 
 def log_observer(*, task_id: str, agent_id: str, executor: str | None = None) -> LoopObserver:
@@ -105,6 +136,7 @@ def log_observer(*, task_id: str, agent_id: str, executor: str | None = None) ->
     if executor is not None:
         who["executor"] = executor
 
+    @observing(LlmCalled, ToolCalled, GrantDenied)
     def observe(event: LoopEvent) -> None:
         # With logs off (or above info) the line's fields are not even built.
         if not log_enabled("warning" if isinstance(event, GrantDenied) else "info"):

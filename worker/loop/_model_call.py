@@ -86,6 +86,10 @@ class ModelCaller:
         answer_room = min(wanted, max(MIN_STEP_OUTPUT_TOKENS, window // ANSWER_SHARE_OF_WINDOW))
         return input_tokens + answer_room - window
 
+    def message_changed(self, state: LoopState, index: int) -> None:
+        """Message ``index`` of the run's conversation was cut in place."""
+        self._estimator.message_changed(state.messages, index)
+
     def chars_per_token(self) -> float:
         """Characters per input token, as the estimate counts them now (the safe side)."""
         return self._estimator.chars_per_token_now()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from worker.loop._state import StepRecord
 from worker.models import Message
@@ -144,14 +144,19 @@ class Compactor:
         self._live.append((index, length))
         self._total += length
 
-    def compact(self, messages: list[Message]) -> int:
-        """Stub the oldest outputs (never the newest) until under budget; return how many."""
+    def compact(self, messages: list[Message], changed: Callable[[int], None] | None = None) -> int:
+        """Stub the oldest outputs (never the newest) until under budget; return how many.
+
+        ``changed`` is told the index of each message stubbed.
+        """
         stubbed = 0
         while self._total > self._budget and len(self._live) > 1:
             index, length = self._live.popleft()
             self._total -= length
             message = messages[index]
             message.content = f"[tool output of {length} characters removed to save context]"
+            if changed is not None:
+                changed(index)
             stubbed += 1
         return stubbed
 

@@ -241,7 +241,8 @@ class AgentLoop:
             self._limits.check_step(state, remaining_s=self._run_clock.remaining())
             self._fit_window(state, tools)
             plan = self._model.plan(state, tools, closing=False)
-            self.events.emit(StepStarted(step=step))
+            if self.events.wants(StepStarted):
+                self.events.emit(StepStarted(step=step))
             response = await self._ask_within_window(state, tools, step, plan)
         except LimitReached as limit:
             return WindDown(limit.limit, limit.message)
@@ -332,8 +333,11 @@ class AgentLoop:
                     state, ToolOutcome.REFUSED, CLOSED_SKIPPED_TOOL.format(reason=closing.reason)
                 )
                 return Close(closing)
-        failed = sum(1 for record in records if record.is_error)
-        self.events.emit(StepFinished(step=step, tool_calls=len(records), failed_tool_calls=failed))
+        if self.events.wants(StepFinished):
+            failed = sum(1 for record in records if record.is_error)
+            self.events.emit(
+                StepFinished(step=step, tool_calls=len(records), failed_tool_calls=failed)
+            )
         if self._guard.step_finished(records):
             return self._loop_guard_tripped(
                 state,
@@ -415,6 +419,7 @@ class AgentLoop:
             state.messages,
             over_by=lambda: self._model.tokens_over_window(state, tools, extra, window),
             chars_per_token=self._model.chars_per_token(),
+            changed=lambda index: self._model.message_changed(state, index),
         )
         if cut:
             log_event("context_trimmed", task=self._task_id, cuts=cut, window_tokens=window)
@@ -429,4 +434,6 @@ class AgentLoop:
         state.apply(entry)
         if isinstance(entry, ToolEntry):
             self._compactor.add(len(state.messages) - 1, len(entry.record.content))
-            self._compactor.compact(state.messages)
+            self._compactor.compact(
+                state.messages, lambda index: self._model.message_changed(state, index)
+            )

@@ -25,41 +25,54 @@ _MIN_CUTTABLE_CHARS = 400
 
 
 def fit_window(
-    messages: list[Message], *, over_by: Callable[[], int], chars_per_token: float
+    messages: list[Message],
+    *,
+    over_by: Callable[[], int],
+    chars_per_token: float,
+    changed: Callable[[int], None] | None = None,
 ) -> int:
     """Cut ``messages`` in place until ``over_by()`` (tokens over the window) is <= 0.
 
     Returns how many cuts were made; stops when nothing is left to cut (the request is
-    then sent as it is, and the answer gets what the window leaves).
+    then sent as it is, and the answer gets what the window leaves). ``changed`` is told
+    the index of each message cut, before ``over_by`` is asked again.
     """
     cuts = 0
     while (excess := over_by()) > 0:
-        if not _stub_oldest_tool_output(messages) and not _cut_longest(
-            messages, int(excess * chars_per_token) + _CUT_SLACK_CHARS
-        ):
+        index = _stub_oldest_tool_output(messages)
+        if index is None:
+            index = _cut_longest(messages, int(excess * chars_per_token) + _CUT_SLACK_CHARS)
+        if index is None:
             break
+        if changed is not None:
+            changed(index)
         cuts += 1
     return cuts
 
 
-def _stub_oldest_tool_output(messages: list[Message]) -> bool:
-    for message in messages[:-1]:
+def _stub_oldest_tool_output(messages: list[Message]) -> int | None:
+    """The index of the tool output stubbed; None when none is left to stub."""
+    for index, message in enumerate(messages[:-1]):
         if message.role == "tool" and not message.content.startswith("[tool output of"):
             message.content = STUB.format(chars=len(message.content))
-            return True
-    return False
+            return index
+    return None
 
 
-def _cut_longest(messages: list[Message], chars: int) -> bool:
-    """Cut ``chars`` from the longest message, just after its head; False if none can be."""
-    longest = max(messages, key=lambda message: len(message.content), default=None)
-    if longest is None or len(longest.content) < _MIN_CUTTABLE_CHARS:
-        return False
+def _cut_longest(messages: list[Message], chars: int) -> int | None:
+    """Cut ``chars`` from the longest message, just after its head; its index, or None if
+    none can be cut."""
+    if not messages:
+        return None
+    index = max(range(len(messages)), key=lambda at: len(messages[at].content))
+    longest = messages[index]
+    if len(longest.content) < _MIN_CUTTABLE_CHARS:
+        return None
     content = longest.content
     head = min(_HEAD_CHARS, len(content) // 4)
     # At most what leaves the head and a quarter of the message at the tail.
     removed = min(chars, len(content) - head - len(content) // 4)
     if removed <= 0:
-        return False
+        return None
     longest.content = content[:head] + CUT_MARKER.format(chars=removed) + content[head + removed :]
-    return True
+    return index

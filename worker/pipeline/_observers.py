@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.loop import GrantDenied, LlmCalled, LoopEvent, LoopObserver, ToolCalled
+from worker.loop import GrantDenied, LlmCalled, LoopEvent, LoopObserver, ToolCalled, observing
 from worker.metrics import JobMetrics
 
 # Tool names no configuration knows share one metric series.
@@ -12,6 +12,7 @@ OTHER_TOOL_LABEL = "other"
 def metrics_observer(metrics: JobMetrics, agent_id: str) -> LoopObserver:
     """The loop observer a task attaches: Prometheus increments per model and tool call."""
 
+    @observing(LlmCalled, ToolCalled, GrantDenied)
     def observe(event: LoopEvent) -> None:
         if isinstance(event, LlmCalled):
             metrics.llm_call(

@@ -36,6 +36,18 @@ class CallContext:
     def idempotency_key(self) -> str:
         return f"{self.task_id}:tool:{self.step}:{self.index}"
 
+    def with_deadline(self, deadline_epoch: float | None) -> CallContext:
+        """This context with the task's deadline (``dataclasses.replace``, without its
+        per-call field lookups: it runs for every tool call)."""
+        return CallContext(
+            task_id=self.task_id,
+            agent_id=self.agent_id,
+            step=self.step,
+            index=self.index,
+            timeout_s=self.timeout_s,
+            deadline_epoch=deadline_epoch,
+        )
+
     def meta(self) -> dict[str, Any]:
         """The MCP request ``_meta`` our servers read the caller from."""
         return {
