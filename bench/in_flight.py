@@ -62,6 +62,7 @@ QUICK_TARGETS = (20,)
 SMOKE_TARGETS = (2,)
 LLM_LATENCY_S = 5.0
 RAMP_S = 20.0
+SMOKE_RAMP_S = 1.0  # the smoke run proves the row runs: nothing to settle
 WINDOW_S = 60.0
 QUICK_WINDOW_S = 20.0
 SMOKE_WINDOW_S = 2.0
@@ -127,9 +128,9 @@ def _over_cap(sample: Memory) -> str:
     return ""
 
 
-def _tasks_needed(target: int, window_s: float) -> int:
+def _tasks_needed(target: int, ramp_s: float, window_s: float) -> int:
     """Enough tasks that the queue is not empty before the window ends."""
-    return target + math.ceil(target / (STEPS_PER_TASK * LLM_LATENCY_S) * (RAMP_S + window_s + 10))
+    return target + math.ceil(target / (STEPS_PER_TASK * LLM_LATENCY_S) * (ramp_s + window_s + 10))
 
 
 def _wait_ready(
@@ -158,7 +159,9 @@ def _wait_ready(
         row.notes.append(f"{registered} of {expected} workers registered in {row.start_s:.0f} s")
 
 
-def _sample_window(bench: BenchStack, roots: list[int], row: RowResult, window_s: float) -> None:
+def _sample_window(
+    bench: BenchStack, roots: list[int], row: RowResult, ramp_s: float, window_s: float
+) -> None:
     """Ramp up, then sample in-flight counts and memory, and CPU over the window."""
     started_key = StartedJobRegistry.key_template.format(QUEUE)
     next_memory = 0.0
@@ -172,7 +175,7 @@ def _sample_window(bench: BenchStack, roots: list[int], row: RowResult, window_s
             if reason := _over_cap(sample):
                 raise MemoryCapReached(reason)
 
-    ramp_end = time.monotonic() + RAMP_S
+    ramp_end = time.monotonic() + ramp_s
     while (now := time.monotonic()) < ramp_end:
         watch_memory(now)
         time.sleep(SAMPLE_EVERY_S)
@@ -231,7 +234,9 @@ def _epoch(rq_timestamp: bytes) -> float:
     return datetime.fromisoformat(rq_timestamp.decode().replace("Z", "+00:00")).timestamp()
 
 
-def _run_row(bench: BenchStack, mechanism: Mechanism, target: int, window_s: float) -> RowResult:
+def _run_row(
+    bench: BenchStack, mechanism: Mechanism, target: int, ramp_s: float, window_s: float
+) -> RowResult:
     row = RowResult(target=target)
     with tempfile.TemporaryDirectory(prefix="bench-in-flight-") as logdir:
         processes = start_fleet(bench, mechanism, target, Path(logdir))
@@ -239,8 +244,9 @@ def _run_row(bench: BenchStack, mechanism: Mechanism, target: int, window_s: flo
             _wait_ready(bench, processes, mechanism.registered_workers(target), row)
             # Queued only now: workers that start early would otherwise compete with
             # those still starting, and seeding is no part of the measure.
-            bench.seed(_tasks_needed(target, window_s))
-            _sample_window(bench, [process.pid for process in processes], row, window_s)
+            bench.seed(_tasks_needed(target, ramp_s, window_s))
+            roots = [process.pid for process in processes]
+            _sample_window(bench, roots, row, ramp_s, window_s)
         except MemoryCapReached as reason:
             row.stopped = str(reason)
         finally:
@@ -277,6 +283,7 @@ def _would_exceed(previous: RowResult | None, target: int) -> str:
 def benchmark(*, size: Size = Size.FULL) -> list[Table]:
     targets = size.pick(full=TARGETS, quick=QUICK_TARGETS, smoke=SMOKE_TARGETS)
     window_s = size.pick(full=WINDOW_S, quick=QUICK_WINDOW_S, smoke=SMOKE_WINDOW_S)
+    ramp_s = size.pick(full=RAMP_S, quick=RAMP_S, smoke=SMOKE_RAMP_S)
     results: list[tuple[Mechanism, RowResult]] = []
     with bench_stack(llm_latency_s=LLM_LATENCY_S) as bench:
         forget_runs(bench)
@@ -286,10 +293,10 @@ def benchmark(*, size: Size = Size.FULL) -> list[Table]:
                 if reason := _would_exceed(previous, target):
                     results.append((mechanism, RowResult(target=target, stopped=reason)))
                     continue
-                previous = _run_row(bench, mechanism, target, window_s)
+                previous = _run_row(bench, mechanism, target, ramp_s, window_s)
                 results.append((mechanism, previous))
                 _progress(mechanism, previous)
-    return [_table(results, window_s)]
+    return [_table(results, ramp_s, window_s)]
 
 
 def _progress(mechanism: Mechanism, row: RowResult) -> None:
@@ -303,7 +310,7 @@ def _progress(mechanism: Mechanism, row: RowResult) -> None:
     )
 
 
-def _table(results: Sequence[tuple[Mechanism, RowResult]], window_s: float) -> Table:
+def _table(results: Sequence[tuple[Mechanism, RowResult]], ramp_s: float, window_s: float) -> Table:
     table = Table(
         f"in flight: {STEPS_PER_TASK}-step tasks, scripted model at {LLM_LATENCY_S:.0f} s per "
         f"call, agent {BENCH_AGENT}",
@@ -361,13 +368,13 @@ def _table(results: Sequence[tuple[Mechanism, RowResult]], window_s: float) -> T
             )
         if row.failed:
             table.notes.append(f"{mechanism.label} at {row.target}: {row.failed} task(s) failed")
-    table.notes += _explanations(window_s)
+    table.notes += _explanations(ramp_s, window_s)
     return table
 
 
-def _explanations(window_s: float) -> list[str]:
+def _explanations(ramp_s: float, window_s: float) -> list[str]:
     return [
-        f"window {window_s:.0f} s after a {RAMP_S:.0f} s ramp; tasks/s counts each task by the "
+        f"window {window_s:.0f} s after a {ramp_s:.0f} s ramp; tasks/s counts each task by the "
         "share of its run inside the window; task s: median started-to-ended; start s: until "
         "every worker had registered with rq.",
         "memory: the peak PSS sample of every worker process incl. job processes (RSS counts "

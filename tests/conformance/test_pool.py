@@ -126,11 +126,12 @@ def test_a_second_sigterm_is_a_cold_shutdown_that_hands_every_task_back(
 
 
 def test_the_pool_serves_one_metrics_endpoint_for_the_host(chaos: ChaosStack) -> None:
-    port = free_port()
-    pool = start_pool(chaos, "--processes", "2", "--concurrency", "2", METRICS_PORT=str(port))
+    # Garbled before any worker runs: a worker taking the job first would just run it.
     undecodable = enqueue_job(chaos, "pause", meta={"pause_s": 0})
     with contextlib.closing(chaos.connection()) as connection:
         connection.hset(f"rq:job:{undecodable}", "data", b"\x00not zlib, not json")
+    port = free_port()
+    pool = start_pool(chaos, "--processes", "2", "--concurrency", "2", METRICS_PORT=str(port))
     url = f"http://127.0.0.1:{port}"
 
     def counted() -> str | None:

@@ -24,6 +24,8 @@ import yaml
 
 from tests.support.definitions import write_agent
 from worker.agents import AgentStore, DefinitionPolicy
+from worker.executors import CliExecutor, executor_for
+from worker.executors._sandbox import sandbox_problem
 from worker.operations import run_checks
 from worker.settings import Settings
 
@@ -240,13 +242,34 @@ def test_each_loads_with_no_error_and_no_warning(name: str) -> None:
     assert store.load(name).warnings == ()
 
 
-def test_agent_worker_check_finds_nothing_to_say(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The operator has set both providers' keys (check reports an agent whose key is unset).
+def test_agent_worker_check_finds_nothing_to_say(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The operator has set both providers' keys (check reports an agent whose key is unset)
+    # and installed the CLIs the CLI agents run (check reports one missing from PATH): this
+    # host's own PATH may have them or not.
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-corpus-7Qf2Lr9Xw4Tz1Vb8")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-corpus-3Hd8Nq5Ke2Wm7Yp4")
-    report = run_checks(Settings(agents_dir=str(CORPUS)), redis=False, network=False)  # type: ignore[call-arg]
+    cli_agents = []
+    for name in AGENTS:
+        executor = executor_for(AgentStore(str(CORPUS), ttl_s=0).load(name).config.type)
+        if isinstance(executor, CliExecutor):
+            cli_agents.append(name)
+            installed = tmp_path / executor.binary
+            installed.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+            installed.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    settings = Settings(agents_dir=str(CORPUS))  # type: ignore[call-arg]
+    report = run_checks(settings, redis=False, network=False)
 
-    assert [problem.line() for problem in report.problems] == []
+    # Only a host that cannot sandbox CLIs (no bubblewrap) adds a line for each CLI agent.
+    host = sandbox_problem(settings)
+    expected = [
+        f"error: CLI_SANDBOX: {host} — agent {name}'s tasks fail until it works"
+        for name in sorted(cli_agents)
+        if host is not None
+    ]
+    assert [problem.line() for problem in report.problems] == expected
     assert f"{len(AGENTS)} of {len(AGENTS)} agent definitions load" in report.checked
 
 
