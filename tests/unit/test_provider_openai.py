@@ -7,6 +7,7 @@ from collections import deque
 from typing import Any
 
 import httpx2
+import openai
 import pytest
 
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
@@ -323,3 +324,62 @@ async def test_response_schema_becomes_a_strict_json_schema_format() -> None:
         "type": "json_schema",
         "json_schema": {"name": "Verdict", "schema": schema, "strict": True},
     }
+
+
+def _wire(request: httpx2.Request) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+    # Headers that differ from one request to the next by design: retry count, timeout.
+    varying = {"x-stainless-retry-count", "x-stainless-read-timeout"}
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in varying}
+    return request.method, str(request.url), headers, json.loads(request.content)
+
+
+@pytest.mark.anyio
+async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
+    # The model posts its body through the SDK's ``post`` (no TypedDict transform): the same
+    # method, URL, headers (the key as bearer) and body as ``chat.completions.create``.
+    search = ToolSpec(
+        name="hub__search",
+        description="Search posts.",
+        input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+    )
+    transcript = [
+        Message(role="user", content="find rq posts"),
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=(ToolCall(id="call_a", name="hub__search", arguments='{"q": "rq"}'),),
+        ),
+        Message(role="tool", content="post p-1", tool_call_id="call_a"),
+    ]
+    fake = FakeOpenAI(completion("done"), completion("done"))
+    model = fake.model(temperature=0.2)
+    await model.complete(
+        ModelRequest(
+            system="sys",
+            messages=transcript,
+            tools=[search],
+            timeout_s=30.0,
+            response_schema={"type": "object"},
+            response_schema_name="answer",
+        )
+    )
+    sdk = openai.AsyncOpenAI(
+        api_key=API_KEY,
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(fake.handle)),
+    )
+    body = fake.body()
+    await sdk.chat.completions.create(
+        model=body["model"],
+        messages=body["messages"],
+        tools=body["tools"],
+        temperature=body["temperature"],
+        max_completion_tokens=body["max_completion_tokens"],
+        response_format=body["response_format"],
+        timeout=30.0,
+    )
+
+    ours, theirs = _wire(fake.requests[0]), _wire(fake.requests[1])
+    assert ours == theirs
+    assert ours[2]["authorization"] == f"Bearer {API_KEY}"
+    assert ours[1] == "https://api.openai.com/v1/chat/completions"

@@ -18,6 +18,7 @@ definition that would break it fail at load, with the file and field named.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -42,7 +43,13 @@ PROVIDER_VARIABLES = {
 
 
 def _settings_secret_variables() -> frozenset[str]:
-    return worker_secret_variables(Settings.model_fields)
+    return _secret_variables_of(Settings)
+
+
+@functools.cache
+def _secret_variables_of(settings_type: type[Settings]) -> frozenset[str]:
+    # A class's fields never change: derived once per class, not on every task's policy.
+    return worker_secret_variables(settings_type.model_fields)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,7 +78,7 @@ class DefinitionPolicy:
             provider_base_urls=frozenset(settings.provider_base_urls),
             agent_key_envs=frozenset(settings.agent_key_envs),
             operator_endpoints=operator_endpoints,
-            worker_secret_envs=worker_secret_variables(type(settings).model_fields),
+            worker_secret_envs=_secret_variables_of(type(settings)),
             strict=settings.agents_strict,
         )
 

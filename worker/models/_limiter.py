@@ -84,10 +84,14 @@ class FleetLimiter:
 
     async def acquire(self, estimated_tokens: int, *, deadline: float) -> None:
         """Wait for room in both buckets (and any fleet-wide hold); never past ``deadline``."""
-        for key, capacity, cost in (
+        buckets = [
             (self._requests_key, self._limits.requests_per_minute, 1),
             (self._tokens_key, self._limits.tokens_per_minute, estimated_tokens),
-        ):
+        ]
+        if not self._limits.active:
+            # Only the fleet-wide hold applies: one read of it, not one per bucket.
+            buckets = buckets[:1]
+        for key, capacity, cost in buckets:
             while True:
                 wait_ms = int(self._take(key, capacity, cost))
                 if wait_ms <= 0:

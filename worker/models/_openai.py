@@ -96,12 +96,20 @@ class OpenAIModel(RetryingModel):
                     "strict": True,
                 },
             }
+        body = {
+            "model": self._model,
+            "messages": _messages(request.system, request.messages),
+            **options,
+        }
         try:
-            completion = await self._client.chat.completions.create(
-                model=self._model,
-                messages=_messages(request.system, request.messages),
-                timeout=timeout_s,
-                **options,
+            # The body is plain JSON already: ``chat.completions.create`` would walk it
+            # against its TypedDicts (``async_maybe_transform``, a third of a call's CPU)
+            # to rename nothing. The same request, through the SDK's own ``post``.
+            completion = await self._client.post(
+                "/chat/completions",
+                body=body,
+                cast_to=ChatCompletion,
+                options={"timeout": timeout_s, "security": {"bearer_auth": True}},
             )
         except openai.APIStatusError as exc:
             detail = error_detail(exc.body, exc.message, secret=self._api_key)
