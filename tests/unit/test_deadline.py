@@ -27,6 +27,7 @@ from worker.models import Message, ModelRequest, ModelResponse, ScriptedModel, T
 from worker.redis_io import keys as redis_keys
 from worker.task import Outcome, Task, parse_task
 from worker.tools import CallContext, LocalTool, LocalToolbox
+from worker.tools._idempotency import KeyedCallContext
 
 pytestmark = pytest.mark.anyio
 
@@ -311,3 +312,10 @@ def test_a_tool_calls_context_with_the_deadline_keeps_every_other_field() -> Non
     # A field added to CallContext and not copied by with_deadline fails here.
     defaults = {field.name: field.default for field in dataclasses.fields(CallContext)}
     assert set(defaults) == {"task_id", "agent_id", "step", "index", "timeout_s", "deadline_epoch"}
+
+
+def test_a_keyed_context_with_the_deadline_keeps_its_key() -> None:
+    ctx = KeyedCallContext(task_id="t-1", agent_id="a", step=3, index=2, timeout_s=7.5, key="k-1")
+    stamped = ctx.with_deadline(1234.5)
+    assert isinstance(stamped, KeyedCallContext)
+    assert (stamped.idempotency_key, stamped.deadline_epoch) == ("k-1", 1234.5)

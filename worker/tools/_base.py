@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -38,7 +39,10 @@ class CallContext:
 
     def with_deadline(self, deadline_epoch: float | None) -> CallContext:
         """This context with the task's deadline (``dataclasses.replace``, without its
-        per-call field lookups: it runs for every tool call)."""
+        per-call field lookups: it runs for every tool call). A subclass (a context with a
+        key of its own) goes through ``replace``, so it keeps its class and fields."""
+        if type(self) is not CallContext:
+            return dataclasses.replace(self, deadline_epoch=deadline_epoch)
         return CallContext(
             task_id=self.task_id,
             agent_id=self.agent_id,
