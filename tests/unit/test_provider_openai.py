@@ -16,6 +16,11 @@ from worker.models._retry import RetryPolicy
 from worker.models._types import Message, ModelRequest, StopReason, ToolCall, ToolSpec
 
 API_KEY = "sk-proj-secretsecretsecret0123456789"
+SEARCH = ToolSpec(
+    name="hub__search",
+    description="Search posts.",
+    input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+)
 
 
 @pytest.fixture(autouse=True)
@@ -152,11 +157,6 @@ async def test_tool_use_request_and_answer() -> None:
             finish_reason="tool_calls",
         )
     )
-    search = ToolSpec(
-        name="hub__search",
-        description="Search posts.",
-        input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
-    )
     transcript = [
         Message(role="user", content="find rq posts"),
         Message(
@@ -171,7 +171,7 @@ async def test_tool_use_request_and_answer() -> None:
         Message(role="tool", content="post p-1", tool_call_id="call_b"),
     ]
     response = await fake.model().complete(
-        ModelRequest(system="sys", messages=transcript, tools=[search])
+        ModelRequest(system="sys", messages=transcript, tools=[SEARCH])
     )
 
     assert response.stop_reason is StopReason.TOOL_USE
@@ -337,11 +337,6 @@ def _wire(request: httpx2.Request) -> tuple[str, str, dict[str, str], dict[str, 
 async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
     # The model posts its body through the SDK's ``post`` (no TypedDict transform): the same
     # method, URL, headers (the key as bearer) and body as ``chat.completions.create``.
-    search = ToolSpec(
-        name="hub__search",
-        description="Search posts.",
-        input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
-    )
     transcript = [
         Message(role="user", content="find rq posts"),
         Message(
@@ -357,7 +352,7 @@ async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
         ModelRequest(
             system="sys",
             messages=transcript,
-            tools=[search],
+            tools=[SEARCH],
             timeout_s=30.0,
             response_schema={"type": "object"},
             response_schema_name="answer",
