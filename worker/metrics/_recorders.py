@@ -34,6 +34,7 @@ from worker.metrics._families import (
 )
 from worker.metrics._server import start_server, stop_servers
 from worker.redis_io import keys as redis_keys
+from worker.redis_io import take_job_list
 from worker.tracing import sampled_trace_id
 
 JOB_METRICS_TTL_S = 86_400
@@ -364,12 +365,9 @@ def apply_job_metrics(redis: Redis, job_id: str, *, metrics: WorkerMetrics | Non
     Reading and deleting happen in one transaction, so two workers sweeping the
     same key can never count it twice.
     """
-    key = redis_keys.job_metrics(job_id)
-    with redis.pipeline(transaction=True) as pipe:
-        pipe.lrange(key, 0, -1)
-        pipe.delete(key)
-        pipe.zrem(redis_keys.JOB_METRICS_PENDING, job_id)
-        raw_batches, _, _ = pipe.execute()
+    raw_batches = take_job_list(
+        redis, redis_keys.job_metrics(job_id), redis_keys.JOB_METRICS_PENDING, job_id
+    )
     target = metrics or worker_metrics()
     for raw in raw_batches:
         try:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         redis_error_line,
         until_redis_answers,
     )
+    from worker.redis_io._handover import take_job_list
 
 _CONNECTION = "worker.redis_io._connection"
 _FAULTS = "worker.redis_io._faults"
@@ -63,6 +64,7 @@ _LAZY = {
     "outage_kind": _FAULTS,
     "patient_redis_retry": _FAULTS,
     "until_redis_answers": _FAULTS,
+    "take_job_list": "worker.redis_io._handover",
 }
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
@@ -88,5 +90,6 @@ __all__ = [
     "require_matching_worker_connection",
     "rq_connection_settings",
     "share_between_threads",
+    "take_job_list",
     "until_redis_answers",
 ]

@@ -39,6 +39,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from worker.logs import log_event
 from worker.redis_io import keys as redis_keys
+from worker.redis_io import take_job_list
 
 # A job's list outlives a dead worker long enough for another worker's sweep.
 JOB_SPANS_TTL_S = 86_400
@@ -152,12 +153,9 @@ class JobSpanRelay:
 
     def deliver(self, redis: _Redis, job_id: str) -> int:
         """Hand the spans a job process wrote to the batch processor; returns how many."""
-        key = redis_keys.job_spans(job_id)
-        with redis.pipeline(transaction=True) as pipe:
-            pipe.lrange(key, 0, -1)
-            pipe.delete(key)
-            pipe.zrem(redis_keys.JOB_SPANS_PENDING, job_id)
-            raw_records, _, _ = pipe.execute()
+        raw_records = take_job_list(
+            redis, redis_keys.job_spans(job_id), redis_keys.JOB_SPANS_PENDING, job_id
+        )
         spans = _spans_from_records(raw_records, job_id)
         for span in spans:
             self._inner.on_end(span)
