@@ -14,6 +14,7 @@ never share a script.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import secrets
@@ -165,6 +166,15 @@ class WorkerProcess:
 
     def send(self, sig: signal.Signals) -> None:
         self.process.send_signal(sig)
+
+    def send_to_a_thread(self, sig: signal.Signals) -> None:
+        """``sig`` to one of the worker's threads other than the main one, as the kernel may
+        hand a signal sent to the process to whichever thread is running (tgkill(2))."""
+        threads = sorted(int(tid) for tid in os.listdir(f"/proc/{self.pid}/task"))
+        (tid, *_) = [tid for tid in threads if tid != self.pid]
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.tgkill(self.pid, tid, sig) != 0:
+            raise OSError(ctypes.get_errno(), f"tgkill {self.pid} {tid} {sig.name}")
 
     def wait_exit(self, timeout_s: float) -> int:
         return self.process.wait(timeout=timeout_s)

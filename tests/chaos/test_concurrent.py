@@ -130,6 +130,40 @@ def test_warm_shutdown_lets_every_task_in_flight_finish(chaos: ChaosStack) -> No
         assert len(chaos.consumption_of(task_id)) == 1
 
 
+def test_a_sigterm_the_kernel_hands_to_a_job_thread_stops_the_worker_warm_at_once(
+    chaos: ChaosStack,
+) -> None:
+    # Python runs signal handlers in the main thread only, and a signal taken by another
+    # thread does not interrupt the main thread's blocking look at the queue (60 s).
+    worker = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
+    tasks = [chaos.notification(f"thread-{n}", [{"text": "Done", "delay_s": 20}]) for n in range(2)]
+    wait_until(lambda: all_in_flight(chaos, tasks), 60, "two tasks in flight")
+
+    worker.send_to_a_thread(signal.SIGTERM)
+
+    assert worker.wait_exit(90) == 0
+    (asked,) = [e for e in worker.events("rq_log") if "warm shut down" in e["message"]]
+    for task_id in tasks:
+        (completed,) = events_of(worker, "task_completed", task_id)
+        assert asked["ts"] < completed["ts"]  # acted on while the tasks still ran
+        assert chaos.status(task_id) == "finished"
+
+
+def test_an_idle_limit_counts_from_the_last_job_taken_and_lets_the_run_in_flight_finish(
+    chaos: ChaosStack,
+) -> None:
+    # rq's --max-idle-time: the main thread looks at the queue in slices while a run is in
+    # flight, but the idle time still runs from the look's start.
+    task_id = chaos.notification("idle", [{"text": "Done", "delay_s": 10}])
+    worker = chaos.start_worker("--max-idle-time", "2", WORKER_CONCURRENCY=CONCURRENCY)
+
+    assert worker.wait_exit(90) == 0
+    (quitting,) = [e for e in worker.events("rq_log") if "idle for 2 seconds" in e["message"]]
+    (completed,) = events_of(worker, "task_completed", task_id)
+    assert quitting["ts"] < completed["ts"]
+    assert chaos.status(task_id) == "finished"
+
+
 def test_cold_shutdown_hands_every_task_back_and_each_resumes_once(chaos: ChaosStack) -> None:
     stopping = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
     markers = [f"cold-{n}" for n in range(2)]

@@ -23,9 +23,11 @@ A thread cannot be killed: what rq does to a job process is done to a run instea
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -63,6 +65,9 @@ from worker.task import Outcome
 
 # How often a wait for a job thread wakes up to let the main thread handle signals.
 _WAIT_SLICE_S = 1.0
+# The longest the main thread blocks on the queue while a run is in flight (whole seconds:
+# rq's blocking pop takes an int), for the same reason.
+_LOOK_SLICE_S = 1
 # How long a hand-back waits for a run that is settling its job right now to finish.
 _SETTLING_WAIT_S = 10.0
 # The exit status of a worker that gave up on a run stuck past its timeout.
@@ -229,15 +234,33 @@ class ConcurrentWorker(VettingWorker):
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
+        idle_until = None if max_idle_time is None else time.monotonic() + max_idle_time
         while True:
             runs_ended = self._runs_ended
+            # Python runs a signal handler in the main thread, but the kernel may hand the
+            # signal to a busy job thread: the main thread's blocking look at the queue is
+            # then not interrupted, and a SIGTERM would wait out the whole look (60 s).
+            # While a run is in flight the main thread looks in slices instead.
+            sliced = timeout is not None and bool(self._in_flight)
+            if sliced:
+                idle_left: int | None = _LOOK_SLICE_S
+            elif idle_until is not None:
+                idle_left = max(1, math.ceil(idle_until - time.monotonic()))
+            else:
+                idle_left = None
             self._waiting_for_job = True
             try:
-                result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                result = super().dequeue_job_and_maintain_ttl(timeout, idle_left)
             finally:
                 self._waiting_for_job = False
-            if result is not None or timeout is not None:
+            if result is not None:
                 return result
+            if timeout is not None:
+                # A slice ran out (look again), or the operator's max idle time did (stop).
+                idle_over = idle_until is not None and time.monotonic() >= idle_until
+                if not sliced or idle_over or self._stop_requested:
+                    return None
+                continue
             # A burst worker stops at an empty queue, but a job in flight may still put its
             # task back (a retry, a requeue): an empty look counts only when no run was in
             # flight then and none ended since (one may have ended between the look and now).
@@ -304,7 +327,9 @@ class ConcurrentWorker(VettingWorker):
 
     def _abandon(self, flight: InFlightJob, overrun_s: float) -> None:
         """Hand a stuck run's job back, then stop taking work and exit for a restart."""
-        self._stop_requested = True  # before its slot frees up: take no new job
+        # Before its slot frees up: take no new job. The main thread sees it within a second
+        # (it looks at the queue in slices and waits for slots in slices while runs are out).
+        self._stop_requested = True
         handed_back = self._hand_back(
             flight,
             why=f"job thread still running {overrun_s:.0f} s past its timeout"
@@ -320,9 +345,6 @@ class ConcurrentWorker(VettingWorker):
             execution=flight.execution.id,
             overrun_s=round(overrun_s, 1),
         )
-        if self._waiting_for_job:
-            # The main thread blocks on the queue: rq's warm shutdown path wakes it.
-            os.kill(os.getpid(), signal.SIGTERM)
 
     # -- stopping --------------------------------------------------------------------------
 
