@@ -5,8 +5,8 @@
     make sure rq's timeout covers the deadline (rq's kill is only a backstop)
     give an agent task its crash re-runs       (rq retries a killed or abandoned job)
     run it                                     (rq's fork and monitor, or a job thread)
-    apply the job's metrics                    (the run never touches them)
-    export the spans its job process handed over
+    apply the metrics and export the spans     (a job process hands them over in Redis;
+      a job process handed over                 a job thread adds them as it runs)
     kill process groups the job left behind
     re-enqueue the task if the job asked for it
 
@@ -122,7 +122,16 @@ class VettingWorker(UnloadableJobsWorker):
                 self._hand_back_after_cold_shutdown(job, queue, execution, lease_pid=self.horse_pid)
                 deliver_job_spans(self.connection, job.id)  # exported as the worker stops
                 raise
+        self._take_job_process_handover(job)
         self._after_job(job, check, self._forked_execution_id)
+
+    def _take_job_process_handover(self, job: Job) -> None:
+        """What a forked job process left its worker in Redis: its metrics and its spans (a
+        job thread hands neither over: it adds them to the worker's own as it runs)."""
+        self._until_redis_answers(
+            "apply_job_metrics", lambda: apply_job_metrics(self.connection, job.id)
+        )
+        deliver_job_spans(self.connection, job.id)
 
     def prepare_execution(self, job: Job) -> Execution:
         execution = super().prepare_execution(job)
@@ -268,10 +277,6 @@ class VettingWorker(UnloadableJobsWorker):
         log_event("task_handed_back", level="warning", task_id=job.id, reason=why)
 
     def _after_job(self, job: Job, check: JobCheck, execution_id: str | None) -> None:
-        self._until_redis_answers(
-            "apply_job_metrics", lambda: apply_job_metrics(self.connection, job.id)
-        )
-        deliver_job_spans(self.connection, job.id)
         self._until_redis_answers(
             "kill_child_processes",
             lambda: kill_recorded_process_groups(self.connection, job.id, execution_id),

@@ -17,7 +17,7 @@ from hub_client import HubClient
 from worker._network import client_ssl_context
 from worker._spawn import SpawnHook, ignore_spawn
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
-from worker.coordination import read_task_deadline
+from worker.coordination import read_task_deadline, running_in_process
 from worker.daemon import child_process_recorder, job_attempt
 from worker.logs import set_redactor
 from worker.loop import CanExecuteTool
@@ -74,7 +74,7 @@ class TaskRuntime:
     attempt: int = 0
     hub: HubClient | None = None
     on_spawn: SpawnHook = ignore_spawn
-    # The rq job id, when running under rq: metrics then go to the worker parent via Redis.
+    # The rq job id, when running under rq: a job process's metrics go to its worker via Redis.
     job_id: str | None = None
     # rq kills the job at its timeout: the loop winds down before that (timeout - grace).
     deadline_cap_s: float | None = None
@@ -86,7 +86,7 @@ class TaskRuntime:
     memory_store: MemoryStore | None = None
 
     def flush_metrics(self) -> None:
-        if self.job_id is None:
+        if self.job_id is None or running_in_process():  # no job process between
             self.metrics.apply_locally()
         else:
             self.metrics.flush(self.redis, self.job_id)
