@@ -56,22 +56,35 @@ def run_in_job_process(relay: JobSpanRelay, redis: Redis, job_id: str, tracer: T
             with (
                 relay.job_process(redis, job_id),
                 tracer.start_as_current_span("process agents", kind=SpanKind.CONSUMER),
-                tracer.start_as_current_span("invoke_agent bot"),
+                tracer.start_as_current_span(
+                    "invoke_agent bot", attributes=operation("invoke_agent")
+                ),
             ):
                 with tracer.start_as_current_span(
                     "chat bot",
                     kind=SpanKind.CLIENT,
-                    attributes={"gen_ai.usage.input_tokens": 12, "finish": ("stop",)},
+                    attributes=operation("chat")
+                    | {"gen_ai.usage.input_tokens": 12, "finish": ("stop",)},
                 ) as chat:
                     chat.add_event("agent_worker.retry", {"agent_worker.retry.attempt": 1})
-                with tracer.start_as_current_span("execute_tool hub__get_thread"):
+                with (
+                    tracer.start_as_current_span(
+                        "execute_tool hub__get_thread", attributes=operation("execute_tool")
+                    ),
+                    tracer.start_as_current_span("GET", kind=SpanKind.CLIENT),
+                ):
                     pass
-                with tracer.start_as_current_span("chat bot"):
+                with tracer.start_as_current_span("chat again", attributes=operation("chat")):
                     os.kill(os.getpid(), signal.SIGKILL)  # mid-call
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     return status
+
+
+def operation(name: str) -> dict[str, str]:
+    """What marks a GenAI span (the conventions' operation name): where a task waits."""
+    return {"gen_ai.operation.name": name}
 
 
 def by_name(spans: tuple[ReadableSpan, ...] | list[ReadableSpan]) -> dict[str, ReadableSpan]:
@@ -89,29 +102,37 @@ def test_a_killed_job_process_leaves_its_worker_a_whole_trace(
     delivered = relay.deliver(redis, "job-1")
 
     spans = by_name(exported.get_finished_spans())
-    assert delivered == 4
+    assert delivered == 6
     assert set(spans) == {
         "process agents",
         "invoke_agent bot",
         "chat bot",
         "execute_tool hub__get_thread",
+        "GET",
+        "chat again",
     }
     # What ended in the job process arrives as it ended there.
     chat = spans["chat bot"]
     assert chat.kind is SpanKind.CLIENT
-    assert chat.attributes == {"gen_ai.usage.input_tokens": 12, "finish": ("stop",)}
+    assert chat.attributes == operation("chat") | {
+        "gen_ai.usage.input_tokens": 12,
+        "finish": ("stop",),
+    }
     assert [(e.name, dict(e.attributes or {})) for e in chat.events] == [
         ("agent_worker.retry", {"agent_worker.retry.attempt": 1})
     ]
     assert chat.status.status_code is StatusCode.UNSET
     # Every parent is in the trace: the spans the kill left open are ended by the worker.
     ids = {span.context.span_id for span in spans.values()}
-    for name in ("chat bot", "execute_tool hub__get_thread"):
+    for name in ("chat bot", "execute_tool hub__get_thread", "chat again"):
         assert spans[name].parent is not None
         assert spans[name].parent.span_id == spans["invoke_agent bot"].context.span_id
+    assert spans["GET"].parent is not None
+    assert spans["GET"].parent.span_id == spans["execute_tool hub__get_thread"].context.span_id
     assert spans["invoke_agent bot"].parent is not None
     assert spans["invoke_agent bot"].parent.span_id in ids
-    for name in ("process agents", "invoke_agent bot"):
+    # The call the kill interrupted was written as it started: it arrives, ended as lost.
+    for name in ("process agents", "invoke_agent bot", "chat again"):
         lost = spans[name]
         assert lost.status.status_code is StatusCode.ERROR
         assert lost.attributes is not None
@@ -141,4 +162,39 @@ def test_a_malformed_record_is_skipped_and_the_rest_delivered(
     run_in_job_process(relay, redis, "job-3", tracer)
     redis.lpush(redis_keys.job_spans("job-3"), "not json", '{"context": 7}')
 
-    assert relay.deliver(redis, "job-3") == 4
+    assert relay.deliver(redis, "job-3") == 6
+
+
+def rpush_calls(redis: Redis) -> int:
+    return int(redis.info("commandstats").get("cmdstat_rpush", {}).get("calls", 0))
+
+
+def test_a_job_process_writes_its_spans_where_the_task_waits_not_once_a_span(
+    relay: JobSpanRelay, redis: Redis, tracer: Tracer, exported: InMemorySpanExporter
+) -> None:
+    before = rpush_calls(redis)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with (
+                relay.job_process(redis, "job-4"),
+                tracer.start_as_current_span("process agents", kind=SpanKind.CONSUMER),
+                tracer.start_as_current_span(
+                    "invoke_agent bot", attributes=operation("invoke_agent")
+                ),
+            ):
+                for step in range(2):
+                    with tracer.start_as_current_span(f"chat {step}", attributes=operation("chat")):
+                        for request in range(3):
+                            with tracer.start_as_current_span(f"POST {step}.{request}"):
+                                pass
+            os._exit(0)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+
+    assert relay.deliver(redis, "job-4") == 10
+    assert len(exported.get_finished_spans()) == 10
+    # Where a wait starts (invoke_agent, each chat) and at the end: 4, not 10.
+    assert rpush_calls(redis) - before <= 4

@@ -8,19 +8,20 @@ routes each span by where it runs:
 
     worker process (and its job threads)  the SDK's batch processor: one export request
                                           per batch, across tasks
-    forked job process, inside its job    each span is written to the job's Redis list as
-                                          it ends, with the start records of the spans
-                                          still open (one RPUSH per span end)
+    forked job process, inside its job    the spans go to the job's Redis list in a few
+                                          batches (one RPUSH each), each with the start
+                                          records of the spans still open
     worker process, after the job         ``deliver_job_spans`` reads the list, ends the
                                           spans the job process never ended (killed: status
                                           ERROR, ``error.type`` ``job_process_lost``) and
                                           hands them all to the batch processor
 
 Why Redis: the job's metrics already reach the parent that way (a list per job applied
-after the job process exits), each record lands whole and at once, so a killed job
-process loses no span that ended, and its open spans can still be ended by the parent
-(the trace stays whole). A worker that dies before delivering leaves the list to
-another worker's maintenance (``sweep_job_spans``), as for metrics.
+after the job process exits), each batch lands whole and at once, so a killed job
+process loses only the spans that ended since its last batch, and the open spans it
+wrote can still be ended by the parent (the trace stays whole). A worker that dies
+before delivering leaves the list to another worker's maintenance (``sweep_job_spans``),
+as for metrics.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ from worker.redis_io import take_job_list
 JOB_SPANS_TTL_S = 86_400
 # The ``error.type`` of a span its job process never ended (killed, crashed).
 LOST_SPAN_ERROR = "job_process_lost"
+# A job process writes its spans when one of these starts (a task waits there)...
+_OPERATION = "gen_ai.operation.name"
+_WAITS = frozenset({"chat", "execute_tool", "invoke_agent"})
+# ... and when a span ends this long after the last write.
+_WRITE_AFTER_S = 1.0
 
 
 class _Redis(Protocol):
@@ -70,25 +76,51 @@ class _Processor(Protocol):
 
 
 class _JobSink:
-    """Where a forked job process writes its spans: the job's Redis list."""
+    """Where a forked job process writes its spans: the job's Redis list, in batches.
+
+    A batch goes out where the task starts to wait (a model call, a tool call, a CLI run:
+    the GenAI operations), at a span's end a second or more after the last one, and at the
+    job's end: a few writes a task instead of one per span. Each batch carries the start
+    records of the spans open then, so what a kill leaves behind is always a whole trace:
+    the wait the kill interrupted is in it (ended by the worker as lost), and only spans
+    that ended since the last batch are missing, with none of their descendants.
+    """
 
     def __init__(self, redis: _Redis, job_id: str) -> None:
         self._redis = redis
         self._job_id = job_id
-        self._open: dict[int, str] = {}  # start records of open spans not yet written
+        self._open: dict[int, Any] = {}  # spans started and not ended, by span id
+        self._start_written: set[int] = set()  # open spans whose start record is out
+        self._ended: list[str] = []  # end records not yet written
+        self._last_write = time.monotonic()
         self._written = False
         self._failed = False
 
     def started(self, span: Any) -> None:
-        self._open[span.context.span_id] = json.dumps(_record(span, ended=False))
+        self._open[span.context.span_id] = span
+        if (span.attributes or {}).get(_OPERATION) in _WAITS:
+            self.write()
 
     def ended(self, span: Any) -> None:
-        self._open.pop(span.context.span_id, None)
-        records = [*self._open.values(), json.dumps(_record(span, ended=True))]
-        self._open.clear()  # written now: the parent ends them if no end record follows
-        self._write(records)
+        span_id = span.context.span_id
+        self._open.pop(span_id, None)
+        self._start_written.discard(span_id)
+        self._ended.append(json.dumps(_record(span, ended=True)))
+        if time.monotonic() - self._last_write >= _WRITE_AFTER_S:
+            self.write()
 
-    def _write(self, records: Sequence[str]) -> None:
+    def write(self) -> None:
+        """Write what is not out yet: start records of open spans, then the ended ones."""
+        unwritten = [s for span_id, s in self._open.items() if span_id not in self._start_written]
+        if not unwritten and not self._ended:
+            return
+        records = [json.dumps(_record(s, ended=False)) for s in unwritten] + self._ended
+        self._start_written.update(s.context.span_id for s in unwritten)
+        self._ended = []
+        self._last_write = time.monotonic()
+        self._send(records)
+
+    def _send(self, records: Sequence[str]) -> None:
         if self._failed:
             return
         key = redis_keys.job_spans(self._job_id)
@@ -149,6 +181,7 @@ class JobSpanRelay:
         try:
             yield
         finally:
+            self._sink.write()
             self._sink = None
 
     def deliver(self, redis: _Redis, job_id: str) -> int:
