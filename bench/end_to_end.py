@@ -58,6 +58,10 @@ PHASE_TIMED = "bench._workers.PhaseTimedWorker"
 IN_PROCESS = "bench._workers.InProcessAgentWorker"
 PHASE_TIMED_IN_PROCESS = "bench._workers.PhaseTimedInProcessWorker"
 CONCURRENCY = 4
+# Tracing's cost is a few per cent of a task's CPU, and one run's CPU per task varies by
+# about as much: more runs of more tasks than the throughput table.
+TRACING_RUNS = 5
+TRACING_TASKS = 40
 
 
 @dataclass(frozen=True)
@@ -251,7 +255,12 @@ def benchmark(*, size: Size = Size.FULL) -> list[Table]:
     timed = {variant.worker_class: runs for variant, runs in results.items()}
     with bench_stack() as bench:
         warm_up = size.pick(full=WARMUP_TASKS, quick=WARMUP_TASKS, smoke=0)
-        tracing = _tracing_cpu_table(bench, runs_per_variant, measured, warm_up)
+        tracing = _tracing_cpu_table(
+            bench,
+            size.pick(full=TRACING_RUNS, quick=1, smoke=1),
+            size.pick(full=TRACING_TASKS, quick=6, smoke=2),
+            warm_up,
+        )
     return [
         throughput,
         _breakdown_table(timed[PHASE_TIMED], "phase-timed AgentWorker, fork per job"),
