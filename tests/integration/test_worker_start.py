@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -239,3 +241,29 @@ def test_metrics_host_is_the_address_the_metrics_server_binds(
         bound = wait_until(lambda: listening_address(started["port"]), 10, "a listening socket")
     assert started["host"] == (host or "0.0.0.0")
     assert bound == expected
+
+
+def blocked_signals(pid: int, tid: int) -> set[signal.Signals]:
+    """The signals a thread of ``pid`` blocks, as the kernel reports them (SigBlk)."""
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    (mask,) = [line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")]
+    bits = int(mask, 16)
+    return {sig for sig in signal.Signals if bits & (1 << (sig - 1))}
+
+
+def test_the_workers_own_threads_leave_rqs_signals_to_its_main_thread(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel hands a signal sent to the worker to any thread not blocking it, and one in
+    # a thread other than the main one would not wake rq's wait on the queue.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # a batch thread
+    with running_worker(redis_url, metrics_port=free_port()) as worker:  # a server thread
+        pid = worker.process.pid
+        threads = {int(tid) for tid in os.listdir(f"/proc/{pid}/task")}
+        blocked = {tid: blocked_signals(pid, tid) for tid in threads}
+
+    rqs = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM}
+    assert not blocked.pop(pid) & rqs  # the main thread takes them
+    assert len(blocked) >= 2, blocked
+    for tid, signals in blocked.items():
+        assert rqs <= signals, (tid, signals)

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
+from worker._signals import signals_left_to_the_main_thread
 from worker.coordination._runs import current_run
 from worker.logs import log_event
 from worker.redis_io import keys as redis_keys
@@ -74,7 +75,8 @@ class Renewal:
         self._stopped = threading.Event()
         self.lost = False
         self._thread = threading.Thread(target=self._run, name=f"renew {what}", daemon=True)
-        self._thread.start()
+        with signals_left_to_the_main_thread():
+            self._thread.start()
 
     def stop(self) -> None:
         self._stopped.set()

@@ -45,6 +45,7 @@ from rq.timeouts import (
 from rq.utils import now
 from rq.worker.base import SHUTDOWN_SIGNAL
 
+from worker._signals import signals_left_to_the_main_thread
 from worker.coordination import (
     in_process_run,
     request_cancel,
@@ -281,7 +282,8 @@ class ConcurrentWorker(VettingWorker):
             self._heartbeats = threading.Thread(
                 target=self._keep_in_flight_alive, name="heartbeats", daemon=True
             )
-            self._heartbeats.start()
+            with signals_left_to_the_main_thread():
+                self._heartbeats.start()
 
     def _keep_in_flight_alive(self) -> None:
         """rq's per-job heartbeat (worker key, execution, job) for every job in flight."""

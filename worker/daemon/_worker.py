@@ -36,6 +36,7 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import DequeueStrategy
 
+from worker._signals import signals_left_to_the_main_thread
 from worker.daemon._concurrent import ConcurrentWorker
 from worker.daemon._host import OWN_HOST, OwnHost, preload_configuration
 from worker.daemon._logging import send_rq_logs_to_events
@@ -154,6 +155,12 @@ class AgentWorker(ConcurrentWorker):
             concurrency=self.concurrency,
             maintenance_interval_s=self.maintenance_interval,
         )
+
+    def subscribe(self) -> None:
+        # rq's command listener thread (stop-job, shutdown) must not take the process's
+        # signals from the main thread (worker._signals).
+        with signals_left_to_the_main_thread():
+            super().subscribe()  # type: ignore[no-untyped-call]
 
     def _import_job_modules(self) -> None:
         self.import_job_modules()

@@ -15,6 +15,7 @@ from prometheus_client.exposition import choose_encoder
 from redis import Redis
 from redis.exceptions import RedisError
 
+from worker._signals import signals_left_to_the_main_thread
 from worker.logs import log_event
 
 PORT_SEARCH_SPAN = 16
@@ -88,7 +89,9 @@ def start_server(
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 continue
             raise
-        threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+        serving = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+        with signals_left_to_the_main_thread():
+            serving.start()
         with _running_lock:
             _running.append(server)
         if candidate != port:

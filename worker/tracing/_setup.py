@@ -24,6 +24,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from worker._signals import signals_left_to_the_main_thread
 from worker.exceptions import ConfigurationError
 from worker.logs import log_event
 from worker.tracing._relay import install_relay
@@ -150,7 +151,8 @@ def _install(default_service_name: str) -> bool:
     provider = TracerProvider(resource=resource)
     batches = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
     for exporter in exporters:
-        batches.add_span_processor(BatchSpanProcessor(exporter))
+        with signals_left_to_the_main_thread():  # the batch processor's thread
+            batches.add_span_processor(BatchSpanProcessor(exporter))
     # Forked job processes hand their spans to this process, which batches across tasks;
     # the relay has the SpanProcessor interface without needing the SDK to import.
     relay: Any = install_relay(batches)
