@@ -45,6 +45,7 @@ from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
 from tests.support.workers import (
     TEST_CONCURRENCY_VARIABLE,
+    blocked_signals,
     launch_pool,
     launch_worker,
     parse_events,
@@ -168,10 +169,13 @@ class WorkerProcess:
         self.process.send_signal(sig)
 
     def send_to_a_thread(self, sig: signal.Signals) -> None:
-        """``sig`` to one of the worker's threads other than the main one, as the kernel may
-        hand a signal sent to the process to whichever thread is running (tgkill(2))."""
+        """``sig`` to one of the worker's threads other than the main one that does not block
+        it, as the kernel may hand a signal sent to the process to any such thread that is
+        running (tgkill(2))."""
         threads = sorted(int(tid) for tid in os.listdir(f"/proc/{self.pid}/task"))
-        (tid, *_) = [tid for tid in threads if tid != self.pid]
+        (tid, *_) = [
+            tid for tid in threads if tid != self.pid and sig not in blocked_signals(self.pid, tid)
+        ]
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.tgkill(self.pid, tid, sig) != 0:
             raise OSError(ctypes.get_errno(), f"tgkill {self.pid} {tid} {sig.name}")

@@ -22,7 +22,13 @@ import redis
 from tests.support.definitions import write_agent
 from tests.support.devhub import running_devhub
 from tests.support.unprivileged import call_unprivileged
-from tests.support.workers import parse_events, run_burst, running_worker, wait_until
+from tests.support.workers import (
+    blocked_signals,
+    parse_events,
+    run_burst,
+    running_worker,
+    wait_until,
+)
 from worker.dev.devstack import free_port
 from worker.enqueue import enqueue_task
 from worker.operations import check_at_start
@@ -241,14 +247,6 @@ def test_metrics_host_is_the_address_the_metrics_server_binds(
         bound = wait_until(lambda: listening_address(started["port"]), 10, "a listening socket")
     assert started["host"] == (host or "0.0.0.0")
     assert bound == expected
-
-
-def blocked_signals(pid: int, tid: int) -> set[signal.Signals]:
-    """The signals a thread of ``pid`` blocks, as the kernel reports them (SigBlk)."""
-    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
-    (mask,) = [line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")]
-    bits = int(mask, 16)
-    return {sig for sig in signal.Signals if bits & (1 << (sig - 1))}
 
 
 def test_the_workers_own_threads_leave_rqs_signals_to_its_main_thread(

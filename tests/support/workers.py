@@ -225,3 +225,10 @@ def wait_until(condition: Callable[[], T], timeout_s: float, what: str) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def blocked_signals(pid: int, tid: int) -> set[signal.Signals]:
+    """The signals thread ``tid`` of process ``pid`` blocks, as the kernel reports them."""
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    (mask,) = [line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")]
+    return {sig for sig in signal.Signals if int(mask, 16) & (1 << (sig - 1))}
