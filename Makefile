@@ -39,11 +39,13 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr $(DOCS_ADDRESS)
 
 # pytest-xdist processes for the suite; each starts its own redis-server and servers on
-# ports of its own. The tests mostly wait on subprocesses: on 2 cores, 4 processes kept the
-# CPU 65 % busy, 8 keep it near full. --maxschedchunk 1 hands out tests one by one in
-# collection order (the slow folders come first), so no process gets a long run of slow
-# tests while the others sit idle.
-TEST_PROCESSES ?= 8
+# ports of its own. The tests mostly wait on subprocesses: on 2 fast cores, 4 processes kept
+# the CPU 65 % busy and 8 near full; on 2 cores half as fast, 8 kept the load at 16 and
+# seven tests ran out of their waits (an MCP server's 10 s to connect, a trace's 90 s), all
+# of which pass alone. 4 halves the load. --maxschedchunk 1 hands out
+# tests one by one in collection order (the slow folders come first), so no process gets a
+# long run of slow tests while the others sit idle.
+TEST_PROCESSES ?= 4
 
 # One run: the tests listed in BOTH_WORKER_MODES (tests/conftest.py) run in it twice, with
 # a forked job process per task and with WORKER_CONCURRENCY=4.
