@@ -114,6 +114,20 @@ def execution_heartbeats(chaos: ChaosStack, task_ids: list[str]) -> dict[str, fl
     return beats
 
 
+def assert_stopped_warm_while_tasks_ran(
+    chaos: ChaosStack, worker: WorkerProcess, tasks: list[str]
+) -> None:
+    """The worker asked for a warm shutdown before any task completed, then let each one
+    finish once and exited cleanly."""
+    assert worker.wait_exit(90) == 0
+    (asked,) = [e for e in worker.events("rq_log") if "warm shut down" in e["message"]]
+    for task_id in tasks:
+        (completed,) = events_of(worker, "task_completed", task_id)
+        assert asked["ts"] < completed["ts"]  # the signal was acted on mid-task
+        assert chaos.status(task_id) == "finished"
+        assert len(chaos.consumption_of(task_id)) == 1
+
+
 def test_warm_shutdown_lets_every_task_in_flight_finish(chaos: ChaosStack) -> None:
     worker = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
     tasks = [chaos.notification(f"warm-{n}", [{"text": "Done", "delay_s": 5}]) for n in range(3)]
@@ -121,13 +135,7 @@ def test_warm_shutdown_lets_every_task_in_flight_finish(chaos: ChaosStack) -> No
 
     worker.send(signal.SIGTERM)
 
-    assert worker.wait_exit(90) == 0
-    (asked,) = [e for e in worker.events("rq_log") if "warm shut down" in e["message"]]
-    for task_id in tasks:
-        (completed,) = events_of(worker, "task_completed", task_id)
-        assert asked["ts"] < completed["ts"]  # the signal came mid-task
-        assert chaos.status(task_id) == "finished"
-        assert len(chaos.consumption_of(task_id)) == 1
+    assert_stopped_warm_while_tasks_ran(chaos, worker, tasks)
 
 
 def test_a_sigterm_the_kernel_hands_to_a_job_thread_stops_the_worker_warm_at_once(
@@ -141,12 +149,7 @@ def test_a_sigterm_the_kernel_hands_to_a_job_thread_stops_the_worker_warm_at_onc
 
     worker.send_to_a_thread(signal.SIGTERM)
 
-    assert worker.wait_exit(90) == 0
-    (asked,) = [e for e in worker.events("rq_log") if "warm shut down" in e["message"]]
-    for task_id in tasks:
-        (completed,) = events_of(worker, "task_completed", task_id)
-        assert asked["ts"] < completed["ts"]  # acted on while the tasks still ran
-        assert chaos.status(task_id) == "finished"
+    assert_stopped_warm_while_tasks_ran(chaos, worker, tasks)
 
 
 def test_an_idle_limit_counts_from_the_last_job_taken_and_lets_the_run_in_flight_finish(

@@ -89,33 +89,31 @@ class _JobSink:
     def __init__(self, redis: _Redis, job_id: str) -> None:
         self._redis = redis
         self._job_id = job_id
-        self._open: dict[int, Any] = {}  # spans started and not ended, by span id
-        self._start_written: set[int] = set()  # open spans whose start record is out
+        self._unwritten_open: dict[int, Any] = {}  # open spans whose start record is not out
         self._ended: list[str] = []  # end records not yet written
         self._last_write = time.monotonic()
         self._written = False
         self._failed = False
 
     def started(self, span: Any) -> None:
-        self._open[span.context.span_id] = span
+        self._unwritten_open[span.context.span_id] = span
         if (span.attributes or {}).get(_OPERATION) in _WAITS:
             self.write()
 
     def ended(self, span: Any) -> None:
-        span_id = span.context.span_id
-        self._open.pop(span_id, None)
-        self._start_written.discard(span_id)
+        self._unwritten_open.pop(span.context.span_id, None)
         self._ended.append(json.dumps(_record(span, ended=True)))
         if time.monotonic() - self._last_write >= _WRITE_AFTER_S:
             self.write()
 
     def write(self) -> None:
         """Write what is not out yet: start records of open spans, then the ended ones."""
-        unwritten = [s for span_id, s in self._open.items() if span_id not in self._start_written]
-        if not unwritten and not self._ended:
+        if not self._unwritten_open and not self._ended:
             return
-        records = [json.dumps(_record(s, ended=False)) for s in unwritten] + self._ended
-        self._start_written.update(s.context.span_id for s in unwritten)
+        starts = [json.dumps(_record(s, ended=False)) for s in self._unwritten_open.values()]
+        records = starts + self._ended
+        # Written now: the worker ends them itself if no end record follows.
+        self._unwritten_open.clear()
         self._ended = []
         self._last_write = time.monotonic()
         self._send(records)
