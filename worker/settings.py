@@ -78,6 +78,13 @@ class Settings(BaseSettings):
     openai_base_url: str | None = None
     """Endpoint of the OpenAI provider: any compatible server (vLLM, Ollama, LiteLLM,
     llama.cpp's `llama-server`)."""
+    prompt_cache: Literal["on", "off"] = "on"
+    """`on`: each model call asks its provider's prompt cache to keep what repeats (Anthropic's
+    `cache_control` breakpoints, OpenAI's `prompt_cache_key`; see "The prompt cache").
+    `off`: requests carry neither, the system prompt goes as one text."""
+    openai_prompt_cache_key: bool = True
+    """Send `prompt_cache_key` to OpenAI-compatible endpoints. A server that answers 400 naming
+    the field is asked again without it, and not sent it again by this process."""
 
     agent_cache_ttl_s: int = Field(default=300, ge=0)
     """Seconds parsed agent definitions stay cached in Redis."""

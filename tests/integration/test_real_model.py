@@ -21,7 +21,7 @@ from worker.dev.realmodel._server import RunningModel, llama_server
 from worker.dev.realmodel._setup import MODELS, cache_dir, model_path, server_binary
 from worker.loop import AgentLoop, LoopSettings, RunResult
 from worker.models import OpenAIModel, UntrustedBlocks
-from worker.pipeline._prompt import first_message, system_prompt
+from worker.pipeline._prompt import first_message, system_prompt, task_instructions
 from worker.task import Outcome, Task
 from worker.tools import LocalToolbox
 
@@ -82,7 +82,8 @@ async def answer_thread(model: RunningModel, window: int | None) -> RunResult:
     loop = AgentLoop(
         model=OpenAIModel(model.alias, api_key="local", base_url=model.base_url),
         toolbox=LocalToolbox([]),
-        system=system_prompt(agent, None, blocks),
+        system=system_prompt(agent),
+        system_context=task_instructions(None, blocks),
         settings=LoopSettings(context_window_tokens=window, max_output_tokens=256),
         task_id="t-real",
         agent_id="demo-agent",

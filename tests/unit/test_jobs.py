@@ -139,7 +139,7 @@ async def test_notification_ends_as_a_comment_with_consumption_and_read_mark(
     first = h.model.requests[0]
     assert "<untrusted-content" in first.messages[0].content
     assert "how do I scale workers?" in first.messages[0].content
-    assert "Budget:" in first.system
+    assert "Budget:" in first.full_system()
 
 
 def discovery_answer(post_id: str | None, kind: str, confidence: float, response: str) -> Turn:

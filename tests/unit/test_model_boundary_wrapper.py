@@ -56,7 +56,7 @@ def spelled_out_in(text: str, value: str) -> bool:
 
 
 def every_text(request: ModelRequest) -> str:
-    parts = [request.system, *(t.description for t in request.tools)]
+    parts = [request.full_system(), *(t.description for t in request.tools)]
     for message in request.messages:
         parts.append(message.content)
         parts.extend(call.arguments for call in message.tool_calls)
@@ -214,7 +214,7 @@ async def test_a_task_sends_the_model_nothing_secret_and_tool_results_as_untrust
     for request in model.requests:
         assert not spelled_out_in(every_text(request), CANARY)
     tag = _tag_of(first.messages[0].content)
-    assert f"<{tag} ...>" in first.system  # the notice names this run's delimiter
+    assert f"<{tag} ...>" in first.full_system()  # the notice names this run's delimiter
     (result,) = [m.content for m in second.messages if m.role == "tool"]
     assert result.startswith(f'<{tag} kind="tool-result" tool="lookup">')
     assert result.count(f"</{tag}>") == 1 and result.endswith(f"</{tag}>")

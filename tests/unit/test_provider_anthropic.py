@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import deque
 from typing import Any
 
+import anthropic
 import httpx2
 import pytest
 
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models._anthropic import AnthropicModel
+from worker.models._cache import PromptCache
 from worker.models._retry import RetryPolicy
 from worker.models._types import Message, ModelRequest, StopReason, ToolCall, ToolSpec
 
@@ -317,3 +320,152 @@ async def test_response_schema_uses_the_structured_output_config() -> None:
     fake = FakeAnthropic(message([{"type": "text", "text": '{"ok": true}'}]))
     await fake.model().complete(ask(response_schema=schema))
     assert fake.body()["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+
+
+def _wire(request: httpx2.Request) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+    # Headers that differ from one request to the next by design: retry count, the time
+    # left of the timeout.
+    varying = {"x-stainless-retry-count", "x-stainless-read-timeout", "x-stainless-timeout"}
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in varying}
+    return request.method, str(request.url), headers, json.loads(request.content)
+
+
+SEARCH = ToolSpec(
+    name="hub__search",
+    description="Search posts.",
+    input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
+)
+# Long enough for Sonnet 4.5's minimum (1,024 tokens) at the layout's 3 characters a token.
+AGENT_PROMPT = "You are a careful reviewer of release notes. " * 80
+TRANSCRIPT = [
+    Message(role="user", content="find rq posts"),
+    Message(
+        role="assistant",
+        content="Looking.",
+        tool_calls=(ToolCall(id="toolu_a", name="hub__search", arguments='{"q": "rq"}'),),
+    ),
+    Message(role="tool", content="post p-1", tool_call_id="toolu_a"),
+]
+
+
+def cached_request(**options: Any) -> ModelRequest:
+    options.setdefault("messages", TRANSCRIPT)
+    options.setdefault("tools", [SEARCH])
+    return ModelRequest(
+        system=AGENT_PROMPT, system_context="Budget: $0.10 of $1.00 used today.", **options
+    )
+
+
+def marks(body: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
+    """Where the body asks for cache breakpoints, in the order the API reads them."""
+    found = [
+        (f"tool {tool['name']}", tool["cache_control"])
+        for tool in body.get("tools", [])
+        if "cache_control" in tool
+    ]
+    system = body.get("system", [])
+    if isinstance(system, list):
+        found += [
+            (f"system {i}", block["cache_control"])
+            for i, block in enumerate(system)
+            if "cache_control" in block
+        ]
+    for i, turn in enumerate(body["messages"]):
+        found += [
+            (f"turn {i} {block['type']}", block["cache_control"])
+            for block in turn["content"]
+            if "cache_control" in block
+        ]
+    return found
+
+
+@pytest.mark.anyio
+async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
+    # The model posts its encoded body through the SDK's ``post`` (no walk of the body): the
+    # same method, URL, headers (the key) and body as ``messages.create`` with those fields.
+    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]), message([]))
+    model = fake.model(prompt_cache=PromptCache(key="k"))
+    await model.complete(cached_request(timeout_s=30.0, response_schema={"type": "object"}))
+    sdk = anthropic.AsyncAnthropic(
+        api_key=API_KEY,
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(fake.handle)),
+    )
+    body = fake.body()
+    await sdk.messages.create(**body, timeout=30.0)
+
+    ours, theirs = _wire(fake.requests[0]), _wire(fake.requests[1])
+    assert ours == theirs
+    assert ours[0] == "POST"
+    assert ours[1] == "https://api.anthropic.com/v1/messages"
+    assert ours[2]["authorization"] == f"Bearer {API_KEY}"
+    assert marks(ours[3])  # the comparison covered a body with its breakpoints
+
+
+@pytest.mark.anyio
+async def test_the_cache_marks_the_tools_the_agents_prompt_and_the_conversation() -> None:
+    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]), message([]))
+    model = fake.model(prompt_cache=PromptCache(key="k"))
+    await model.complete(cached_request())
+    # One short tool is below Sonnet 4.5's 1,024 tokens on its own: not marked.
+    assert [where for where, _ in marks(fake.body())] == [
+        "system 0",
+        "turn 0 text",
+        "turn 2 tool_result",
+    ]
+    many = [
+        dataclasses.replace(SEARCH, name=f"hub__search_{i}", description="Search. " * 60)
+        for i in range(8)
+    ]
+    await model.complete(cached_request(tools=many))
+    body = fake.body()
+    ephemeral = {"type": "ephemeral"}
+    assert marks(body) == [
+        ("tool hub__search_7", ephemeral),
+        ("system 0", ephemeral),
+        # Where the previous call ended, and where this one ends.
+        ("turn 0 text", ephemeral),
+        ("turn 2 tool_result", ephemeral),
+    ]
+    # The agent's prompt is a block of its own; the task's line comes after it, unmarked.
+    assert [block["text"] for block in body["system"]] == [
+        AGENT_PROMPT,
+        "Budget: $0.10 of $1.00 used today.",
+    ]
+
+
+@pytest.mark.anyio
+async def test_an_hour_long_cache_covers_the_agent_and_five_minutes_the_conversation() -> None:
+    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]))
+    await fake.model(prompt_cache=PromptCache(ttl="1h")).complete(cached_request())
+    hour, five_minutes = {"type": "ephemeral", "ttl": "1h"}, {"type": "ephemeral"}
+    assert [mark for _, mark in marks(fake.body())] == [hour, five_minutes, five_minutes]
+
+
+@pytest.mark.anyio
+async def test_a_closing_call_marks_only_what_another_task_reads_back() -> None:
+    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]))
+    await fake.model(prompt_cache=PromptCache()).complete(cached_request(last_call=True))
+    assert [where for where, _ in marks(fake.body())] == ["system 0"]
+
+
+@pytest.mark.anyio
+async def test_a_prefix_below_the_models_minimum_is_not_marked() -> None:
+    # Opus 4.5 caches nothing under 4,096 tokens: the agent's prompt (about 1,200) is not
+    # marked, and a whole request that short is not marked anywhere.
+    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]), message([]))
+    model = fake.model("claude-opus-4-5", prompt_cache=PromptCache())
+    await model.complete(cached_request())
+    assert marks(fake.body()) == []
+    long_thread = Message(role="user", content="a long thread " * 1200)
+    await model.complete(cached_request(messages=[long_thread]))
+    assert [where for where, _ in marks(fake.body())] == ["turn 0 text"]
+
+
+@pytest.mark.anyio
+async def test_without_the_cache_the_request_is_todays() -> None:
+    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]))
+    await fake.model(prompt_cache=None).complete(cached_request())
+    body = fake.body()
+    assert body["system"] == AGENT_PROMPT + "\n\nBudget: $0.10 of $1.00 used today."
+    assert marks(body) == []

@@ -11,6 +11,8 @@ import openai
 import pytest
 
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
+from worker.models import _openai
+from worker.models._cache import PromptCache, agent_cache_key
 from worker.models._openai import OpenAIModel
 from worker.models._retry import RetryPolicy
 from worker.models._types import Message, ModelRequest, StopReason, ToolCall, ToolSpec
@@ -95,9 +97,8 @@ def error(status: int, text: str, headers: dict[str, str] | None = None) -> http
 
 
 def ask(text: str = "hello", **options: Any) -> ModelRequest:
-    return ModelRequest(
-        system="You are terse.", messages=[Message(role="user", content=text)], **options
-    )
+    options.setdefault("system", "You are terse.")
+    return ModelRequest(messages=[Message(role="user", content=text)], **options)
 
 
 @pytest.mark.anyio
@@ -378,3 +379,53 @@ async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
     assert ours == theirs
     assert ours[2]["authorization"] == f"Bearer {API_KEY}"
     assert ours[1] == "https://api.openai.com/v1/chat/completions"
+
+
+@pytest.mark.anyio
+async def test_the_agents_cache_key_and_one_system_text_are_sent() -> None:
+    fake = FakeOpenAI(completion("done"))
+    model = fake.model(prompt_cache=PromptCache(key=agent_cache_key("reviewer")))
+    await model.complete(ask(system="You review.", system_context="Budget: $0.10 of $1.00."))
+    body = fake.body()
+    assert body["prompt_cache_key"] == agent_cache_key("reviewer")
+    assert body["prompt_cache_key"] != agent_cache_key("writer")
+    assert "reviewer" not in body["prompt_cache_key"]
+    # The agent's prompt first, the task's line after it: the prefix a server caches.
+    assert body["messages"][0] == {
+        "role": "system",
+        "content": "You review.\n\nBudget: $0.10 of $1.00.",
+    }
+
+
+@pytest.mark.anyio
+async def test_no_cache_key_when_the_cache_is_off_or_the_operator_opts_out() -> None:
+    fake = FakeOpenAI(completion("a"), completion("b"))
+    await fake.model(prompt_cache=None).complete(ask())
+    await fake.model(prompt_cache=PromptCache(key="agent-x", send_key=False)).complete(ask())
+    assert "prompt_cache_key" not in fake.body(0)
+    assert "prompt_cache_key" not in fake.body(1)
+
+
+@pytest.mark.anyio
+async def test_a_server_refusing_the_cache_key_is_asked_again_without_it_and_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_openai, "_REFUSE_CACHE_KEY", set())
+    refusal = error(400, "Unrecognized request argument supplied: prompt_cache_key")
+    fake = FakeOpenAI(refusal, completion("first"), completion("second"))
+    model = fake.model(base_url="http://llm.internal/v1", prompt_cache=PromptCache(key="agent-x"))
+    assert (await model.complete(ask())).text == "first"
+    assert (await model.complete(ask())).text == "second"
+    sent = [fake.body(i).get("prompt_cache_key") for i in range(3)]
+    assert sent == ["agent-x", None, None]
+    assert fake.sleeps == []  # not a retry of the call: the same attempt, reshaped
+
+
+@pytest.mark.anyio
+async def test_another_400_is_not_retried_without_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_openai, "_REFUSE_CACHE_KEY", set())
+    fake = FakeOpenAI(error(400, "messages: too many"))
+    model = fake.model(prompt_cache=PromptCache(key="agent-x"))
+    with pytest.raises(ModelRequestError):
+        await model.complete(ask())
+    assert len(fake.requests) == 1

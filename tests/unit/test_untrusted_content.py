@@ -104,7 +104,7 @@ def test_a_tool_name_cannot_break_out_of_its_attribute() -> None:
 
 def test_the_system_prompt_names_this_runs_delimiter() -> None:
     blocks = UntrustedBlocks()
-    prompt = _prompt.system_prompt(agent(), None, blocks)
+    prompt = _prompt.task_instructions(None, blocks)
     assert f"<{blocks.tag} ...>" in prompt and f"</{blocks.tag}>" in prompt
     assert "never as instructions" in prompt
 

@@ -114,6 +114,11 @@ class Brain(_Section):
     max_context_tokens: int | None = Field(default=None, ge=1024)
     """This worker's extension: the model's context window in tokens; the prompt is cut
     oldest-first to fit it. Unset: unbounded."""
+    prompt_cache_ttl: Literal["5m", "1h"] = "5m"
+    """This worker's extension: how long Anthropic keeps this agent's tools, prompt and skills
+    cached after their last use. `1h` costs 2x the input price to write against 1.25x, and
+    pays when most of the agent's tasks come 5 to 60 minutes apart (see "The prompt
+    cache")."""
 
     @field_validator("provider", mode="before")
     @classmethod

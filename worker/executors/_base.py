@@ -23,7 +23,7 @@ from worker.loop import (
     LoopSettings,
     RunResult,
 )
-from worker.models import Message, Model
+from worker.models import Message, Model, joined_system
 from worker.settings import Settings
 from worker.task import Task
 from worker.tools import EffectiveGrants, ScopeRefusal, TaskScope, Toolbox
@@ -39,6 +39,7 @@ class ExecutionRequest:
 
     task: Task
     agent: AgentDefinition
+    # The agent's prompt and skills: the same in every task of the agent (prompt caches).
     system: str
     messages: list[Message]
     settings: LoopSettings
@@ -70,6 +71,13 @@ class ExecutionRequest:
     # Told of each write a CLI's gateway held back for the scope (the native loop's
     # toolbox tells its own).
     on_scope_refused: Callable[[ScopeRefusal], None] = _ignore_refusal
+    # This task's own instructions, read after ``system``: the untrusted-content notice with
+    # its nonce, the budget line.
+    system_context: str = ""
+
+    def full_system(self) -> str:
+        """The system prompt as one text, for a CLI that takes one."""
+        return joined_system(self.system, self.system_context)
 
 
 class Executor:
@@ -98,6 +106,7 @@ class NativeExecutor(Executor):
                 model=request.make_model(),
                 toolbox=toolbox,
                 system=request.system,
+                system_context=request.system_context,
                 settings=request.settings,
                 task_id=request.task.task_id,
                 agent_id=request.agent.config.name,

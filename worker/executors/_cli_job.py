@@ -64,7 +64,7 @@ class CliJob:
             workspace=run.workspace,
             private=run.private,
             prompt=render_prompt(request.messages),
-            system=request.system,
+            system=request.full_system(),
             max_turns=limits.max_iterations,
             max_cost_usd=limits.max_cost_usd,
             gateway=gateway,

@@ -27,6 +27,7 @@ from worker.models import (
     ModelResponse,
     ToolSpec,
     Usage,
+    joined_system,
     with_text_calls,
 )
 
@@ -44,12 +45,15 @@ class ModelCaller:
         model: Model,
         *,
         system: str,
+        system_context: str = "",
         settings: LoopSettings,
         run_clock: RunClock,
         events: EventBus,
     ) -> None:
         self._model = model
         self._system = system
+        self._system_context = system_context
+        self._full_system = joined_system(system, system_context)
         self._settings = settings
         self._run_clock = run_clock
         self._events = events
@@ -96,7 +100,7 @@ class ModelCaller:
 
     def _input(self, state: LoopState, tools: Sequence[ToolSpec], extra: str) -> tuple[int, int]:
         """(characters, estimated tokens) of the next request."""
-        chars = self._estimator.request_chars(self._system, state.messages, tools) + len(extra)
+        chars = self._estimator.request_chars(self._full_system, state.messages, tools) + len(extra)
         messages = len(state.messages) + (1 if extra else 0)
         return chars, self._estimator.estimate(chars, messages)
 
@@ -120,6 +124,9 @@ class ModelCaller:
         timeout_s = clock.closing_timeout(cap_s) if final else clock.step_timeout(cap_s)
         request = ModelRequest(
             system=self._system,
+            system_context=self._system_context,
+            # A closing call is the run's last: nothing reads its conversation back.
+            last_call=final,
             messages=list(messages) if messages is not None else state.messages,
             tools=tools,
             max_output_tokens=plan.max_output_tokens,

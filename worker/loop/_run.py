@@ -88,6 +88,7 @@ class AgentLoop:
         model: Model,
         toolbox: Toolbox,
         system: str,
+        system_context: str = "",
         settings: LoopSettings,
         task_id: str,
         agent_id: str,
@@ -117,6 +118,7 @@ class AgentLoop:
         self._model = ModelCaller(
             model,
             system=system,
+            system_context=system_context,
             settings=settings,
             run_clock=self._run_clock,
             events=self.events,
@@ -284,7 +286,9 @@ class AgentLoop:
         return None
 
     def _offered_tools(self) -> list[ToolSpec]:
-        tools = list(self._toolbox.offered())
+        # By name: the same tools in the same order in every task, whatever order the servers
+        # answered in (a prompt cache keeps only a byte-identical prefix).
+        tools = sorted(self._toolbox.offered(), key=lambda tool: tool.name)
         if self._settings.require_done_tool:
             tools.append(DONE_TOOL)
         return tools

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from worker._lazy import lazy_getattr
 from worker.models._boundary import ModelBoundary
+from worker.models._cache import PromptCache, agent_cache_key
 from worker.models._scripted import ScriptedModel, Turn
 from worker.models._text_calls import calls_in_text, with_text_calls
 from worker.models._types import (
@@ -25,6 +26,7 @@ from worker.models._types import (
     ToolCall,
     ToolSpec,
     Usage,
+    joined_system,
 )
 from worker.models._untrusted import UNTRUSTED_TAG, UntrustedBlocks
 
@@ -94,6 +96,7 @@ __all__ = [
     "ModelWrapper",
     "OpenAIModel",
     "PriceTable",
+    "PromptCache",
     "RateLimitedModel",
     "RateLimits",
     "RetryPolicy",
@@ -106,9 +109,11 @@ __all__ = [
     "UntrustedBlocks",
     "Usage",
     "aclose_shared_http_clients",
+    "agent_cache_key",
     "calls_in_text",
     "create_model",
     "generate",
+    "joined_system",
     "load_price_table",
     "parse_structured",
     "parse_structured_text",

@@ -54,6 +54,9 @@ class ModelBoundary(ModelWrapper):
             return dataclasses.replace(
                 request,
                 system=self._clean("", request.system),
+                system_context=(
+                    self._clean("", request.system_context) if request.system_context else ""
+                ),
                 messages=self._messages(request.messages),
                 tools=[self._tool(spec) for spec in request.tools],
             )

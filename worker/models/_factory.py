@@ -14,6 +14,7 @@ from pydantic import SecretStr
 
 from worker._network import client_ssl_context, operator_endpoint, same_endpoint
 from worker.exceptions import AgentConfigError, ConfigurationError
+from worker.models._cache import PromptCache
 from worker.models._fallback import FallbackModel
 from worker.models._prices import PriceTable
 from worker.models._retry import RetryingModel, RetryPolicy
@@ -92,6 +93,7 @@ def create_model(
     settings: Settings,
     prices: PriceTable,
     rate_limiter: FleetLimiter | None = None,
+    prompt_cache: PromptCache | None = None,
 ) -> Model:
     """The model an agent asked for, wrapped in a FallbackModel when it names fallbacks.
 
@@ -100,7 +102,8 @@ def create_model(
     own key is used only with the operator's endpoint: a ``base_url`` elsewhere needs
     its own ``api_key``. With ``rate_limiter``, every single request of each model in
     the chain (retries included) takes from that model's fleet-wide buckets, and a
-    provider's ``Retry-After`` holds the whole fleet.
+    provider's ``Retry-After`` holds the whole fleet. ``prompt_cache`` None: no model of
+    the chain asks its provider's prompt cache for anything.
     """
     chain: list[RetryingModel] = []
     for provider_name, model_name in [(provider, model), *fallbacks]:
@@ -115,6 +118,7 @@ def create_model(
                 max_output_tokens=max_output_tokens,
                 settings=settings,
                 prices=prices,
+                prompt_cache=prompt_cache,
             )
         )
     if rate_limiter is not None:
@@ -167,6 +171,7 @@ def _provider_model(
     max_output_tokens: int,
     settings: Settings,
     prices: PriceTable,
+    prompt_cache: PromptCache | None,
 ) -> RetryingModel:
     key, endpoint = provider_credentials(
         provider, model, api_key=api_key, base_url=base_url, settings=settings
@@ -182,6 +187,7 @@ def _provider_model(
         retry=RetryPolicy(max_retries=settings.llm_max_retries),
         prices=prices,
         http_client=shared_http_client(provider_name, endpoint),
+        prompt_cache=prompt_cache,
     )
 
 

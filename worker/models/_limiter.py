@@ -186,5 +186,5 @@ class RateLimitedModel(ModelWrapper):
 
 def _estimate_tokens(request: ModelRequest) -> int:
     # About four characters a token; what matters is that the estimate is cheap and stable.
-    chars = len(request.system) + sum(len(m.content) for m in request.messages)
+    chars = len(request.full_system()) + sum(len(m.content) for m in request.messages)
     return max(1, chars // 4) + (request.max_output_tokens or 0)

@@ -18,6 +18,8 @@ from openai.types.chat import (
 
 from hub_client.retry_rules import retry_after_s
 from worker.exceptions import ModelError
+from worker.logs import log_event
+from worker.models._cache import PromptCache
 from worker.models._prices import PriceTable
 from worker.models._retry import (
     AttemptFailed,
@@ -34,6 +36,9 @@ from worker.models._types import (
     ToolCall,
     ToolSpec,
 )
+
+# Endpoints (base URLs) that answered 400 to ``prompt_cache_key``, for this process.
+_REFUSE_CACHE_KEY: set[str] = set()
 
 _STOP_REASONS = {
     "stop": StopReason.END_TURN,
@@ -65,6 +70,7 @@ class OpenAIModel(RetryingModel):
         retry: RetryPolicy | None = None,
         prices: PriceTable | None = None,
         http_client: httpx2.AsyncClient | None = None,
+        prompt_cache: PromptCache | None = None,
     ) -> None:
         super().__init__(model, default_timeout_s=default_timeout_s, retry=retry, prices=prices)
         self._api_key = api_key
@@ -77,6 +83,9 @@ class OpenAIModel(RetryingModel):
         # compatible servers all understand max_tokens, not all the newer name.
         official = self._client.base_url.host == "api.openai.com"
         self._max_tokens_field = "max_completion_tokens" if official else "max_tokens"
+        # The server caches a repeated prefix by itself; the key keeps one agent's requests
+        # where that cache is.
+        self._cache_key = prompt_cache.key if prompt_cache and prompt_cache.send_key else ""
 
     async def _request_once(self, request: ModelRequest, timeout_s: float) -> ModelResponse:
         options: dict[str, Any] = {
@@ -98,31 +107,53 @@ class OpenAIModel(RetryingModel):
             }
         body = {
             "model": self._model,
-            "messages": _messages(request.system, request.messages),
+            "messages": _messages(request.full_system(), request.messages),
             **options,
         }
+        endpoint = str(self._client.base_url)
+        if self._cache_key and endpoint not in _REFUSE_CACHE_KEY:
+            body["prompt_cache_key"] = self._cache_key
         try:
-            # The body is plain JSON already: ``chat.completions.create`` would walk it
-            # against its TypedDicts (``async_maybe_transform``, a third of a call's CPU)
-            # to rename nothing. The same request, through the SDK's own ``post``.
-            completion = await self._client.post(
-                "/chat/completions",
-                body=body,
-                cast_to=ChatCompletion,
-                options={"timeout": timeout_s, "security": {"bearer_auth": True}},
-            )
-        except openai.APIStatusError as exc:
-            detail = error_detail(exc.body, exc.message, secret=self._api_key)
-            raise AttemptFailed(
-                detail, status=exc.status_code, retry_after_s=retry_after_s(exc.response.headers)
-            ) from exc
-        except openai.APITimeoutError as exc:
-            raise AttemptFailed(f"no answer within {timeout_s:.1f}s") from exc
-        except openai.APIConnectionError as exc:
-            raise AttemptFailed(connection_failure(exc)) from exc
+            completion = await self._post(body, timeout_s)
+        except openai.BadRequestError as exc:
+            if "prompt_cache_key" not in body or "prompt_cache_key" not in str(exc.body):
+                raise self._failed(exc, timeout_s) from exc
+            # A compatible server that refuses fields it does not know: once without the
+            # key, and never again to this endpoint in this process.
+            _REFUSE_CACHE_KEY.add(endpoint)
+            del body["prompt_cache_key"]
+            log_event("prompt_cache_key_refused", "warning", model=self._model)
+            try:
+                completion = await self._post(body, timeout_s)
+            except openai.OpenAIError as retry_exc:
+                raise self._failed(retry_exc, timeout_s) from retry_exc
         except openai.OpenAIError as exc:
-            raise self._unreadable(type(exc).__name__) from exc
+            raise self._failed(exc, timeout_s) from exc
         return self._response(completion)
+
+    async def _post(self, body: dict[str, Any], timeout_s: float) -> ChatCompletion:
+        # The body is plain JSON already: ``chat.completions.create`` would walk it
+        # against its TypedDicts (``async_maybe_transform``, a third of a call's CPU)
+        # to rename nothing. The same request, through the SDK's own ``post``.
+        return await self._client.post(
+            "/chat/completions",
+            body=body,
+            cast_to=ChatCompletion,
+            options={"timeout": timeout_s, "security": {"bearer_auth": True}},
+        )
+
+    def _failed(self, exc: openai.OpenAIError, timeout_s: float) -> AttemptFailed | ModelError:
+        """What an SDK error means to the retry layer."""
+        if isinstance(exc, openai.APIStatusError):
+            detail = error_detail(exc.body, exc.message, secret=self._api_key)
+            return AttemptFailed(
+                detail, status=exc.status_code, retry_after_s=retry_after_s(exc.response.headers)
+            )
+        if isinstance(exc, openai.APITimeoutError):
+            return AttemptFailed(f"no answer within {timeout_s:.1f}s")
+        if isinstance(exc, openai.APIConnectionError):
+            return AttemptFailed(connection_failure(exc))
+        return self._unreadable(type(exc).__name__)
 
     def _response(self, completion: ChatCompletion) -> ModelResponse:
         if not completion.choices:

@@ -67,6 +67,8 @@ class Usage:
 
 @dataclass(slots=True, kw_only=True)
 class ModelRequest:
+    # The agent's own instructions (its prompt and skills): the same bytes in every task of
+    # the agent, so a provider's prompt cache can keep them (``_cache``).
     system: str
     messages: Sequence[Message]
     tools: Sequence[ToolSpec] = ()
@@ -77,6 +79,21 @@ class ModelRequest:
     # JSON schema the answer must follow (structured output); None for free text.
     response_schema: dict[str, Any] | None = None
     response_schema_name: str = "answer"
+    # This task's own instructions, read right after ``system`` (the untrusted-content
+    # notice with its nonce, the budget line): kept out of the cacheable prefix.
+    system_context: str = ""
+    # No later call of this run sends this conversation again: a cache write of it would
+    # never be read back.
+    last_call: bool = False
+
+    def full_system(self) -> str:
+        """The system prompt as one text (providers without blocks, token estimates)."""
+        return joined_system(self.system, self.system_context)
+
+
+def joined_system(system: str, context: str) -> str:
+    """The agent's instructions and the task's as the one system text a model reads."""
+    return "\n\n".join(part for part in (system, context) if part)
 
 
 @dataclass(slots=True, kw_only=True)

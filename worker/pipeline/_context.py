@@ -90,7 +90,8 @@ async def build_request(
         task=task,
         agent=agent,
         # Redacted here too: CLI executors hand these to their CLI, not to ModelBoundary.
-        system=redact(_prompt.system_prompt(agent, budget, blocks)),
+        system=redact(_prompt.system_prompt(agent)),
+        system_context=redact(_prompt.task_instructions(budget, blocks)),
         messages=[Message(role=first.role, content=redact(first.content))],
         settings=loop_settings(runtime, state, task, agent),
         worker_settings=runtime.settings,

@@ -24,13 +24,19 @@ THREAD_CUT_MARKER = "[… {count} older comment(s) left out to fit the model's c
 THREAD_CHARS_PER_WINDOW_TOKEN = 1.5
 
 
-def system_prompt(
-    agent: AgentDefinition, budget: BudgetHealth | None, blocks: UntrustedBlocks
-) -> str:
-    parts = [agent.full_system_prompt().strip(), blocks.notice()]
+def system_prompt(agent: AgentDefinition) -> str:
+    """The agent's prompt and skills: the same text in every task of the agent, so a
+    provider's prompt cache can keep it. Nothing of the task goes here."""
+    return agent.full_system_prompt().strip()
+
+
+def task_instructions(budget: BudgetHealth | None, blocks: UntrustedBlocks) -> str:
+    """What the model reads right after ``system_prompt``: this run's untrusted-content
+    notice (its nonce) and the budget line."""
+    parts = [blocks.notice()]
     if budget is not None:
         parts.append(budget.summary())
-    return "\n\n".join(part for part in parts if part)
+    return "\n\n".join(parts)
 
 
 def notification_message(

@@ -27,7 +27,9 @@ from worker.models import (
     FleetLimiter,
     Model,
     PriceTable,
+    PromptCache,
     RateLimits,
+    agent_cache_key,
     create_model,
     load_price_table,
     warm_up_providers,
@@ -169,6 +171,18 @@ def make_model(agent: AgentDefinition, config: Settings, redis: Redis) -> Model:
         settings=config,
         prices=_prices(),
         rate_limiter=FleetLimiter(redis, brain.provider, brain.model, limits),
+        prompt_cache=prompt_cache(agent, config),
+    )
+
+
+def prompt_cache(agent: AgentDefinition, config: Settings) -> PromptCache | None:
+    """How the agent's model calls engage their provider's prompt cache (``PROMPT_CACHE``)."""
+    if config.prompt_cache == "off":
+        return None
+    return PromptCache(
+        key=agent_cache_key(agent.config.name),
+        ttl=agent.config.brain.prompt_cache_ttl,
+        send_key=config.openai_prompt_cache_key,
     )
 
 

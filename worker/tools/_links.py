@@ -7,6 +7,7 @@ listed and offers, the caller its calls go through (a session of the task's own,
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -87,7 +88,7 @@ class ServerLink:
         spec = ToolSpec(
             name=name,
             description=tool.description or tool.title or "",
-            input_schema=dict(tool.input_schema),
+            input_schema=_canonical_schema(tool.input_schema),
         )
         self.listed[tool.name] = spec
         if may_offer(name, required_grant):
@@ -139,3 +140,11 @@ def describe_failure(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _canonical_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every object's keys in sorted order: the same bytes on the wire in every
+    process, whatever order the server wrote them in (a prompt cache keeps only a
+    byte-identical prefix; JSON Schema gives key order no meaning)."""
+    canonical: dict[str, Any] = json.loads(json.dumps(schema, sort_keys=True))
+    return canonical

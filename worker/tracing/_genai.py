@@ -59,10 +59,11 @@ class _Message(Protocol):
 
 
 class _Request(Protocol):
-    system: str
     messages: Sequence[_Message]
     max_output_tokens: int | None
     temperature: float | None
+
+    def full_system(self) -> str: ...
 
 
 class _Response(Protocol):
@@ -188,7 +189,8 @@ def _model_span(model: _Model, request: _Request) -> Iterator[trace.Span]:
         attributes["gen_ai.conversation.id"] = conversation
     with span(f"chat {model.name}", kind=SpanKind.CLIENT, attributes=attributes) as current:
         if current.is_recording() and capture_content():
-            current.set_attribute("gen_ai.system_instructions", _system_json(request.system))
+            system = request.full_system()
+            current.set_attribute("gen_ai.system_instructions", _system_json(system))
             current.set_attribute("gen_ai.input.messages", _messages_json(request.messages))
         yield current
 
