@@ -94,6 +94,9 @@ class ConsumptionRecord(_WireModel):
     duration_seconds: float = Field(ge=0)
     outcome: str
     cost_known: bool = True
+    # Of tokens_input: read from the provider's prompt cache, and written to it.
+    tokens_cache_read: int = Field(default=0, ge=0)
+    tokens_cache_write: int = Field(default=0, ge=0)
 
 
 class BudgetHealth(_WireModel):

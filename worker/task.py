@@ -289,6 +289,16 @@ class AgentReport(BaseModel):
     tool_calls: int = 0
     tokens_input: int = 0
     tokens_output: int = 0
+    tokens_cache_read: int = Field(
+        default=0,
+        description="Of tokens_input, how many the model's provider read from its prompt "
+        "cache (billed at its cache-read price, a tenth of the input price for Anthropic).",
+    )
+    tokens_cache_write: int = Field(
+        default=0,
+        description="Of tokens_input, how many the provider wrote to its prompt cache "
+        "(billed at its cache-write price, 1.25x the input price for Anthropic's 5 minutes).",
+    )
     cost_usd: float | None = 0.0
     duration_s: float = 0.0
     posted: list[str] = Field(default_factory=list)

@@ -15,7 +15,7 @@ from worker.loop._budget import (
     plan_call,
 )
 from worker.models import Message, ModelRequest, ScriptedModel, Turn, Usage
-from worker.models._prices import ModelPrice
+from worker.models._prices import ModelPrice, PriceTable
 from worker.task import Outcome
 from worker.tools import LocalTool, LocalToolbox
 
@@ -219,3 +219,20 @@ def test_the_budgeting_benchmark_plans_real_calls() -> None:
 
     # Functional only (nothing timed): a long conversation still leaves a full answer.
     assert plan_once(InputEstimator(), conversation(80)) == 4096
+
+
+def test_a_budget_plans_with_an_hours_cache_write_when_a_model_may_write_one() -> None:
+    # Sonnet 4.5 writes an hour's cache at $6 per million input tokens: the dearest input rate.
+    price = dearest_price([PriceTable.builtin().price("claude-sonnet-4-5")])
+    assert price is not None and price.write_1h_price == 6.0
+    limits = RunLimits(max_cost_usd=0.0061 + 100 * 15.0 / 1_000_000)
+    plan = plan_call(
+        limits,
+        Usage(),
+        input_tokens=1000,
+        input_chars=4000,
+        wanted_output_tokens=4096,
+        minimum_output_tokens=16,
+        price=price,
+    )
+    assert plan.max_output_tokens == 106

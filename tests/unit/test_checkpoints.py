@@ -81,7 +81,13 @@ def test_records_are_objects_with_named_fields_a_kind_and_a_version() -> None:
     assert response["tool_calls"] == [
         {"id": "c1", "name": "hub__search_posts", "arguments": '{"q":"redis"}'}
     ]
-    assert response["usage"] == {"input_tokens": 50, "output_tokens": 5, "cost_usd": None}
+    assert response["usage"] == {
+        "input_tokens": 50,
+        "output_tokens": 5,
+        "cost_usd": None,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+    }
     assert tool["record"] == {
         "call_id": "c1",
         "name": "hub__search_posts",

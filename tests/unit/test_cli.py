@@ -154,7 +154,8 @@ def test_render_report_reads_as_text() -> None:
         "task t-1 (notification, agent demo-agent): completed",
         "  rq job: finished",
         "  iterations 2, llm calls 2, tool calls 1",
-        "  tokens 1200 in / 80 out, cost unknown, 3.2 s",
+        "  tokens 1200 in / 80 out (0 in read from the prompt cache, 0 written to it), "
+        "cost unknown, 3.2 s",
         "  posted: c-1",
         "output:",
         "  Scale out with more workers.",

@@ -258,7 +258,13 @@ async def test_claude_command_line_prompt_and_system_prompt(bin_dir: Path) -> No
     assert result.output == "fake claude answer"
     assert result.state.iterations == 1
     assert result.state.llm_calls == 1
-    assert result.state.usage == Usage(input_tokens=150, output_tokens=40, cost_usd=0.0123)
+    assert result.state.usage == Usage(
+        input_tokens=150,
+        output_tokens=40,
+        cost_usd=0.0123,
+        cache_read_tokens=30,
+        cache_write_tokens=20,
+    )
     assert result.messages[-1] == Message(role="assistant", content="fake claude answer")
 
 
@@ -559,7 +565,9 @@ async def test_a_cli_stopped_at_the_deadline_keeps_what_it_reported(bin_dir: Pat
 
     assert result.outcome is Outcome.DEADLINE
     assert result.output == "Half an answer"
-    assert result.state.usage == Usage(input_tokens=55, output_tokens=12, cost_usd=0.004)
+    assert result.state.usage == Usage(
+        input_tokens=55, output_tokens=12, cost_usd=0.004, cache_read_tokens=5
+    )
     assert_gone(read_record(fake)["pid"])
 
 
@@ -640,6 +648,21 @@ async def test_aider_without_a_known_price_reports_no_cost(bin_dir: Path) -> Non
     assert result.state.usage == Usage(input_tokens=12000, output_tokens=340, cost_usd=None)
 
 
+async def test_aider_reports_what_it_read_from_and_wrote_to_the_prompt_cache(
+    bin_dir: Path,
+) -> None:
+    line = "Tokens: 12k sent, 2.3k cache write, 8.1k cache hit, 340 received."
+    fake = install_fake_cli("aider", bin_dir, {"tokens_line": line})
+    result = await executor("aider", fake).run(make_request(make_agent("aider")))
+
+    usage = result.state.usage
+    assert (usage.input_tokens, usage.cache_write_tokens, usage.cache_read_tokens) == (
+        12000,
+        2300,
+        8100,
+    )
+
+
 async def test_aider_provider_errors_are_model_errors(bin_dir: Path) -> None:
     failure = (
         "Aider v0.86.2\nModel: anthropic/claude-sonnet-4-5 with ask edit format\n\n"
@@ -686,7 +709,9 @@ async def test_opencode_configuration_and_events(tmp_path: Path, bin_dir: Path) 
     assert result.outcome is Outcome.COMPLETED
     assert result.output == "Deploys are fine."
     # One step: 50 + 5 cache read in, 10 + 2 reasoning out, $0.004.
-    assert result.state.usage == Usage(input_tokens=55, output_tokens=12, cost_usd=0.004)
+    assert result.state.usage == Usage(
+        input_tokens=55, output_tokens=12, cost_usd=0.004, cache_read_tokens=5
+    )
 
 
 async def test_opencode_speaks_chat_completions_to_openai_endpoints(bin_dir: Path) -> None:

@@ -216,6 +216,7 @@ async def test_report_consumption_sends_every_field_including_cost_known() -> No
         duration_seconds=4.5,
         outcome="completed",
         cost_known=False,
+        tokens_cache_read=900,
     )
     async with client:
         await client.report_consumption(record, idempotency_key="t-1:consumption")
@@ -232,6 +233,8 @@ async def test_report_consumption_sends_every_field_including_cost_known() -> No
         "duration_seconds": 4.5,
         "outcome": "completed",
         "cost_known": False,
+        "tokens_cache_read": 900,
+        "tokens_cache_write": 0,
     }
 
 

@@ -20,7 +20,7 @@ from worker.exceptions import ModelAuthError, ModelUnavailable
 from worker.hub_writes import drain, outbox_size
 from worker.jobs import TaskRuntime, TaskVerdict, execute_task
 from worker.loop import ResponseEntry, ToolCallRecord, ToolEntry, ToolOutcome
-from worker.metrics import JobMetrics
+from worker.metrics import JobMetrics, WorkerMetrics
 from worker.models import ModelResponse, ScriptedModel, StopReason, ToolCall, Turn, Usage
 from worker.redaction import Redactor
 from worker.settings import Settings
@@ -505,3 +505,35 @@ async def test_leases_are_released_when_the_task_ends(redis: fakeredis.FakeRedis
     await h.run({"task_id": "e-2", "type": "exploration", "agent_id": "demo-agent"})
     assert AgentSlots(h.redis, "demo-agent", limit=1, ttl_s=60).running() == []
     assert TaskLease(h.redis, "e-2", holder="x", ttl_s=60).holder() is None
+
+
+async def test_the_prompt_caches_tokens_reach_the_report_the_metrics_and_the_hub(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    h = Harness(
+        [
+            Turn(tool_calls=[("lookup", {})], input_tokens=3000, cache_write_tokens=2800),
+            Turn(text="Done.", input_tokens=3100, cache_read_tokens=2800, cache_write_tokens=250),
+        ],
+        tools=[LocalTool(name="lookup", function=lambda: "found")],
+        redis=redis,
+    )
+    verdict = await h.run(notification(await h.seed_post()))
+    report = verdict.report
+    assert report.outcome is Outcome.COMPLETED, report.detail
+    assert (report.tokens_input, report.tokens_cache_read, report.tokens_cache_write) == (
+        6100,
+        2800,
+        3050,
+    )
+    assert report.to_wire()["tokens_cache_read"] == 2800
+    [consumption] = (await h.state())["consumption"]
+    assert consumption["tokens_cache_read"] == 2800
+    assert consumption["tokens_cache_write"] == 3050
+    exported = WorkerMetrics()
+    h.metrics.apply_locally(exported)
+    tokens = exported.registry.get_sample_value
+    labels = {"model": "gpt-4o-mini"}
+    assert tokens("agent_llm_tokens_total", {**labels, "direction": "input"}) == 6100
+    assert tokens("agent_llm_tokens_total", {**labels, "direction": "cache_read"}) == 2800
+    assert tokens("agent_llm_tokens_total", {**labels, "direction": "cache_write"}) == 3050

@@ -469,3 +469,21 @@ async def test_without_the_cache_the_request_is_todays() -> None:
     body = fake.body()
     assert body["system"] == AGENT_PROMPT + "\n\nBudget: $0.10 of $1.00 used today."
     assert marks(body) == []
+
+
+@pytest.mark.anyio
+async def test_cache_tokens_are_reported_and_an_hours_write_costs_twice_the_input() -> None:
+    usage = {
+        "input_tokens": 100,
+        "output_tokens": 10,
+        "cache_read_input_tokens": 3000,
+        "cache_creation_input_tokens": 1000,
+        "cache_creation": {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 800},
+    }
+    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}], usage=usage))
+    response = await fake.model(prompt_cache=PromptCache(ttl="1h")).complete(cached_request())
+    assert (response.usage.cache_read_tokens, response.usage.cache_write_tokens) == (3000, 1000)
+    assert response.usage.input_tokens == 4100
+    # $3 fresh, $0.30 read, $3.75 a 5-minute write, $6 an hour's write, $15 output per million.
+    expected = (100 * 3.0 + 3000 * 0.3 + 200 * 3.75 + 800 * 6.0 + 10 * 15.0) / 1_000_000
+    assert response.usage.cost_usd == pytest.approx(expected)

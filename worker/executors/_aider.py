@@ -159,10 +159,14 @@ class AiderExecutor(CliExecutor):
 def _usage(match: re.Match[str] | None) -> Usage:
     assert match is not None
     cost = match.group("session")
+    cache_write, cache_hit = match.group("cache_write"), match.group("cache_hit")
     return Usage(
+        # What aider says it sent counts the prompt cache's tokens too.
         input_tokens=_tokens(match.group("sent")),
         output_tokens=_tokens(match.group("received")),
         cost_usd=float(cost) if cost is not None else None,
+        cache_read_tokens=_tokens(cache_hit) if cache_hit else 0,
+        cache_write_tokens=_tokens(cache_write) if cache_write else 0,
     )
 
 

@@ -180,12 +180,14 @@ def _usage(result: dict[str, Any]) -> Usage:
     usage = result.get("usage")
     usage = usage if isinstance(usage, dict) else {}
     cost = result.get("total_cost_usd")
+    cache_read = _int(usage.get("cache_read_input_tokens"))
+    cache_write = _int(usage.get("cache_creation_input_tokens"))
     return Usage(
-        input_tokens=_int(usage.get("input_tokens"))
-        + _int(usage.get("cache_creation_input_tokens"))
-        + _int(usage.get("cache_read_input_tokens")),
+        input_tokens=_int(usage.get("input_tokens")) + cache_write + cache_read,
         output_tokens=_int(usage.get("output_tokens")),
         cost_usd=float(cost) if isinstance(cost, int | float) else None,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
     )
 
 

@@ -154,6 +154,8 @@ class CliExecutor(Executor):
             tool_calls=result.state.tool_calls,
             tokens_input=result.state.usage.input_tokens,
             tokens_output=result.state.usage.output_tokens,
+            tokens_cache_read=result.state.usage.cache_read_tokens,
+            tokens_cache_write=result.state.usage.cache_write_tokens,
             cost_usd=result.state.usage.cost_usd,
             duration_ms=round(result.duration_s * 1000, 1),
             error=str(result.error) if result.error is not None else None,

@@ -225,12 +225,13 @@ def _step_usage(part: dict[str, Any]) -> Usage:
     tokens = _object(part.get("tokens"))
     cache = _object(tokens.get("cache"))
     cost = part.get("cost")
+    cache_read, cache_write = _count(cache.get("read")), _count(cache.get("write"))
     return Usage(
-        input_tokens=_count(tokens.get("input"))
-        + _count(cache.get("read"))
-        + _count(cache.get("write")),
+        input_tokens=_count(tokens.get("input")) + cache_read + cache_write,
         output_tokens=_count(tokens.get("output")) + _count(tokens.get("reasoning")),
         cost_usd=float(cost) if isinstance(cost, int | float) else None,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
     )
 
 

@@ -188,7 +188,7 @@ def _call_cost(price: ModelPrice | None, input_tokens: int, output_tokens: int) 
     """The most a call can cost: input at the dearest input rate (cache writes included)."""
     if price is None:
         return None
-    input_rate = max(price.input_per_mtok, price.cache_write_per_mtok or 0.0)
+    input_rate = max(price.input_per_mtok, price.write_price, price.write_1h_price)
     return (input_tokens * input_rate + output_tokens * price.output_per_mtok) / _PER_MILLION
 
 
@@ -203,7 +203,6 @@ def dearest_price(prices: Sequence[ModelPrice | None]) -> ModelPrice | None:
     return ModelPrice(
         input_per_mtok=max(price.input_per_mtok for price in known),
         output_per_mtok=max(price.output_per_mtok for price in known),
-        cache_write_per_mtok=max(
-            (price.cache_write_per_mtok or price.input_per_mtok) for price in known
-        ),
+        cache_write_per_mtok=max(price.write_price for price in known),
+        cache_write_1h_per_mtok=max(price.write_1h_price for price in known),
     )

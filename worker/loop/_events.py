@@ -151,6 +151,8 @@ def log_observer(*, task_id: str, agent_id: str, executor: str | None = None) ->
                 status=event.status,
                 tokens_input=event.usage.input_tokens,
                 tokens_output=event.usage.output_tokens,
+                tokens_cache_read=event.usage.cache_read_tokens,
+                tokens_cache_write=event.usage.cache_write_tokens,
                 stop_reason=event.stop_reason.value if event.stop_reason else None,
                 duration_ms=round(event.duration_s * 1000, 2),
             )

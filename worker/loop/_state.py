@@ -88,6 +88,8 @@ class StepRecord:
             "final": self.final,
             "tokens_input": self.usage.input_tokens,
             "tokens_output": self.usage.output_tokens,
+            "tokens_cache_read": self.usage.cache_read_tokens,
+            "tokens_cache_write": self.usage.cache_write_tokens,
             "tool_calls": [
                 {"name": r.name, "outcome": r.outcome, "is_error": r.is_error}
                 for r in self.tool_calls

@@ -21,7 +21,9 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("provider", "model", "status"),
     ),
     "agent_llm_tokens_total": (
-        "LLM tokens, by model and direction (input or output).",
+        "LLM tokens, by model and direction: input (every input token), output, and of the "
+        "input, cache_read and cache_write (read from and written to the provider's prompt "
+        "cache).",
         ("model", "direction"),
     ),
     "agent_cost_usd_total": (

@@ -241,12 +241,26 @@ class JobMetrics:
                 self._count("agent_cost_usd_total", (agent,), cost_usd)
 
     def llm_call(
-        self, *, provider: str, model: str, status: str, tokens_input: int, tokens_output: int
+        self,
+        *,
+        provider: str,
+        model: str,
+        status: str,
+        tokens_input: int,
+        tokens_output: int,
+        tokens_cache_read: int = 0,
+        tokens_cache_write: int = 0,
     ) -> None:
+        """``tokens_input`` counts every input token; the cache directions count the part of
+        them the provider read from or wrote to its prompt cache."""
         with self._lock:
             self._count("agent_llm_calls_total", (provider, model, status))
             self._count("agent_llm_tokens_total", (model, "input"), tokens_input)
             self._count("agent_llm_tokens_total", (model, "output"), tokens_output)
+            if tokens_cache_read:
+                self._count("agent_llm_tokens_total", (model, "cache_read"), tokens_cache_read)
+            if tokens_cache_write:
+                self._count("agent_llm_tokens_total", (model, "cache_write"), tokens_cache_write)
 
     def embeddings_call(self, *, model: str, tokens: int) -> None:
         """The tokens of a memory embeddings call: model spend, counted with the model's

@@ -167,6 +167,9 @@ class AnthropicModel(RetryingModel):
         usage = answer.usage
         cache_read = usage.cache_read_input_tokens or 0
         cache_write = usage.cache_creation_input_tokens or 0
+        # Of the writes, those kept for an hour (billed 2x the input price, not 1.25x).
+        written = usage.cache_creation
+        cache_write_1h = (written.ephemeral_1h_input_tokens or 0) if written else 0
         answered_model = str(answer.model or self._model)
         return ModelResponse(
             text="".join(texts),
@@ -178,6 +181,7 @@ class AnthropicModel(RetryingModel):
                 output_tokens=usage.output_tokens,
                 cache_read_tokens=cache_read,
                 cache_write_tokens=cache_write,
+                cache_write_1h_tokens=cache_write_1h,
             ),
             provider=self.provider_name,
             model=answered_model,

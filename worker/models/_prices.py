@@ -34,6 +34,21 @@ class ModelPrice:
     output_per_mtok: float
     cache_read_per_mtok: float | None = None
     cache_write_per_mtok: float | None = None
+    # A write kept for an hour (Anthropic's 1h TTL); unset: the cache-write price.
+    cache_write_1h_per_mtok: float | None = None
+
+    @property
+    def write_price(self) -> float:
+        """The price of a cache write kept the provider's default time."""
+        if self.cache_write_per_mtok is None:
+            return self.input_per_mtok
+        return self.cache_write_per_mtok
+
+    @property
+    def write_1h_price(self) -> float:
+        if self.cache_write_1h_per_mtok is None:
+            return self.write_price
+        return self.cache_write_1h_per_mtok
 
     def cost(
         self,
@@ -42,31 +57,34 @@ class ModelPrice:
         *,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        cache_write_1h_tokens: int = 0,
     ) -> float:
-        """``input_tokens`` counts every input token, cached ones included."""
+        """``input_tokens`` counts every input token, cached ones included;
+        ``cache_write_1h_tokens`` counts the part of ``cache_write_tokens`` kept for an hour."""
         fresh_input = max(input_tokens - cache_read_tokens - cache_write_tokens, 0)
         read_price = (
             self.input_per_mtok if self.cache_read_per_mtok is None else self.cache_read_per_mtok
         )
-        write_price = (
-            self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok
-        )
+        hour = min(cache_write_1h_tokens, cache_write_tokens)
         total = (
             fresh_input * self.input_per_mtok
             + cache_read_tokens * read_price
-            + cache_write_tokens * write_price
+            + (cache_write_tokens - hour) * self.write_price
+            + hour * self.write_1h_price
             + output_tokens * self.output_per_mtok
         )
         return total / _PER_MILLION
 
 
 def _anthropic(input_per_mtok: float, output_per_mtok: float) -> ModelPrice:
-    # Anthropic bills cache reads at 0.1x and 5-minute cache writes at 1.25x the input price.
+    # Anthropic bills cache reads at 0.1x, 5-minute cache writes at 1.25x and 1-hour ones
+    # at 2x the input price.
     return ModelPrice(
         input_per_mtok=input_per_mtok,
         output_per_mtok=output_per_mtok,
         cache_read_per_mtok=input_per_mtok * 0.1,
         cache_write_per_mtok=input_per_mtok * 1.25,
+        cache_write_1h_per_mtok=input_per_mtok * 2.0,
     )
 
 
@@ -130,7 +148,13 @@ _BUILTIN_PRICES: dict[str, ModelPrice] = {
 # Anything else (claude-opus-4-6 after claude-opus-4) is a different model.
 _SNAPSHOT_SUFFIX = re.compile(r"^(?:[-@]\d{8}|-\d{4}-\d{2}-\d{2}|-latest)$")
 
-_PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "cache_read_per_mtok", "cache_write_per_mtok")
+_PRICE_FIELDS = (
+    "input_per_mtok",
+    "output_per_mtok",
+    "cache_read_per_mtok",
+    "cache_write_per_mtok",
+    "cache_write_1h_per_mtok",
+)
 _REQUIRED_FIELDS = ("input_per_mtok", "output_per_mtok")
 
 
@@ -171,6 +195,7 @@ class PriceTable:
         *,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        cache_write_1h_tokens: int = 0,
     ) -> float | None:
         """USD for one call, or None when the model's price is unknown."""
         price = self.price(model)
@@ -181,6 +206,7 @@ class PriceTable:
             output_tokens,
             cache_read_tokens=cache_read_tokens,
             cache_write_tokens=cache_write_tokens,
+            cache_write_1h_tokens=cache_write_1h_tokens,
         )
 
     def __contains__(self, model: object) -> bool:

@@ -299,6 +299,7 @@ class RetryingModel(ABC):
         output_tokens: int,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        cache_write_1h_tokens: int = 0,
     ) -> Usage:
         """Token counts and their cost, priced by the configured name, else by the answering one."""
         cost: float | None = None
@@ -309,10 +310,17 @@ class RetryingModel(ABC):
                 output_tokens,
                 cache_read_tokens=cache_read_tokens,
                 cache_write_tokens=cache_write_tokens,
+                cache_write_1h_tokens=cache_write_1h_tokens,
             )
             if cost is not None:
                 break
-        return Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost)
+        return Usage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=cost,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
+        )
 
 
 def connection_failure(exc: BaseException) -> str:

@@ -22,6 +22,9 @@ class Turn:
     input_tokens: int = 10
     output_tokens: int = 5
     cost_usd: float | None = 0.0
+    # Of ``input_tokens``, read from and written to a prompt cache.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     # Raised instead of answering (to script provider failures).
     error: BaseException | None = None
 
@@ -82,6 +85,8 @@ class ScriptedModel:
                 input_tokens=turn.input_tokens,
                 output_tokens=turn.output_tokens,
                 cost_usd=turn.cost_usd,
+                cache_read_tokens=turn.cache_read_tokens,
+                cache_write_tokens=turn.cache_write_tokens,
             ),
             provider=self._provider,
             model=self._name,

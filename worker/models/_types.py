@@ -47,10 +47,14 @@ class Message:
 
 @dataclass(slots=True, kw_only=True)
 class Usage:
+    # Every input token, those read from or written to the provider's prompt cache included.
     input_tokens: int = 0
     output_tokens: int = 0
     # None when the price of the model is unknown: unknown is not free.
     cost_usd: float | None = 0.0
+    # Of ``input_tokens``: read from the provider's prompt cache, and written to it.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -59,6 +63,8 @@ class Usage:
     def add(self, other: Usage) -> None:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
         if self.cost_usd is None or other.cost_usd is None:
             self.cost_usd = None
         else:

@@ -76,7 +76,9 @@ def render_report(stored: StoredReport) -> str:
         f"  rq job: {stored.job_status}{ended}",
         f"  iterations {report.get('iterations')}, llm calls {report.get('llm_calls')}, "
         f"tool calls {report.get('tool_calls')}",
-        f"  tokens {report.get('tokens_input')} in / {report.get('tokens_output')} out, "
+        f"  tokens {report.get('tokens_input')} in / {report.get('tokens_output')} out "
+        f"({report.get('tokens_cache_read', 0)} in read from the prompt cache, "
+        f"{report.get('tokens_cache_write', 0)} written to it), "
         f"cost {'unknown' if cost is None else f'${cost:.4f}'}, "
         f"{report.get('duration_s')} s",
         f"  posted: {', '.join(map(str, report.get('posted') or [])) or 'nothing'}",

@@ -21,6 +21,8 @@ def metrics_observer(metrics: JobMetrics, agent_id: str) -> LoopObserver:
                 status=event.status,
                 tokens_input=event.usage.input_tokens,
                 tokens_output=event.usage.output_tokens,
+                tokens_cache_read=event.usage.cache_read_tokens,
+                tokens_cache_write=event.usage.cache_write_tokens,
             )
         elif isinstance(event, ToolCalled):
             metrics.tool_call(

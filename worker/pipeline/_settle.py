@@ -52,6 +52,8 @@ def build_report(
         # The memory's embeddings calls are model spend too: never a second, hidden one.
         tokens_input=(usage.input_tokens if usage else 0) + state.memory_tokens,
         tokens_output=usage.output_tokens if usage else 0,
+        tokens_cache_read=usage.cache_read_tokens if usage else 0,
+        tokens_cache_write=usage.cache_write_tokens if usage else 0,
         cost_usd=usage.cost_usd if usage else 0.0,
         duration_s=round(time.monotonic() - started, 3),
         posted=state.posted,
@@ -131,6 +133,8 @@ def _close_out_items(task: Task, report: AgentReport) -> list[OutboxItem]:
                 "agent_id": task.agent_id,
                 "tokens_input": report.tokens_input,
                 "tokens_output": report.tokens_output,
+                "tokens_cache_read": report.tokens_cache_read,
+                "tokens_cache_write": report.tokens_cache_write,
                 "cost_usd": cost or 0.0,
                 "cost_known": cost is not None,
                 "activation_id": task.task_id,
@@ -240,6 +244,8 @@ def _report_fields(report: AgentReport) -> dict[str, Any]:
         "tool_calls": report.tool_calls,
         "tokens_input": report.tokens_input,
         "tokens_output": report.tokens_output,
+        "tokens_cache_read": report.tokens_cache_read,
+        "tokens_cache_write": report.tokens_cache_write,
         "cost_usd": report.cost_usd,
         "posted": report.posted,
     }
