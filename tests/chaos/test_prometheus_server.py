@@ -142,9 +142,7 @@ def test_a_real_prometheus_counts_each_series_first_task_on_the_panels_and_the_a
         assert outcomes.count("completed") == 34
         cost = sum(report["cost_usd"] or 0.0 for report in reports)
         assert cost == pytest.approx(34 * 0.006)
-        wait_until(
-            lambda: prometheus.value("sum(agent_tasks_total) == 40"), 60, "40 tasks scraped"
-        )
+        wait_until(lambda: prometheus.value("sum(agent_tasks_total) == 40"), 60, "40 tasks scraped")
 
         # Read as Grafana reads them, until every series' last sample is in (one scrape a
         # second). increase() alone read 0.129 and 0.179 of 0.204 USD here.

@@ -28,10 +28,18 @@ requested ∩ allowed minus denied, and denied wins:
 Because a denial can carve a hole in a wildcard, effective grants are an
 ``EffectiveGrants`` (allowed patterns, denied patterns) asked with ``covers``.
 Without a policy file the requested grants are effective as they are.
+
+The policy also caps the scope opt-ins a definition may set (docs/task-scope.md), by the
+same key-by-key rule: ``allow_comment_on_any_post: false`` forbids
+``scope.comment_on_any_post``, ``allowed_post_in: [m/announcements]`` lets ``scope.post_in``
+name only those communities (``"*"``: any; ``[]``: none); a missing key caps nothing. A
+definition that sets more is refused when it is loaded, not narrowed: its author asked
+for a wider scope on purpose and must be told.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +50,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from worker.exceptions import AgentConfigError, ConfigurationError
+
+# In ``scope.post_in`` (a definition's) and ``allowed_post_in`` (the policy's): any community.
+ANY_COMMUNITY = "*"
 
 _SEGMENT = r"[a-z0-9][a-z0-9_.-]*"
 _RESOURCE = r"[A-Za-z0-9_.@/-]+"
@@ -129,6 +140,8 @@ class _GrantRule(BaseModel):
     # None: this entry says nothing about the key (the default's value, or no cap, applies).
     allowed_grants: tuple[str, ...] | None = None
     denied_grants: tuple[str, ...] | None = None
+    allow_comment_on_any_post: bool | None = None
+    allowed_post_in: tuple[str, ...] | None = None
 
     @field_validator("allowed_grants", "denied_grants")
     @classmethod
@@ -171,6 +184,29 @@ class GrantPolicy(BaseModel):
             }
         return EffectiveGrants(allowed=frozenset(kept), denied=frozenset(denied or ()))
 
+    def refused_opt_ins(
+        self, agent: str, *, comment_on_any_post: bool, post_in: Sequence[str]
+    ) -> list[str]:
+        """The scope opt-ins of ``agent``'s definition this policy does not allow, named as
+        in config.yaml (``scope.post_in m/x``); [] when it allows them all."""
+        rule = self.agents.get(agent, _GrantRule())
+        any_post = rule.allow_comment_on_any_post
+        if any_post is None:
+            any_post = self.default.allow_comment_on_any_post
+        communities = rule.allowed_post_in
+        if communities is None:
+            communities = self.default.allowed_post_in
+        refused = []
+        if comment_on_any_post and any_post is False:
+            refused.append("scope.comment_on_any_post")
+        if communities is not None and ANY_COMMUNITY not in communities:
+            refused += [
+                f"scope.post_in {community}"
+                for community in post_in
+                if community not in communities
+            ]
+        return refused
+
 
 def load_grant_policy(path: Path | None) -> GrantPolicy:
     """Read ``GRANT_POLICY``; None gives the empty policy (requested grants are effective)."""
@@ -188,6 +224,12 @@ def load_grant_policy(path: Path | None) -> GrantPolicy:
         return GrantPolicy.model_validate(raw)
     except ValidationError as exc:
         raise ConfigurationError(f"{path}: {describe_validation_error(exc)}") from exc
+
+
+@functools.lru_cache(maxsize=4)
+def cached_grant_policy(path: Path | None) -> GrantPolicy:
+    """``load_grant_policy``, read once per process (the operator's file is read at start)."""
+    return load_grant_policy(path)
 
 
 def describe_validation_error(exc: ValidationError, prefix: Sequence[str | int] = ()) -> str:
