@@ -4,13 +4,12 @@ with one line naming the agent, the opt-in and the policy (docs/task-scope.md)."
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.definitions import write_agent
-from tests.support.e2e import AGENT_WORKER, E2E
+from tests.support.e2e import E2E
 from tests.support.workers import parse_events
 
 pytestmark = pytest.mark.integration
@@ -60,18 +59,11 @@ def refusal(policy: Path) -> str:
 
 
 def test_check_refuses_an_opt_in_beyond_grant_policy_in_one_line(
-    e2e: E2E, fleet: tuple[Path, Path], tmp_path: Path
+    e2e: E2E, fleet: tuple[Path, Path]
 ) -> None:
     agents, policy = fleet
-    env = e2e.worker_env(AGENTS_DIR=str(agents), GRANT_POLICY=str(policy))
-    checked = subprocess.run(
-        [AGENT_WORKER, "check", "--offline"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=tmp_path,
+    checked = e2e.agent_worker_cli(
+        "check", "--offline", AGENTS_DIR=str(agents), GRANT_POLICY=str(policy)
     )
     assert checked.returncode == 1, checked.stdout + checked.stderr
     errors = [line for line in checked.stdout.splitlines() if line.startswith("error:")]

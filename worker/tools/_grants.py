@@ -166,13 +166,8 @@ class GrantPolicy(BaseModel):
             requested_patterns = [check_grant_pattern(grant) for grant in requested]
         except ValueError as exc:
             raise AgentConfigError(f"agent {agent!r}: grants: {exc}") from exc
-        rule = self.agents.get(agent, _GrantRule())
-        allowed = rule.allowed_grants
-        if allowed is None:
-            allowed = self.default.allowed_grants
-        denied = rule.denied_grants
-        if denied is None:
-            denied = self.default.denied_grants
+        rule = self._rule(agent)
+        allowed, denied = rule.allowed_grants, rule.denied_grants
         if allowed is None:
             kept = set(requested_patterns)
         else:
@@ -189,15 +184,10 @@ class GrantPolicy(BaseModel):
     ) -> list[str]:
         """The scope opt-ins of ``agent``'s definition this policy does not allow, named as
         in config.yaml (``scope.post_in m/x``); [] when it allows them all."""
-        rule = self.agents.get(agent, _GrantRule())
-        any_post = rule.allow_comment_on_any_post
-        if any_post is None:
-            any_post = self.default.allow_comment_on_any_post
+        rule = self._rule(agent)
         communities = rule.allowed_post_in
-        if communities is None:
-            communities = self.default.allowed_post_in
         refused = []
-        if comment_on_any_post and any_post is False:
+        if comment_on_any_post and rule.allow_comment_on_any_post is False:
             refused.append("scope.comment_on_any_post")
         if communities is not None and ANY_COMMUNITY not in communities:
             refused += [
@@ -206,6 +196,13 @@ class GrantPolicy(BaseModel):
                 if community not in communities
             ]
         return refused
+
+    def _rule(self, agent: str) -> _GrantRule:
+        """``agent``'s entry over the default, key by key."""
+        own = self.agents.get(agent)
+        if own is None:
+            return self.default
+        return self.default.model_copy(update=own.model_dump(exclude_none=True))
 
 
 def load_grant_policy(path: Path | None) -> GrantPolicy:
