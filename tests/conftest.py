@@ -28,7 +28,11 @@ BOTH_WORKER_MODES = (
 )
 # Inside BOTH_WORKER_MODES, the modules that set WORKER_CONCURRENCY on every worker they start
 # themselves: a second mode would run the same test again.
-OWN_WORKER_MODE = ("tests/chaos/test_concurrent.py", "tests/conformance/test_pool.py")
+OWN_WORKER_MODE = (
+    "tests/chaos/test_concurrent.py",
+    "tests/chaos/test_prometheus_server.py",  # its pool sets --concurrency itself
+    "tests/conformance/test_pool.py",
+)
 CONCURRENT_MODE_CONCURRENCY = "4"
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 

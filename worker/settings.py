@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     mcp_config: Path | None = None
     """YAML of MCP servers and the grant each tool requires; unset, agents have no tools."""
     grant_policy: Path | None = None
-    """Operator YAML capping the grants a definition may claim."""
+    """Operator YAML capping the grants and scope opt-ins a definition may claim."""
     strict_grants: bool = False
     """A tool call without its grant ends the task (`autonomy_violation`)."""
     metrics_port: int = Field(default=9108, ge=0, le=65535)

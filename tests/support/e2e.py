@@ -204,12 +204,12 @@ class E2E:
                 worker.stop()
                 worker.final_stderr = worker.stderr
 
-    def agent_worker_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def agent_worker_cli(self, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
         """The real ``agent-worker`` command, pointed at the stack's Redis."""
         return subprocess.run(
             [AGENT_WORKER, *args],
             cwd=REPO_ROOT,
-            env=self.worker_env(),
+            env=self.worker_env(**extra_env),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

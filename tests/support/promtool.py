@@ -1,4 +1,5 @@
-"""Find Prometheus's ``promtool`` for the deploy tests, installing it on Debian when allowed.
+"""Find Prometheus's ``promtool`` and server for the deploy tests, installing them on Debian
+when allowed.
 
 Use ``find_promtool()`` and skip when it answers None::
 
@@ -31,16 +32,28 @@ _UPDATE_COMMAND = ("apt-get", "update")
 _NO_LISTS_SIGNS = ("Unable to locate package", "has no installation candidate")
 
 
-@cache
+PROMETHEUS_MISSING = "prometheus not available: install Debian package prometheus"
+
+
 def find_promtool() -> str | None:
     """The path of ``promtool``, installing it when possible; None when it is not available."""
-    found = shutil.which("promtool")
+    return _find_in_package("promtool")
+
+
+def find_prometheus() -> str | None:
+    """The path of the ``prometheus`` server (the same package), as ``find_promtool``."""
+    return _find_in_package("prometheus")
+
+
+@cache
+def _find_in_package(program: str) -> str | None:
+    found = shutil.which(program)
     if found is not None:
         return found
     if not _may_install():
         return None
     _install_prometheus_package(deadline=time.monotonic() + INSTALL_TIMEOUT_S)
-    return shutil.which("promtool")
+    return shutil.which(program)
 
 
 def _may_install() -> bool:

@@ -175,3 +175,45 @@ def test_a_tasks_grants_are_strict_under_the_operators_switch_or_the_definitions
 
     assert grants.strict is strict
     assert grants.allowed == frozenset({"hub:read"})
+
+
+SCOPE_POLICY = GrantPolicy.model_validate(
+    {
+        "default": {"allow_comment_on_any_post": False, "allowed_post_in": ["m/news"]},
+        "agents": {
+            "herald": {"allowed_post_in": ["*"]},
+            "mute": {"allowed_post_in": []},
+            "roamer": {"allow_comment_on_any_post": True},
+        },
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("agent", "any_post", "post_in", "refused"),
+    [
+        ("scout", False, ["m/news"], []),
+        (
+            "scout",
+            True,
+            ["m/news", "m/general"],
+            ["scope.comment_on_any_post", "scope.post_in m/general"],
+        ),
+        ("scout", False, ["*"], ["scope.post_in *"]),
+        # An agent entry replaces the default key by key.
+        ("herald", False, ["*", "m/general"], []),
+        ("herald", True, [], ["scope.comment_on_any_post"]),
+        ("mute", False, ["m/news"], ["scope.post_in m/news"]),
+        ("roamer", True, ["m/news"], []),
+    ],
+)
+def test_the_policy_caps_the_scope_opt_ins_key_by_key(
+    agent: str, any_post: bool, post_in: list[str], refused: list[str]
+) -> None:
+    found = SCOPE_POLICY.refused_opt_ins(agent, comment_on_any_post=any_post, post_in=post_in)
+    assert found == refused
+
+
+def test_a_policy_without_scope_keys_caps_no_opt_in() -> None:
+    policy = GrantPolicy.model_validate({"default": {"allowed_grants": ["hub:read"]}})
+    assert policy.refused_opt_ins("scout", comment_on_any_post=True, post_in=["*"]) == []

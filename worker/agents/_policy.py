@@ -14,6 +14,10 @@ operator's ``*_BASE_URL`` stands in for the public endpoint.
 The worker's own provider key goes only to the operator's endpoint for it: that rule is
 enforced where keys meet endpoints (``worker.models._factory``); this check makes a
 definition that would break it fail at load, with the file and field named.
+
+``GRANT_POLICY`` caps the scope opt-ins (``scope.comment_on_any_post``, ``scope.post_in``)
+as it caps grants: a definition that widens its tasks' scope beyond it fails at load too,
+naming the opt-in, the agent and the policy's file.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from worker._network import (
 from worker.agents._config import AgentConfig, Brain
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.settings import Settings
+from worker.tools import GrantPolicy, cached_grant_policy
 
 # The worker's key variable and base URL variable for each provider.
 PROVIDER_VARIABLES = {
@@ -67,6 +72,9 @@ class DefinitionPolicy:
     worker_secret_envs: frozenset[str] = field(default_factory=_settings_secret_variables)
     # AGENTS_STRICT: an unknown key is an error instead of a warning.
     strict: bool = False
+    # GRANT_POLICY's caps on the scope opt-ins, and its file (named when it refuses one).
+    grant_policy: GrantPolicy = field(default_factory=GrantPolicy)
+    grant_policy_file: str = "GRANT_POLICY (none)"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DefinitionPolicy:
@@ -80,11 +88,23 @@ class DefinitionPolicy:
             operator_endpoints=operator_endpoints,
             worker_secret_envs=_secret_variables_of(type(settings)),
             strict=settings.agents_strict,
+            grant_policy=cached_grant_policy(settings.grant_policy),
+            grant_policy_file=f"GRANT_POLICY ({settings.grant_policy})",
         )
 
     def check(self, config: AgentConfig, file: str) -> None:
         """Raise AgentConfigError naming ``file`` and the field a definition may not set."""
         self.check_brain(config.brain, file)
+        refused = self.grant_policy.refused_opt_ins(
+            config.name,
+            comment_on_any_post=config.scope.comment_on_any_post,
+            post_in=config.scope.post_in,
+        )
+        if refused:
+            raise AgentConfigError(
+                f"{file}: {', '.join(refused)}: not allowed for agent {config.name!r} "
+                f"by {self.grant_policy_file}"
+            )
 
     def check_brain(self, brain: Brain, file: str) -> None:
         if self.uses_operator_access(brain):
@@ -127,6 +147,7 @@ class DefinitionPolicy:
             "keys": sorted(self.agent_key_envs),
             "own": sorted((k, v or "") for k, v in self.operator_endpoints.items()),
             "strict": self.strict,
+            "grant_policy": self.grant_policy.model_dump(mode="json"),
         }
         return hashlib.sha256(json.dumps(rules).encode()).hexdigest()[:16]
 

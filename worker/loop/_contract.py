@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -49,6 +49,14 @@ class CallRules(Protocol):
         ...
 
 
+Redact = Callable[[str], str]
+
+
+def as_written(text: str) -> str:
+    """No redaction: for runs whose messages hold no secret (tests, the loop on its own)."""
+    return text
+
+
 @dataclass(slots=True, kw_only=True)
 class LoopSettings:
     limits: RunLimits = field(default_factory=RunLimits)
@@ -77,6 +85,9 @@ class LoopSettings:
     # The model's context window (prompt and answer, in tokens); None: unbounded. Older
     # tool outputs, then the middle of the longest message, are cut to fit it.
     context_window_tokens: int | None = None
+    # Masks known secrets in a message the window fit is about to cut (redact, then cut:
+    # half a secret is no longer recognisable at the model boundary).
+    redact: Redact = as_written
 
 
 @dataclass(slots=True, kw_only=True)

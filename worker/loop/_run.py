@@ -423,6 +423,7 @@ class AgentLoop:
             state.messages,
             over_by=lambda: self._model.tokens_over_window(state, tools, extra, window),
             chars_per_token=self._model.chars_per_token(),
+            redact=self._settings.redact,
             changed=lambda index: self._model.message_changed(state, index),
         )
         if cut:

@@ -5,12 +5,17 @@ silently cut prompt at worst (a local server drops its start). So before each ca
 loop cuts, with a marker the model reads: first the oldest tool outputs (never the
 newest message), then, when that is not enough, the oldest part of the longest message,
 kept whole at its head (the instructions, the post) and at its tail (the newest comments).
+
+A message is redacted whole before it is cut: the model's own earlier turns and steering
+text reach the redactor only at the model boundary, after this cut, and a secret cut in
+half is a prefix the redactor no longer recognises (redact, then cut).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from worker.loop._contract import Redact
 from worker.models import Message
 
 STUB = "[tool output of {chars} characters removed to fit the model's context window]"
@@ -29,6 +34,7 @@ def fit_window(
     *,
     over_by: Callable[[], int],
     chars_per_token: float,
+    redact: Redact,
     changed: Callable[[int], None] | None = None,
 ) -> int:
     """Cut ``messages`` in place until ``over_by()`` (tokens over the window) is <= 0.
@@ -41,7 +47,7 @@ def fit_window(
     while (excess := over_by()) > 0:
         index = _stub_oldest_tool_output(messages)
         if index is None:
-            index = _cut_longest(messages, int(excess * chars_per_token) + _CUT_SLACK_CHARS)
+            index = _cut_longest(messages, int(excess * chars_per_token) + _CUT_SLACK_CHARS, redact)
         if index is None:
             break
         if changed is not None:
@@ -59,20 +65,22 @@ def _stub_oldest_tool_output(messages: list[Message]) -> int | None:
     return None
 
 
-def _cut_longest(messages: list[Message], chars: int) -> int | None:
-    """Cut ``chars`` from the longest message, just after its head; its index, or None if
-    none can be cut."""
+def _cut_longest(messages: list[Message], chars: int, redact: Redact) -> int | None:
+    """Cut ``chars`` from the longest message, redacted whole first, just after its head;
+    its index, or None if none can be cut."""
     if not messages:
         return None
     index = max(range(len(messages)), key=lambda at: len(messages[at].content))
     longest = messages[index]
     if len(longest.content) < _MIN_CUTTABLE_CHARS:
         return None
-    content = longest.content
+    content = redact(longest.content)
     head = min(_HEAD_CHARS, len(content) // 4)
     # At most what leaves the head and a quarter of the message at the tail.
     removed = min(chars, len(content) - head - len(content) // 4)
-    if removed <= 0:
+    if removed > 0:
+        content = content[:head] + CUT_MARKER.format(chars=removed) + content[head + removed :]
+    elif content == longest.content:
         return None
-    longest.content = content[:head] + CUT_MARKER.format(chars=removed) + content[head + removed :]
+    longest.content = content
     return index

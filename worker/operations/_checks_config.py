@@ -68,7 +68,11 @@ def check_agents(
     if root is None:
         return {}
     ttl_s = config.agent_cache_ttl_s if cache is not None else 0
-    store = AgentStore(str(root), redis=cache, ttl_s=ttl_s)
+    try:
+        store = AgentStore(str(root), redis=cache, ttl_s=ttl_s)
+    except ConfigurationError:
+        # Loading applies GRANT_POLICY, which cannot be read: check_grant_policy says why.
+        return {}
     names = store.list_agents()
     if not names:
         report.warning("AGENTS_DIR", f"no agents/<name>/config.yaml under {root}")

@@ -206,6 +206,7 @@ def loop_settings(
             mcp_config=mcp_config(s.mcp_config) if s.mcp_config is not None else None,
         ),
         context_window_tokens=cfg.brain.max_context_tokens,
+        redact=runtime.redactor,
     )
 
 

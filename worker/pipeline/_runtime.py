@@ -41,16 +41,15 @@ from worker.task import Task
 from worker.tools import (
     CapabilitySource,
     EffectiveGrants,
-    GrantPolicy,
     LocalToolbox,
     McpConfig,
     McpToolbox,
     ScopeCell,
     TaskScope,
     Toolbox,
+    cached_grant_policy,
     journal_tool_intents,
     load_can_execute_tool,
-    load_grant_policy,
     load_mcp_config,
     mint_capability,
     no_capability,
@@ -112,11 +111,6 @@ def mcp_config(path: Path) -> McpConfig:
     return load_mcp_config(path)
 
 
-@lru_cache(maxsize=4)
-def _grant_policy(path: Path | None) -> GrantPolicy:
-    return load_grant_policy(path)
-
-
 # Modules the HTTP stack and the provider SDKs import only on first use. Imported in the
 # worker parent, they are not imported again by every job process (~100 ms per job).
 _FIRST_USE_MODULES = (
@@ -140,7 +134,7 @@ def preload(providers: Collection[str]) -> None:
     warm_up_providers(providers)
     configure_tracing("agent-worker")  # forked job processes inherit the tracer provider
     _prices()
-    _grant_policy(config.grant_policy)
+    cached_grant_policy(config.grant_policy)
     if config.mcp_config is not None:
         mcp_config(config.mcp_config)
     client_ssl_context()
@@ -189,7 +183,7 @@ def prompt_cache(agent: AgentDefinition, config: Settings) -> PromptCache | None
 def effective_grants(config: Settings, agent: AgentDefinition) -> EffectiveGrants:
     """The agent's requested grants as GRANT_POLICY caps them (read once per process),
     strict under STRICT_GRANTS or the definition's ``behavior.strict_grants``."""
-    policy = _grant_policy(config.grant_policy)
+    policy = cached_grant_policy(config.grant_policy)
     grants = policy.effective_grants(agent.config.name, agent.config.capabilities.grants)
     return replace(grants, strict=config.strict_grants or agent.config.behavior.strict_grants)
 

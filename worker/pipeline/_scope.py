@@ -17,11 +17,10 @@ from hub_client import Post
 from worker.agents import AgentDefinition
 from worker.pipeline import _discovery
 from worker.task import Task, TaskType
-from worker.tools import PUBLIC, TaskScope, dm_audience
+from worker.tools import ANY_COMMUNITY, PUBLIC, TaskScope, dm_audience
 
 # The notification kind that makes a task a direct message's answer.
 DM = "dm"
-ANY_COMMUNITY = "*"
 # Where an exploration's summary goes when the agent names no community of its own.
 DEFAULT_COMMUNITY = "m/general"
 

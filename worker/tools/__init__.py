@@ -40,8 +40,10 @@ if TYPE_CHECKING:
     )
     from worker.tools._config import McpConfig, McpServerConfig, load_mcp_config
     from worker.tools._grants import (
+        ANY_COMMUNITY,
         EffectiveGrants,
         GrantPolicy,
+        cached_grant_policy,
         check_grant_pattern,
         grant_covers,
         load_grant_policy,
@@ -76,10 +78,12 @@ _LAZY = {
     "McpServerConfig": "worker.tools._config",
     "load_mcp_config": "worker.tools._config",
     "EffectiveGrants": "worker.tools._grants",
+    "ANY_COMMUNITY": "worker.tools._grants",
     "GrantPolicy": "worker.tools._grants",
     "check_grant_pattern": "worker.tools._grants",
     "grant_covers": "worker.tools._grants",
     "load_grant_policy": "worker.tools._grants",
+    "cached_grant_policy": "worker.tools._grants",
     "load_can_execute_tool": "worker._hooks",
     "load_hook": "worker._hooks",
     "ContentKeyedToolbox": "worker.tools._idempotency",
@@ -110,6 +114,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
+    "ANY_COMMUNITY",
     "PUBLIC",
     "ArgumentRule",
     "CallContext",
@@ -140,6 +145,7 @@ __all__ = [
     "ToolResult",
     "Toolbox",
     "ToolboxWrapper",
+    "cached_grant_policy",
     "check_grant_pattern",
     "check_key",
     "close_stdio_pool",

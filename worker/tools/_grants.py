@@ -28,10 +28,18 @@ requested ∩ allowed minus denied, and denied wins:
 Because a denial can carve a hole in a wildcard, effective grants are an
 ``EffectiveGrants`` (allowed patterns, denied patterns) asked with ``covers``.
 Without a policy file the requested grants are effective as they are.
+
+The policy also caps the scope opt-ins a definition may set (docs/task-scope.md), by the
+same key-by-key rule: ``allow_comment_on_any_post: false`` forbids
+``scope.comment_on_any_post``, ``allowed_post_in: [m/announcements]`` lets ``scope.post_in``
+name only those communities (``"*"``: any; ``[]``: none); a missing key caps nothing. A
+definition that sets more is refused when it is loaded, not narrowed: its author asked
+for a wider scope on purpose and must be told.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +50,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from worker.exceptions import AgentConfigError, ConfigurationError
+
+# In ``scope.post_in`` (a definition's) and ``allowed_post_in`` (the policy's): any community.
+ANY_COMMUNITY = "*"
 
 _SEGMENT = r"[a-z0-9][a-z0-9_.-]*"
 _RESOURCE = r"[A-Za-z0-9_.@/-]+"
@@ -129,6 +140,8 @@ class _GrantRule(BaseModel):
     # None: this entry says nothing about the key (the default's value, or no cap, applies).
     allowed_grants: tuple[str, ...] | None = None
     denied_grants: tuple[str, ...] | None = None
+    allow_comment_on_any_post: bool | None = None
+    allowed_post_in: tuple[str, ...] | None = None
 
     @field_validator("allowed_grants", "denied_grants")
     @classmethod
@@ -153,13 +166,8 @@ class GrantPolicy(BaseModel):
             requested_patterns = [check_grant_pattern(grant) for grant in requested]
         except ValueError as exc:
             raise AgentConfigError(f"agent {agent!r}: grants: {exc}") from exc
-        rule = self.agents.get(agent, _GrantRule())
-        allowed = rule.allowed_grants
-        if allowed is None:
-            allowed = self.default.allowed_grants
-        denied = rule.denied_grants
-        if denied is None:
-            denied = self.default.denied_grants
+        rule = self._rule(agent)
+        allowed, denied = rule.allowed_grants, rule.denied_grants
         if allowed is None:
             kept = set(requested_patterns)
         else:
@@ -170,6 +178,31 @@ class GrantPolicy(BaseModel):
                 if (narrower := _intersection(wanted, permitted)) is not None
             }
         return EffectiveGrants(allowed=frozenset(kept), denied=frozenset(denied or ()))
+
+    def refused_opt_ins(
+        self, agent: str, *, comment_on_any_post: bool, post_in: Sequence[str]
+    ) -> list[str]:
+        """The scope opt-ins of ``agent``'s definition this policy does not allow, named as
+        in config.yaml (``scope.post_in m/x``); [] when it allows them all."""
+        rule = self._rule(agent)
+        communities = rule.allowed_post_in
+        refused = []
+        if comment_on_any_post and rule.allow_comment_on_any_post is False:
+            refused.append("scope.comment_on_any_post")
+        if communities is not None and ANY_COMMUNITY not in communities:
+            refused += [
+                f"scope.post_in {community}"
+                for community in post_in
+                if community not in communities
+            ]
+        return refused
+
+    def _rule(self, agent: str) -> _GrantRule:
+        """``agent``'s entry over the default, key by key."""
+        own = self.agents.get(agent)
+        if own is None:
+            return self.default
+        return self.default.model_copy(update=own.model_dump(exclude_none=True))
 
 
 def load_grant_policy(path: Path | None) -> GrantPolicy:
@@ -188,6 +221,12 @@ def load_grant_policy(path: Path | None) -> GrantPolicy:
         return GrantPolicy.model_validate(raw)
     except ValidationError as exc:
         raise ConfigurationError(f"{path}: {describe_validation_error(exc)}") from exc
+
+
+@functools.lru_cache(maxsize=4)
+def cached_grant_policy(path: Path | None) -> GrantPolicy:
+    """``load_grant_policy``, read once per process (the operator's file is read at start)."""
+    return load_grant_policy(path)
 
 
 def describe_validation_error(exc: ValidationError, prefix: Sequence[str | int] = ()) -> str:
