@@ -169,7 +169,8 @@ def test_the_hosted_model_guide_sets_the_settings_and_runs_the_commands() -> Non
         assert variable.lower() in Settings.model_fields
     assert check == "agent-worker check"
     # The task the first agent's guide would enqueue, on the post it seeded.
-    assert enqueue.endswith('hosted-1 hello-agent "$POST_ID" | agent-worker enqueue -')
+    assert enqueue.startswith('echo "{\\"task_id\\": \\"hosted-1\\"')
+    assert enqueue.endswith('\\"post_id\\": \\"$POST_ID\\"}" | agent-worker enqueue -')
     assert "$POST_ID" in "\n".join(shell_blocks("first-agent.md"))
     assert worker.startswith("RQ_WORKER_CLASS=worker.AgentWorker RQ_CONFIG=worker.rq_config")
     assert worker.endswith("rq worker agents --burst 2> worker.log")
