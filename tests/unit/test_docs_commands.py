@@ -71,7 +71,9 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
     ),
     "how-to/tools.md": (
         1,
-        ("tests/unit/test_docs_commands.py::test_the_tool_guide_starts_mcp_hub_and_lists_it",),
+        (
+            "tests/integration/test_first_agent_guide.py::test_the_tool_guide_runs_in_the_first_agents_shell",
+        ),
     ),
     "how-to/local-model.md": (
         1,
@@ -179,32 +181,3 @@ def test_the_hosted_model_guide_sets_the_settings_and_runs_the_commands() -> Non
     assert worker.startswith("RQ_WORKER_CLASS=worker.AgentWorker RQ_CONFIG=worker.rq_config")
     assert worker.endswith("rq worker agents --burst 2> worker.log")
     assert report == "agent-worker report hosted-1"
-
-
-def test_the_tool_guide_starts_mcp_hub_and_lists_it(tmp_path: Path) -> None:
-    from worker.settings import Settings
-    from worker.tools import load_mcp_config
-
-    (block,) = shell_blocks("how-to/tools.md")
-    token, server, heredoc, *yaml_lines, end, export, check = block.splitlines()
-    assert token.startswith("export MCP_AUTH_TOKEN=$(openssl rand -hex 24)")
-    assert server.startswith("python -m mcp_servers.hub --host 127.0.0.1 --port 8101 ")
-    assert (heredoc, end, export) == (
-        "cat > mcp.yaml <<'EOF'",
-        "EOF",
-        "export MCP_CONFIG=$PWD/mcp.yaml",
-    )
-    assert check == "agent-worker check"
-    assert {"mcp_auth_token", "mcp_config"} <= set(Settings.model_fields)
-    offered = subprocess.run(
-        [sys.executable, "-m", "mcp_servers.hub", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "--host" in offered and "--port" in offered and "(default: 8101)" in offered
-    config = tmp_path / "mcp.yaml"
-    config.write_text("\n".join(yaml_lines) + "\n", encoding="utf-8")
-    hub = load_mcp_config(config).servers["hub"]
-    assert hub.url == "http://127.0.0.1:8101/mcp" and hub.first_party
-    assert hub.required_grant("create_comment") == "hub:write"
