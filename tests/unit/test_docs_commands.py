@@ -66,7 +66,7 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
     "how-to/hosted-model.md": (
         3,
         (
-            "tests/unit/test_docs_commands.py::test_the_hosted_model_guide_sets_the_settings_and_runs_the_commands",
+            "tests/integration/test_first_agent_guide.py::test_the_hosted_model_guide_runs_with_the_scripted_endpoint_as_the_provider",
         ),
     ),
     "how-to/tools.md": (
@@ -163,21 +163,3 @@ def test_the_cli_guide_installs_the_binaries_the_executors_run() -> None:
     assert listing == "agent-worker executors"
     binaries = {info.type: info.binary for info in describe_executors()}
     assert binaries["claude-code"] == "claude" and binaries["opencode"] == "opencode"
-
-
-def test_the_hosted_model_guide_sets_the_settings_and_runs_the_commands() -> None:
-    from worker.settings import Settings
-
-    key, unset, check, enqueue, worker, report = command_lines("how-to/hosted-model.md")
-    assert key == "read -rs ANTHROPIC_API_KEY && export ANTHROPIC_API_KEY"
-    assert unset == "unset OPENAI_BASE_URL"
-    for variable in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
-        assert variable.lower() in Settings.model_fields
-    assert check == "agent-worker check"
-    # The task the first agent's guide would enqueue, on the post it seeded.
-    assert enqueue.startswith('echo "{\\"task_id\\": \\"hosted-1\\"')
-    assert enqueue.endswith('\\"post_id\\": \\"$POST_ID\\"}" | agent-worker enqueue -')
-    assert "$POST_ID" in "\n".join(shell_blocks("first-agent.md"))
-    assert worker.startswith("RQ_WORKER_CLASS=worker.AgentWorker RQ_CONFIG=worker.rq_config")
-    assert worker.endswith("rq worker agents --burst 2> worker.log")
-    assert report == "agent-worker report hosted-1"
