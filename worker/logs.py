@@ -16,7 +16,8 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, TextIO
@@ -63,6 +64,19 @@ def redact(text: str) -> str:
 def set_level(level: str) -> None:
     global _min_level
     _min_level = _LEVELS.get(level.lower(), _LEVELS["info"])
+
+
+@contextmanager
+def only_at_least(level: str) -> Iterator[None]:
+    """Meanwhile write only lines at ``level`` or above: for a command whose own output
+    says what the lower lines would (``agent-worker check`` prints each warning once)."""
+    global _min_level
+    before = _min_level
+    _min_level = max(before, _LEVELS[level])
+    try:
+        yield
+    finally:
+        _min_level = before
 
 
 def set_stream(stream: TextIO | None) -> None:

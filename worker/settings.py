@@ -13,6 +13,17 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from worker.exceptions import ConfigurationError
 
+# HS256 wants a key at least as long as its hash (RFC 7518 section 3.2).
+MIN_KEY_LENGTH = 32
+
+
+def key_too_short(length: int) -> str:
+    """What a CAPABILITY_KEY of ``length`` characters lacks, and how to make a good one."""
+    return (
+        f"must be at least {MIN_KEY_LENGTH} characters (got {length}); generate one with: "
+        "openssl rand -hex 32"
+    )
+
 
 class Settings(BaseSettings):
     """Every setting of the worker, its MCP servers and ``agent-worker``.
@@ -65,7 +76,7 @@ class Settings(BaseSettings):
     mcp_auth_token: SecretStr | None = None
     """Bearer our MCP servers require over HTTP; the worker sends it only to servers marked
     `first_party: true` in `MCP_CONFIG`."""
-    capability_key: SecretStr | None = Field(default=None, min_length=32)
+    capability_key: SecretStr | None = None
     """At least 32 characters, shared only by the workers and our MCP servers: signs each
     task's capability, without which our servers act for no agent. Unset: development mode."""
 
@@ -221,6 +232,13 @@ class Settings(BaseSettings):
             return None
         load_can_execute_tool(value.strip())
         return value.strip()
+
+    @field_validator("capability_key")
+    @classmethod
+    def _long_enough_to_sign(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None and len(key.get_secret_value()) < MIN_KEY_LENGTH:
+            raise ValueError(key_too_short(len(key.get_secret_value())))
+        return key
 
     @field_validator("budget_unreachable", "cli_sandbox", mode="before")
     @classmethod

@@ -241,3 +241,29 @@ def test_operator_commands_exit_codes(
     assert down.returncode == 1 and "cannot reach Redis" in down.stderr
     version = agent_worker(["--version"], env, tmp_path)
     assert version.returncode == 0 and version.stdout.startswith("agent-worker ")
+
+
+def test_check_prints_each_definition_warning_once_and_logs_no_json_line(tmp_path: Path) -> None:
+    env = setup(tmp_path, f"http://127.0.0.1:{free_port()}/mcp")
+    config = Path(env["AGENTS_DIR"]) / "agents" / "demo-agent" / "config.yaml"
+    config.write_text(config.read_text() + "behaviour: {}\n")
+
+    completed = agent_worker(["check", "--offline"], env, tmp_path)
+
+    typo = "unknown key 'behaviour' (did you mean 'behavior'?)"
+    assert completed.stdout.count(typo) == 1, completed.stdout
+    assert f"warning: agents/demo-agent/config.yaml: {typo}" in completed.stdout.splitlines()
+    assert typo not in completed.stderr
+
+
+def test_a_short_capability_key_is_one_line_naming_it_and_what_it_needs(tmp_path: Path) -> None:
+    env = {**setup(tmp_path, f"http://127.0.0.1:{free_port()}/mcp"), "CAPABILITY_KEY": "short"}
+
+    completed = agent_worker(["check", "--offline"], env, tmp_path)
+
+    assert completed.returncode == 1
+    assert completed.stdout.splitlines() == [
+        "error: CAPABILITY_KEY: must be at least 32 characters (got 5); generate one with: "
+        "openssl rand -hex 32",
+        "check: 1 errors, 0 warnings",
+    ]

@@ -63,6 +63,18 @@ GUIDES: dict[str, tuple[int, tuple[str, ...]]] = {
             "tests/integration/test_deploy.py::test_systemd_steps_install_the_definitions_and_check_before_starting",
         ),
     ),
+    "how-to/hosted-model.md": (
+        3,
+        (
+            "tests/integration/test_first_agent_guide.py::test_the_hosted_model_guide_runs_with_the_scripted_endpoint_as_the_provider",
+        ),
+    ),
+    "how-to/tools.md": (
+        1,
+        (
+            "tests/integration/test_first_agent_guide.py::test_the_tool_guide_runs_in_the_first_agents_shell",
+        ),
+    ),
     "how-to/local-model.md": (
         1,
         (

@@ -142,3 +142,17 @@ def test_the_variables_the_readme_names_are_settings() -> None:
     named = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
     assert len(named) >= 10
     assert named - {name.upper() for name in Settings.model_fields} == set()
+
+
+def test_definition_keys_break_only_after_a_dot_or_an_underscore() -> None:
+    table = docs.render("definition")
+    assert "| <code>brain.<wbr>fallbacks.<wbr>provider</code> |" in table
+    assert "| <code>brain.<wbr>api_<wbr>key_<wbr>env</code> |" in table
+    assert "`brain.provider`" not in table
+
+
+def test_a_sections_default_is_its_keys_not_its_whole_object() -> None:
+    rows = {line.split(" | ")[0]: line for line in docs.render("definition").splitlines()}
+    behavior = rows["| <code>behavior</code>"]
+    assert "| its keys' |" in behavior and "respond_to_mentions" not in behavior
+    assert "| `10` |" in rows["| <code>behavior.<wbr>max_<wbr>iterations</code>"]

@@ -28,6 +28,7 @@ from redis import Redis
 
 from worker.agents import AgentDefinition
 from worker.exceptions import ConfigurationError
+from worker.logs import only_at_least
 from worker.operations._check_report import CheckReport
 from worker.operations._checks_agents import (
     check_grants_match_tools,
@@ -188,7 +189,10 @@ def main(argv: list[str]) -> int:
         report.error(variable, message or exc.message)
     else:
         online = not args.offline
-        report = run_checks(config, redis=online, network=online, timeout_s=args.timeout)
+        # The report is this command's output: the worker's own warning lines about the
+        # same definitions (agent_definition_warnings) would say each one twice.
+        with only_at_least("error"):
+            report = run_checks(config, redis=online, network=online, timeout_s=args.timeout)
     _print(report, as_json=args.json)
     failed = bool(report.errors) or (args.strict and bool(report.warnings))
     return 1 if failed else 0

@@ -23,13 +23,12 @@ from typing import Any
 
 import jwt
 
+from worker.settings import MIN_KEY_LENGTH, key_too_short
 from worker.tools._grants import EffectiveGrants
 from worker.tools._scope import TaskScope
 
 AUDIENCE = "hub-agent-worker-mcp"
 ALGORITHM = "HS256"
-# HS256 wants a key at least as long as its hash (RFC 7518 section 3.2).
-MIN_KEY_LENGTH = 32
 # Clocks of worker hosts and server hosts differ a little.
 CLOCK_LEEWAY_S = 5.0
 _REQUIRED_CLAIMS = ("sub", "tid", "grants", "denied", "exp", "iat", "aud")
@@ -64,10 +63,7 @@ class Capability:
 def check_key(key: str, *, variable: str = "CAPABILITY_KEY") -> str:
     """Return ``key``; raise ValueError naming ``variable`` when it is too short to sign with."""
     if len(key) < MIN_KEY_LENGTH:
-        raise ValueError(
-            f"{variable} must be at least {MIN_KEY_LENGTH} characters "
-            f"(got {len(key)}); generate one with: openssl rand -hex 32"
-        )
+        raise ValueError(f"{variable} {key_too_short(len(key))}")
     return key
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.agents import config_json_schema
-from worker.dev.docs._markdown import code, table
+from worker.dev.docs._markdown import breakable_name, code, table
 
 EXTENSION = "This worker's extension:"
 DECLINED = "Declined:"
@@ -57,6 +57,10 @@ def _kind(field: dict[str, Any]) -> str:
 def _default(field: dict[str, Any]) -> str:
     if "default" not in field or field["default"] is None:
         return "—"
+    if isinstance(field["default"], dict):
+        # Each key of a section has its own row and default; the section's whole default
+        # (600 characters for `behavior`) would only repeat them.
+        return "its keys'"
     return code(json.dumps(field["default"]))
 
 
@@ -92,7 +96,7 @@ def definition_keys() -> list[Key]:
 
 def definition_table() -> str:
     rows = [
-        (code(key.path), key.kind, key.default, key.origin, key.description)
+        (breakable_name(key.path), key.kind, key.default, key.origin, key.description)
         for key in definition_keys()
     ]
     return table(("key", "type", "default", "format", "meaning"), rows)

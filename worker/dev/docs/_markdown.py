@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Iterable, Sequence
 
 
@@ -12,6 +14,13 @@ def cell(text: str) -> str:
 
 def code(text: str) -> str:
     return f"`{text}`" if text else ""
+
+
+def breakable_name(name: str) -> str:
+    """A key as code that may break after a ``.`` or ``_`` and nowhere else: the stylesheet
+    keeps words in tables whole, and ``behavior.notifications.respond_to_thread_updates``
+    whole would push the meaning column off the page."""
+    return "<code>" + re.sub(r"([._])", r"\1<wbr>", html.escape(name)) + "</code>"
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
