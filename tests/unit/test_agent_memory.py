@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from hub_client.devhub import create_app
 from tests.support.definitions import write_agent
 from tests.support.fake_redis import FakeRedisClients
 from worker.agents import (
+    AgentConfig,
     AgentDefinition,
     AgentStore,
     Memory,
@@ -37,6 +39,8 @@ from worker.memory import (
     MemoryKind,
     MemoryRecord,
     OpenAIEmbeddings,
+    Provenance,
+    Recall,
     Recalled,
     RecallQuery,
     RedisMemoryStore,
@@ -51,11 +55,12 @@ from worker.memory import (
 )
 from worker.metrics import JobMetrics
 from worker.models import ScriptedModel, Turn, UntrustedBlocks
+from worker.pipeline._memory import recall_query
 from worker.redaction import MASK, Redactor
 from worker.redis_io import keys as redis_keys
 from worker.settings import Settings
 from worker.task import Task
-from worker.tools import LocalToolbox, ScopeCell, Toolbox
+from worker.tools import PUBLIC, LocalToolbox, ScopeCell, Toolbox, dm_audience
 
 AGENT = "mem-agent"
 REMEMBER_ALL = MemoryRemember(
@@ -75,6 +80,19 @@ def thread(*comments: tuple[str, str], author: str = "ron", content: str = "") -
             for n, (who, text) in enumerate(comments, start=1)
         ],
     )
+
+
+AGENT_DEFINITION = AgentDefinition(
+    config=AgentConfig.model_validate(
+        {"name": AGENT, "brain": {"provider": "openai", "model": "m"}}
+    ),
+    system_prompt="",
+)
+
+
+def task_for(post_id: str) -> Task:
+    fields = {"task_id": "t-1", "type": "notification", "agent_id": AGENT, "post_id": post_id}
+    return Task.model_validate(fields)
 
 
 def exchange(post: Post, answer: str = "Run one per core. I will write it up.") -> TaskExchange:
@@ -98,7 +116,7 @@ def record(
 def test_a_conversation_keeps_what_the_listed_person_said_and_the_answer() -> None:
     post = thread(("alice", "I use two."), ("ron", "And with 8 cores?"))
 
-    records = extract_memories(exchange(post), MemoryRemember(conversations_with=["Ron"]))
+    records = extract_memories(exchange(post), MemoryRemember(conversations_with=["ron"]))
 
     (conversation,) = records
     assert conversation.kind is MemoryKind.CONVERSATION
@@ -108,6 +126,42 @@ def test_a_conversation_keeps_what_the_listed_person_said_and_the_answer() -> No
         "You answered: Run one per core. I will write it up."
     )
     assert "alice" not in conversation.text  # not listed in conversations_with
+
+
+def said(*comments: tuple[str, str, str], author: str = "ron") -> Post:
+    """A thread whose comments are (Hub id, display name, text)."""
+    comments_by_id = [
+        Comment(id=f"c-{n}", author=Author(id=who, name=name), content=text)
+        for n, (who, name, text) in enumerate(comments)
+    ]
+    return thread(author=author).model_copy(update={"comments": comments_by_id})
+
+
+def test_words_are_attributed_by_hub_id_never_by_display_name() -> None:
+    # mallory2 calls itself "eve"; Eve is another account than eve on a case-sensitive Hub;
+    # x calls itself like the agent.
+    post = said(
+        ("x", AGENT, "me?"),
+        ("mallory2", "eve", "eve here: ship it on Monday"),
+        ("Eve", "Eve", "I am eve too"),
+    )
+    listed = MemoryRemember(conversations_with=["eve"], feedback_received=True)
+
+    # Nobody with the id eve wrote: no conversation; x is not the agent, so nothing after
+    # it counts as a reply to the agent.
+    assert extract_memories(exchange(post), listed) == []
+    mallory = extract_memories(exchange(post), MemoryRemember(conversations_with=["mallory2"]))
+    assert [r.about for r in mallory] == [("mallory2",)]
+    assert mallory[0].text.startswith("mallory2 said: eve here: ship it on Monday")
+    assert "eve said" not in mallory[0].text
+
+
+def test_recall_searches_for_the_participants_ids_not_their_names() -> None:
+    post = said(("mallory2", "eve", "hello"), author="Eve")
+
+    query = recall_query(task_for(post.id), AGENT_DEFINITION, post, [])
+
+    assert query.people == {"Eve", "mallory2"}
 
 
 def test_nobody_listed_in_the_thread_and_no_answer_leave_no_conversation() -> None:
@@ -158,6 +212,109 @@ def test_a_project_is_the_thread_worked_on_and_the_same_task_gives_the_same_ids(
 
 def test_switches_left_off_keep_nothing() -> None:
     assert extract_memories(exchange(thread(("ron", "hi"))), MemoryRemember()) == []
+
+
+# -- provenance: what a private task may recall ------------------------------------------------
+
+
+def dm_exchange(post: Post, *, read_tool_results: bool = False) -> TaskExchange:
+    return replace(exchange(post), audience=dm_audience("ron"), read_tool_results=read_tool_results)
+
+
+def test_a_dm_in_which_the_task_read_only_its_person_forms_trusted_memories() -> None:
+    records = extract_memories(dm_exchange(thread(("ron", "and 8 cores?"))), REMEMBER_ALL)
+
+    assert {r.kind for r in records} == {
+        MemoryKind.CONVERSATION,
+        MemoryKind.DECISION,
+        MemoryKind.PROJECT,
+    }
+    assert {(r.audience, r.provenance) for r in records} == {("dm:ron", Provenance.TRUSTED)}
+
+
+@pytest.mark.parametrize(
+    "formed",
+    [
+        "a public thread",
+        "a tool result read",
+        "another author in the dm",
+        "the agent's earlier reply",
+        "an id differing in case",
+        "an exploration",
+        "unknown tool use",
+    ],
+)
+def test_anything_else_forms_untrusted_memories(formed: str) -> None:
+    made = {
+        "a public thread": exchange(thread(("ron", "hi")), "We decided: Friday."),
+        "a tool result read": dm_exchange(thread(), read_tool_results=True),
+        "another author in the dm": dm_exchange(thread(("mallory", "fetch this"))),
+        "the agent's earlier reply": dm_exchange(thread((AGENT, "Earlier answer."))),
+        "an id differing in case": dm_exchange(thread(("Ron", "hi"))),
+        "an exploration": replace(
+            TaskExchange(agent=AGENT, task_id="t-1", at=1.0, summary="Read rq docs."),
+            audience=dm_audience("ron"),
+            read_tool_results=False,
+        ),
+        "unknown tool use": replace(exchange(thread()), audience=dm_audience("ron")),
+    }[formed]
+
+    records = extract_memories(made, REMEMBER_ALL)
+
+    assert records and {r.provenance for r in records} == {Provenance.UNTRUSTED}
+
+
+def kept(
+    memory_id: str, audience: str, provenance: Provenance, text: str = "door code 4921"
+) -> MemoryRecord:
+    return replace(
+        record(memory_id, text, at=len(memory_id)), audience=audience, provenance=provenance
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("strategy", ["keyword", "recent"])
+async def test_a_private_task_recalls_only_trusted_memories_of_its_own_audience(
+    strategy: str, fake_redis: FakeRedisClients
+) -> None:
+    store = RedisMemoryStore(fake_redis())
+    with_ron = dm_audience("ron")
+    store.add(
+        AGENT,
+        [
+            kept("m-trusted", with_ron, Provenance.TRUSTED),
+            kept("m-note", with_ron, Provenance.UNTRUSTED),
+            kept("m-public", PUBLIC, Provenance.UNTRUSTED),
+            kept("m-Ron", dm_audience("Ron"), Provenance.TRUSTED),
+        ],
+        max_bytes=BYTES_PER_MB,
+    )
+    config = Memory(enabled=True, retrieval=MemoryRetrieval(strategy=strategy))
+    memory = AgentMemory(store, AGENT, config)
+
+    def ids(found: Recall) -> set[str]:
+        return {item.record.id for item in found.items}
+
+    private = RecallQuery(text="door code", audiences=frozenset({PUBLIC, with_ron}), private=True)
+    public = RecallQuery(text="door code")
+
+    assert ids(await memory.recall(private, timeout_s=5)) == {"m-trusted"}
+    # A public task recalls public memories as before, inside the untrusted block.
+    assert ids(await memory.recall(public, timeout_s=5)) == {"m-public"}
+
+
+def test_a_memory_kept_before_provenance_reads_back_untrusted() -> None:
+    trusted = kept("m-1", dm_audience("ron"), Provenance.TRUSTED)
+    stored = trusted.to_json()
+    assert '"provenance":"trusted"' in stored
+    old = MemoryRecord.from_json(stored.replace(',"provenance":"trusted"', ""))
+    forged = MemoryRecord.from_json(stored.replace('"trusted"', '"TRUSTED "'))
+
+    assert MemoryRecord.from_json(stored) == trusted
+    assert old is not None and old.provenance is Provenance.UNTRUSTED
+    assert forged is not None and forged.provenance is Provenance.UNTRUSTED
+    query = RecallQuery(text="door", audiences=frozenset({dm_audience("ron")}), private=True)
+    assert not query.admits(old) and query.admits(trusted)
 
 
 # -- ranking: what a task reads -----------------------------------------------------------------

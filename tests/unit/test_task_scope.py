@@ -109,11 +109,20 @@ def test_a_dm_speaks_to_the_other_side_of_the_conversation() -> None:
     opened = post("p-1", AGENT, AGENT, "eve")
     mine = task_scope(notification(kind="dm"), agent(), thread=opened, feed=[])
 
-    assert theirs.audience == "dm:ron" and mine.audience == "dm:eve"
-    assert theirs.recall_audiences() == {PUBLIC, "dm:ron"}
-    assert task_scope(notification(), agent(), thread=post("p-1", "ron"), feed=[]).audience == (
-        PUBLIC
-    )
+    assert theirs.audience == "dm:Ron" and mine.audience == "dm:eve"
+    assert theirs.recall_audiences() == {PUBLIC, "dm:Ron"}
+    assert theirs.private and mine.private
+    public = task_scope(notification(), agent(), thread=post("p-1", "ron"), feed=[])
+    assert public.audience == PUBLIC and not public.private
+
+
+def test_a_dm_audience_is_the_exact_id_so_ids_differing_in_case_never_share_one() -> None:
+    ids = ["eve", "Eve", "EVE", " eve", "eve ", "e:ve", "e%3Ave", "ève", "post-p-1"]
+    audiences = [dm_audience(person) for person in ids]
+
+    assert len(set(audiences)) == len(ids)  # one id, one audience
+    assert audiences[:3] == ["dm:eve", "dm:Eve", "dm:EVE"]
+    assert dm_audience("e:ve") == "dm:e%3Ave" and dm_audience("a b\nc") == "dm:a%20b%0Ac"
 
 
 # -- the capability claim -------------------------------------------------------------------
