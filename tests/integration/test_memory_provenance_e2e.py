@@ -256,7 +256,7 @@ def test_a_note_planted_from_a_public_post_never_steers_a_direct_message(
     assert e2e.llm.requests(f"{agent}-obey") == []
     assert e2e.report(f"{agent}-d2")["outcome"] == "completed"
     (recalled,) = task_events(stderr, "memory_recalled", f"{agent}-d2")
-    assert note["id"] not in recalled["recalled"]
+    assert recalled["private"] is True and note["id"] not in recalled["recalled"]
     # Why, as the operator sees it: the model wrote the note, so nothing proves it trusted.
     assert note["provenance"] == "untrusted"
     # The note is there to be read: a public task (whose prompt holds nothing private)

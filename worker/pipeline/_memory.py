@@ -100,6 +100,8 @@ async def recall(
         agent=memory.agent,
         strategy=found.strategy,
         candidates=found.candidates,
+        # Private: only trusted memories of its own audience were candidates to recall.
+        private=scope.private,
         recalled=[item.record.id for item in found.items],
         scores=found.scores,
         duration_ms=found.duration_ms,
