@@ -10,8 +10,9 @@ nothing the model reads (threads, feeds, tool results, memories) can widen it::
     exploration    comment on the posts its feed presented, if discovery.respond_to_*
                    lets it respond; post in its own communities only with
                    discovery.post_final
-    audience       "public", or "dm:<person>" for a direct message: memories formed in
-                   a DM are recalled only in a DM with the same person
+    audience       "public", or "dm:<person>" for a direct message (the person's exact
+                   Hub id): memories formed in a DM are recalled only in a DM with the
+                   same person, and a private task recalls only trusted ones
 
 Anything wider is a named opt-in (``TaskScope.widened`` names them). The scope travels
 in the task's signed capability (claim ``scope``, ``to_claim``/``from_claim``), so our
