@@ -304,7 +304,7 @@ def test_an_account_named_eve_is_never_remembered_as_eve(
     notify(e2e, "g-2", RECALLER, "eve", "what did I approve last week?", "mention")
     run(e2e, agents_dir, mcp_config)
 
-    texts = [m["text"] for m in memories(e2e, RECALLER)]
-    assert not [text for text in texts if "prod database" in text], texts
-    assert "eve said: " not in prompts_of(e2e, RECALLER).split("what did I approve")[0]
-    assert "eve said: @prov-recaller I approve" not in prompts_of(e2e, RECALLER)
+    # Only the account eve's own words are eve's; mallory2 is not listed, so not kept.
+    kept = [(m["about"], m["text"].splitlines()[0]) for m in memories(e2e, RECALLER)]
+    assert kept == [(["eve"], f"eve said: @{RECALLER} what did I approve last week?")]
+    assert "I approve dropping" not in prompts_of(e2e, RECALLER).split("what did I approve")[1]
