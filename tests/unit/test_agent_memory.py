@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from hub_client import Author, Comment, HubClient, Post
 from hub_client.devhub import create_app
 from tests.support.definitions import write_agent
 from tests.support.fake_redis import FakeRedisClients
+from tests.support.workers import parse_events
 from worker.agents import (
     AgentConfig,
     AgentDefinition,
@@ -432,36 +433,39 @@ def answer(text: str) -> Turn:
     return Turn(text=text)
 
 
-@pytest.mark.anyio
-async def test_a_task_remembers_redacted_and_the_next_one_recalls(
-    tmp_path: Path, redis: fakeredis.FakeRedis
-) -> None:
-    write_agent(tmp_path, AGENT, CONFIG)
-    app = create_app(api_key=HUB_KEY)
-    model = ScriptedModel(
-        [answer("Use 7.2: we decided to pin the redis version."), answer("Still pinned.")],
-        name="scripted",
-        provider="openai",
-    )
+@asynccontextmanager
+async def no_tools(agent: AgentDefinition, task: Task, scope: ScopeCell) -> AsyncIterator[Toolbox]:
+    yield LocalToolbox([])
 
-    @asynccontextmanager
-    async def no_tools(
-        agent: AgentDefinition, task: Task, scope: ScopeCell
-    ) -> AsyncIterator[Toolbox]:
-        yield LocalToolbox([])
 
-    async def run(task_id: str, content: str) -> None:
-        async with HubClient(
-            "http://devhub", HUB_KEY, transport=httpx2.ASGITransport(app=app)
-        ) as hub:
+@dataclass
+class InProcessHub:
+    """The devhub over ASGI and the agent's definitions: ``run`` executes one task of the
+    agent answering a post (with ``replies`` of its own already in the thread)."""
+
+    tmp_path: Path
+    redis: fakeredis.FakeRedis
+    model: ScriptedModel
+    app: Any = field(default_factory=lambda: create_app(api_key=HUB_KEY))
+
+    async def run(
+        self, task_id: str, content: str, *, kind: str = "mention", replies: Sequence[str] = ()
+    ) -> None:
+        transport = httpx2.ASGITransport(app=self.app)
+        async with HubClient("http://devhub", HUB_KEY, transport=transport) as hub:
             post = await hub.create_post(agent_id="ron", content=content, idempotency_key=task_id)
+            for n, reply in enumerate(replies):
+                key = f"{task_id}:{n}"
+                await hub.create_comment(
+                    post.id, agent_id=AGENT, content=reply, idempotency_key=key
+                )
             runtime = TaskRuntime(
                 settings=Settings(hub_url="http://devhub", hub_api_key=HUB_KEY),  # type: ignore[arg-type]
-                redis=redis,
-                agents=AgentStore(str(tmp_path), redis=redis),
+                redis=self.redis,
+                agents=AgentStore(str(self.tmp_path), redis=self.redis),
                 metrics=JobMetrics(),
                 redactor=Redactor([HUB_KEY]),
-                make_model=lambda agent: model,
+                make_model=lambda agent: self.model,
                 open_toolbox=no_tools,
                 hub=hub,
             )
@@ -470,12 +474,26 @@ async def test_a_task_remembers_redacted_and_the_next_one_recalls(
                 "type": "notification",
                 "agent_id": AGENT,
                 "post_id": post.id,
+                "notification_type": kind,
             }
             verdict = await execute_task(task, runtime)
             assert verdict.report.outcome == "completed"
 
-    await run("t-1", f"@{AGENT} which redis version? The key is {HUB_KEY}.")
-    await run("t-2", f"@{AGENT} still the same redis version?")
+
+@pytest.mark.anyio
+async def test_a_task_remembers_redacted_and_the_next_one_recalls(
+    tmp_path: Path, redis: fakeredis.FakeRedis
+) -> None:
+    write_agent(tmp_path, AGENT, CONFIG)
+    model = ScriptedModel(
+        [answer("Use 7.2: we decided to pin the redis version."), answer("Still pinned.")],
+        name="scripted",
+        provider="openai",
+    )
+    hub = InProcessHub(tmp_path, redis, model)
+
+    await hub.run("t-1", f"@{AGENT} which redis version? The key is {HUB_KEY}.")
+    await hub.run("t-2", f"@{AGENT} still the same redis version?")
 
     stored = b" ".join(value for value in redis.hvals(redis_keys.memory_records(AGENT)))
     assert HUB_KEY.encode() not in stored and MASK.encode() in stored
@@ -489,6 +507,42 @@ async def test_a_task_remembers_redacted_and_the_next_one_recalls(
     assert "You answered: Use 7.2: we decided to pin the redis version." in memory
     assert "You decided: Use 7.2: we decided to pin the redis version." in memory
     assert 'kind="memory"' not in str(model.requests[0].messages[0].content)  # nothing yet
+
+
+@pytest.mark.anyio
+async def test_a_dm_keeps_only_what_a_later_dm_could_recall(
+    tmp_path: Path, redis: fakeredis.FakeRedis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_agent(tmp_path, AGENT, CONFIG)
+    model = ScriptedModel(
+        [answer("I will keep 4921 safe."), answer("Yes, still 4921.")] + [answer("4921.")] * 3,
+        name="scripted",
+        provider="openai",
+    )
+    hub = InProcessHub(tmp_path, redis, model)
+
+    await hub.run("t-1", f"@{AGENT} my door code is 4921", kind="dm")
+    # A follow-up thread holding the agent's own earlier reply: what it read is unproven.
+    await hub.run("t-2", f"@{AGENT} still 4921?", kind="dm", replies=["Earlier reply."])
+    await hub.run("t-3", f"@{AGENT} what is my door code?", kind="dm")
+
+    kept = RedisMemoryStore(redis).all(AGENT)
+    assert {(r.task_id, r.audience, r.provenance) for r in kept} == {
+        ("t-1", "dm:ron", Provenance.TRUSTED),
+        ("t-3", "dm:ron", Provenance.TRUSTED),
+    }
+    written = parse_events(capsys.readouterr().err, "memory_written")
+    (left_out,) = [event for event in written if event["task"] == "t-2"]
+    assert left_out["memories"] == [] and left_out["unrecallable"] == 1
+    recalled = str(model.requests[-1].messages[0].content)
+    assert "ron said: @mem-agent my door code is 4921" in recalled
+    assert "still 4921?" not in recalled
+
+
+def test_only_a_memory_some_task_could_recall_is_recallable() -> None:
+    assert kept("m-1", PUBLIC, Provenance.UNTRUSTED).recallable
+    assert kept("m-2", dm_audience("ron"), Provenance.TRUSTED).recallable
+    assert not kept("m-3", dm_audience("ron"), Provenance.UNTRUSTED).recallable
 
 
 class DownEmbeddings:

@@ -95,6 +95,13 @@ class MemoryRecord:
         except (ValueError, KeyError, TypeError):
             return None
 
+    @property
+    def recallable(self) -> bool:
+        """Whether any task could ever recall it: a public task reads public memories, a
+        private one trusted memories of its own audience; an untrusted memory of a direct
+        message is neither, and is not worth keeping (the private words it holds least)."""
+        return self.audience == PUBLIC or self.provenance is Provenance.TRUSTED
+
     def source(self) -> str:
         """Where it came from and when, as one line: ``conversation with ron, thread p-42,
         task t-1, 2026-11-25 19:04 UTC``."""

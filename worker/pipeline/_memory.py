@@ -131,12 +131,14 @@ async def remember(
     exchange = task_exchange(runtime, state, task, result)
     # The exchange is redacted whole before its clips; each record is masked again as a
     # whole too (the names in it): a secret said in a thread must not wait in Redis to be
-    # recalled.
+    # recalled. What no task could recall is not kept at all.
+    extracted = extract_memories(exchange, memory.config.remember)
     records = [
         replace(record, text=runtime.redactor(record.text))
-        for record in extract_memories(exchange, memory.config.remember)
+        for record in extracted
+        if record.recallable
     ]
-    if not records:
+    if not extracted:
         return
     timeout_s = state.hub_timeout_s(runtime.settings.memory_embeddings_timeout_s)
     try:
@@ -158,6 +160,8 @@ async def remember(
         evicted=written.evicted,
         bytes=written.bytes,
         embedding_tokens=written.embedding_tokens,
+        # A direct message's memories that only untrusted input formed: left out.
+        unrecallable=len(extracted) - len(records),
     )
 
 
