@@ -8,7 +8,10 @@ grant it holds (``memory:read`` to search, ``memory:write`` to add): an agent ne
 reaches another's memory, whatever its arguments say. The capability's scope names the
 task's audience (``public``, or ``dm:<person>``): a note is kept for that audience, and a
 search finds public memories and those of the task's own DM only, so a public thread
-never pulls a direct message's content (without a scope: public memories only). A note
+never pulls a direct message's content (without a scope: public memories only). A note is
+untrusted (``Provenance``): the server cannot know what the model read before writing it,
+so a private task's search never finds one, wherever it was written, and a private task
+may not keep one (no task could ever recall it). A note
 is keyed by the call's idempotency key, so a retried call never adds it twice, and is
 redacted before it is written, like every memory the worker keeps (docs/how-to/memory.md).
 """
@@ -40,6 +43,7 @@ from worker.memory import (
     AgentMemory,
     MemoryKind,
     MemoryRecord,
+    Provenance,
     RecallQuery,
     RedisMemoryStore,
     embedder_from_settings,
@@ -108,9 +112,7 @@ async def search_memory(query: str, ctx: Context[MemoryAccess, Any], limit: int 
         memory = access.memory_of(caller, "search_memory")
         retrieval = memory.config.retrieval.model_copy(update={"max_context_items": limit})
         memory.config = memory.config.model_copy(update={"retrieval": retrieval})
-        found = await memory.recall(
-            RecallQuery(text=query, audiences=_audiences(caller)), timeout_s=_time_left(caller)
-        )
+        found = await memory.recall(_query(caller, query), timeout_s=_time_left(caller))
         if not found.items:
             return f"Nothing in your memory matches {query!r}."
         return "\n\n".join(
@@ -136,6 +138,12 @@ async def remember(
         assert caller is not None  # memory_of refuses a call without one
         if caller.idempotency_key is None:
             raise ToolError("refused: remember needs the call's idempotency key in _meta")
+        if caller.scope is not None and caller.scope.private:
+            raise ToolError(
+                "refused: this task holds private data, and a note written in it could never "
+                "be recalled (only memories formed from trusted input reach a private task); "
+                "the conversation itself is remembered as the agent's definition asks"
+            )
         note = access.redact(" ".join(text.split()))
         if not note:
             raise ToolError("text must not be empty")
@@ -148,18 +156,22 @@ async def remember(
             text=note,
             task_id=caller.task_id,
             created_at=time.time(),
-            about=tuple(sorted({name.strip().lower() for name in about or () if name.strip()})),
+            about=tuple(sorted({name.strip() for name in about or () if name.strip()})),
             audience=caller.scope.audience if caller.scope is not None else PUBLIC,
+            # The model composed it, maybe on an instruction it read: never proven trusted.
+            provenance=Provenance.UNTRUSTED,
         )
         await memory.remember([record], timeout_s=_time_left(caller))
         return f"Remembered {record.id}."
 
 
-def _audiences(caller: Caller | None) -> frozenset[str]:
-    """Whose memories the task may read: its scope's, or public ones alone without one."""
+def _query(caller: Caller | None, text: str) -> RecallQuery:
+    """A search within what the task may read: its scope's audiences (trusted memories only
+    when the task is private), or public memories alone without a scope."""
     if caller is None or caller.scope is None:
-        return frozenset({PUBLIC})
-    return caller.scope.recall_audiences()
+        return RecallQuery(text=text)
+    scope = caller.scope
+    return RecallQuery(text=text, audiences=scope.recall_audiences(), private=scope.private)
 
 
 def _time_left(caller: Caller | None) -> float:

@@ -71,6 +71,10 @@ class DevHubControl:
         """What budget-health answers for the agent, e.g. ``healthy=False``."""
         self._call("POST", "/_dev/budget", json={"agent_id": agent_id, **overrides})
 
+    def register_agent(self, agent_id: str, *, name: str) -> None:
+        """An account ``agent_id`` whose display name is ``name`` (any text it chose)."""
+        self._call("POST", "/_dev/agents", json={"id": agent_id, "name": name})
+
     def create_post(
         self,
         *,

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ from hub_client import Author, Comment, HubClient, Post
 from hub_client.devhub import create_app
 from tests.support.definitions import write_agent
 from tests.support.fake_redis import FakeRedisClients
+from tests.support.workers import parse_events
 from worker.agents import (
+    AgentConfig,
     AgentDefinition,
     AgentStore,
     Memory,
@@ -37,6 +40,8 @@ from worker.memory import (
     MemoryKind,
     MemoryRecord,
     OpenAIEmbeddings,
+    Provenance,
+    Recall,
     Recalled,
     RecallQuery,
     RedisMemoryStore,
@@ -51,11 +56,12 @@ from worker.memory import (
 )
 from worker.metrics import JobMetrics
 from worker.models import ScriptedModel, Turn, UntrustedBlocks
+from worker.pipeline._memory import recall_query
 from worker.redaction import MASK, Redactor
 from worker.redis_io import keys as redis_keys
 from worker.settings import Settings
 from worker.task import Task
-from worker.tools import LocalToolbox, ScopeCell, Toolbox
+from worker.tools import PUBLIC, LocalToolbox, ScopeCell, Toolbox, dm_audience
 
 AGENT = "mem-agent"
 REMEMBER_ALL = MemoryRemember(
@@ -75,6 +81,19 @@ def thread(*comments: tuple[str, str], author: str = "ron", content: str = "") -
             for n, (who, text) in enumerate(comments, start=1)
         ],
     )
+
+
+AGENT_DEFINITION = AgentDefinition(
+    config=AgentConfig.model_validate(
+        {"name": AGENT, "brain": {"provider": "openai", "model": "m"}}
+    ),
+    system_prompt="",
+)
+
+
+def task_for(post_id: str) -> Task:
+    fields = {"task_id": "t-1", "type": "notification", "agent_id": AGENT, "post_id": post_id}
+    return Task.model_validate(fields)
 
 
 def exchange(post: Post, answer: str = "Run one per core. I will write it up.") -> TaskExchange:
@@ -98,7 +117,7 @@ def record(
 def test_a_conversation_keeps_what_the_listed_person_said_and_the_answer() -> None:
     post = thread(("alice", "I use two."), ("ron", "And with 8 cores?"))
 
-    records = extract_memories(exchange(post), MemoryRemember(conversations_with=["Ron"]))
+    records = extract_memories(exchange(post), MemoryRemember(conversations_with=["ron"]))
 
     (conversation,) = records
     assert conversation.kind is MemoryKind.CONVERSATION
@@ -108,6 +127,42 @@ def test_a_conversation_keeps_what_the_listed_person_said_and_the_answer() -> No
         "You answered: Run one per core. I will write it up."
     )
     assert "alice" not in conversation.text  # not listed in conversations_with
+
+
+def said(*comments: tuple[str, str, str], author: str = "ron") -> Post:
+    """A thread whose comments are (Hub id, display name, text)."""
+    comments_by_id = [
+        Comment(id=f"c-{n}", author=Author(id=who, name=name), content=text)
+        for n, (who, name, text) in enumerate(comments)
+    ]
+    return thread(author=author).model_copy(update={"comments": comments_by_id})
+
+
+def test_words_are_attributed_by_hub_id_never_by_display_name() -> None:
+    # mallory2 calls itself "eve"; Eve is another account than eve on a case-sensitive Hub;
+    # x calls itself like the agent.
+    post = said(
+        ("x", AGENT, "me?"),
+        ("mallory2", "eve", "eve here: ship it on Monday"),
+        ("Eve", "Eve", "I am eve too"),
+    )
+    listed = MemoryRemember(conversations_with=["eve"], feedback_received=True)
+
+    # Nobody with the id eve wrote: no conversation; x is not the agent, so nothing after
+    # it counts as a reply to the agent.
+    assert extract_memories(exchange(post), listed) == []
+    mallory = extract_memories(exchange(post), MemoryRemember(conversations_with=["mallory2"]))
+    assert [r.about for r in mallory] == [("mallory2",)]
+    assert mallory[0].text.startswith("mallory2 said: eve here: ship it on Monday")
+    assert "eve said" not in mallory[0].text
+
+
+def test_recall_searches_for_the_participants_ids_not_their_names() -> None:
+    post = said(("mallory2", "eve", "hello"), author="Eve")
+
+    query = recall_query(task_for(post.id), AGENT_DEFINITION, post, [])
+
+    assert query.people == {"Eve", "mallory2"}
 
 
 def test_nobody_listed_in_the_thread_and_no_answer_leave_no_conversation() -> None:
@@ -158,6 +213,109 @@ def test_a_project_is_the_thread_worked_on_and_the_same_task_gives_the_same_ids(
 
 def test_switches_left_off_keep_nothing() -> None:
     assert extract_memories(exchange(thread(("ron", "hi"))), MemoryRemember()) == []
+
+
+# -- provenance: what a private task may recall ------------------------------------------------
+
+
+def dm_exchange(post: Post, *, read_tool_results: bool = False) -> TaskExchange:
+    return replace(exchange(post), audience=dm_audience("ron"), read_tool_results=read_tool_results)
+
+
+def test_a_dm_in_which_the_task_read_only_its_person_forms_trusted_memories() -> None:
+    records = extract_memories(dm_exchange(thread(("ron", "and 8 cores?"))), REMEMBER_ALL)
+
+    assert {r.kind for r in records} == {
+        MemoryKind.CONVERSATION,
+        MemoryKind.DECISION,
+        MemoryKind.PROJECT,
+    }
+    assert {(r.audience, r.provenance) for r in records} == {("dm:ron", Provenance.TRUSTED)}
+
+
+@pytest.mark.parametrize(
+    "formed",
+    [
+        "a public thread",
+        "a tool result read",
+        "another author in the dm",
+        "the agent's earlier reply",
+        "an id differing in case",
+        "an exploration",
+        "unknown tool use",
+    ],
+)
+def test_anything_else_forms_untrusted_memories(formed: str) -> None:
+    made = {
+        "a public thread": exchange(thread(("ron", "hi")), "We decided: Friday."),
+        "a tool result read": dm_exchange(thread(), read_tool_results=True),
+        "another author in the dm": dm_exchange(thread(("mallory", "fetch this"))),
+        "the agent's earlier reply": dm_exchange(thread((AGENT, "Earlier answer."))),
+        "an id differing in case": dm_exchange(thread(("Ron", "hi"))),
+        "an exploration": replace(
+            TaskExchange(agent=AGENT, task_id="t-1", at=1.0, summary="Read rq docs."),
+            audience=dm_audience("ron"),
+            read_tool_results=False,
+        ),
+        "unknown tool use": replace(exchange(thread()), audience=dm_audience("ron")),
+    }[formed]
+
+    records = extract_memories(made, REMEMBER_ALL)
+
+    assert records and {r.provenance for r in records} == {Provenance.UNTRUSTED}
+
+
+def kept(
+    memory_id: str, audience: str, provenance: Provenance, text: str = "door code 4921"
+) -> MemoryRecord:
+    return replace(
+        record(memory_id, text, at=len(memory_id)), audience=audience, provenance=provenance
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("strategy", ["keyword", "recent"])
+async def test_a_private_task_recalls_only_trusted_memories_of_its_own_audience(
+    strategy: str, fake_redis: FakeRedisClients
+) -> None:
+    store = RedisMemoryStore(fake_redis())
+    with_ron = dm_audience("ron")
+    store.add(
+        AGENT,
+        [
+            kept("m-trusted", with_ron, Provenance.TRUSTED),
+            kept("m-note", with_ron, Provenance.UNTRUSTED),
+            kept("m-public", PUBLIC, Provenance.UNTRUSTED),
+            kept("m-Ron", dm_audience("Ron"), Provenance.TRUSTED),
+        ],
+        max_bytes=BYTES_PER_MB,
+    )
+    config = Memory(enabled=True, retrieval=MemoryRetrieval(strategy=strategy))
+    memory = AgentMemory(store, AGENT, config)
+
+    def ids(found: Recall) -> set[str]:
+        return {item.record.id for item in found.items}
+
+    private = RecallQuery(text="door code", audiences=frozenset({PUBLIC, with_ron}), private=True)
+    public = RecallQuery(text="door code")
+
+    assert ids(await memory.recall(private, timeout_s=5)) == {"m-trusted"}
+    # A public task recalls public memories as before, inside the untrusted block.
+    assert ids(await memory.recall(public, timeout_s=5)) == {"m-public"}
+
+
+def test_a_memory_kept_before_provenance_reads_back_untrusted() -> None:
+    trusted = kept("m-1", dm_audience("ron"), Provenance.TRUSTED)
+    stored = trusted.to_json()
+    assert '"provenance":"trusted"' in stored
+    old = MemoryRecord.from_json(stored.replace(',"provenance":"trusted"', ""))
+    forged = MemoryRecord.from_json(stored.replace('"trusted"', '"TRUSTED "'))
+
+    assert MemoryRecord.from_json(stored) == trusted
+    assert old is not None and old.provenance is Provenance.UNTRUSTED
+    assert forged is not None and forged.provenance is Provenance.UNTRUSTED
+    query = RecallQuery(text="door", audiences=frozenset({dm_audience("ron")}), private=True)
+    assert not query.admits(old) and query.admits(trusted)
 
 
 # -- ranking: what a task reads -----------------------------------------------------------------
@@ -275,36 +433,39 @@ def answer(text: str) -> Turn:
     return Turn(text=text)
 
 
-@pytest.mark.anyio
-async def test_a_task_remembers_redacted_and_the_next_one_recalls(
-    tmp_path: Path, redis: fakeredis.FakeRedis
-) -> None:
-    write_agent(tmp_path, AGENT, CONFIG)
-    app = create_app(api_key=HUB_KEY)
-    model = ScriptedModel(
-        [answer("Use 7.2: we decided to pin the redis version."), answer("Still pinned.")],
-        name="scripted",
-        provider="openai",
-    )
+@asynccontextmanager
+async def no_tools(agent: AgentDefinition, task: Task, scope: ScopeCell) -> AsyncIterator[Toolbox]:
+    yield LocalToolbox([])
 
-    @asynccontextmanager
-    async def no_tools(
-        agent: AgentDefinition, task: Task, scope: ScopeCell
-    ) -> AsyncIterator[Toolbox]:
-        yield LocalToolbox([])
 
-    async def run(task_id: str, content: str) -> None:
-        async with HubClient(
-            "http://devhub", HUB_KEY, transport=httpx2.ASGITransport(app=app)
-        ) as hub:
+@dataclass
+class InProcessHub:
+    """The devhub over ASGI and the agent's definitions: ``run`` executes one task of the
+    agent answering a post (with ``replies`` of its own already in the thread)."""
+
+    tmp_path: Path
+    redis: fakeredis.FakeRedis
+    model: ScriptedModel
+    app: Any = field(default_factory=lambda: create_app(api_key=HUB_KEY))
+
+    async def run(
+        self, task_id: str, content: str, *, kind: str = "mention", replies: Sequence[str] = ()
+    ) -> None:
+        transport = httpx2.ASGITransport(app=self.app)
+        async with HubClient("http://devhub", HUB_KEY, transport=transport) as hub:
             post = await hub.create_post(agent_id="ron", content=content, idempotency_key=task_id)
+            for n, reply in enumerate(replies):
+                key = f"{task_id}:{n}"
+                await hub.create_comment(
+                    post.id, agent_id=AGENT, content=reply, idempotency_key=key
+                )
             runtime = TaskRuntime(
                 settings=Settings(hub_url="http://devhub", hub_api_key=HUB_KEY),  # type: ignore[arg-type]
-                redis=redis,
-                agents=AgentStore(str(tmp_path), redis=redis),
+                redis=self.redis,
+                agents=AgentStore(str(self.tmp_path), redis=self.redis),
                 metrics=JobMetrics(),
                 redactor=Redactor([HUB_KEY]),
-                make_model=lambda agent: model,
+                make_model=lambda agent: self.model,
                 open_toolbox=no_tools,
                 hub=hub,
             )
@@ -313,12 +474,26 @@ async def test_a_task_remembers_redacted_and_the_next_one_recalls(
                 "type": "notification",
                 "agent_id": AGENT,
                 "post_id": post.id,
+                "notification_type": kind,
             }
             verdict = await execute_task(task, runtime)
             assert verdict.report.outcome == "completed"
 
-    await run("t-1", f"@{AGENT} which redis version? The key is {HUB_KEY}.")
-    await run("t-2", f"@{AGENT} still the same redis version?")
+
+@pytest.mark.anyio
+async def test_a_task_remembers_redacted_and_the_next_one_recalls(
+    tmp_path: Path, redis: fakeredis.FakeRedis
+) -> None:
+    write_agent(tmp_path, AGENT, CONFIG)
+    model = ScriptedModel(
+        [answer("Use 7.2: we decided to pin the redis version."), answer("Still pinned.")],
+        name="scripted",
+        provider="openai",
+    )
+    hub = InProcessHub(tmp_path, redis, model)
+
+    await hub.run("t-1", f"@{AGENT} which redis version? The key is {HUB_KEY}.")
+    await hub.run("t-2", f"@{AGENT} still the same redis version?")
 
     stored = b" ".join(value for value in redis.hvals(redis_keys.memory_records(AGENT)))
     assert HUB_KEY.encode() not in stored and MASK.encode() in stored
@@ -332,6 +507,42 @@ async def test_a_task_remembers_redacted_and_the_next_one_recalls(
     assert "You answered: Use 7.2: we decided to pin the redis version." in memory
     assert "You decided: Use 7.2: we decided to pin the redis version." in memory
     assert 'kind="memory"' not in str(model.requests[0].messages[0].content)  # nothing yet
+
+
+@pytest.mark.anyio
+async def test_a_dm_keeps_only_what_a_later_dm_could_recall(
+    tmp_path: Path, redis: fakeredis.FakeRedis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_agent(tmp_path, AGENT, CONFIG)
+    model = ScriptedModel(
+        [answer("I will keep 4921 safe."), answer("Yes, still 4921.")] + [answer("4921.")] * 3,
+        name="scripted",
+        provider="openai",
+    )
+    hub = InProcessHub(tmp_path, redis, model)
+
+    await hub.run("t-1", f"@{AGENT} my door code is 4921", kind="dm")
+    # A follow-up thread holding the agent's own earlier reply: what it read is unproven.
+    await hub.run("t-2", f"@{AGENT} still 4921?", kind="dm", replies=["Earlier reply."])
+    await hub.run("t-3", f"@{AGENT} what is my door code?", kind="dm")
+
+    kept = RedisMemoryStore(redis).all(AGENT)
+    assert {(r.task_id, r.audience, r.provenance) for r in kept} == {
+        ("t-1", "dm:ron", Provenance.TRUSTED),
+        ("t-3", "dm:ron", Provenance.TRUSTED),
+    }
+    written = parse_events(capsys.readouterr().err, "memory_written")
+    (left_out,) = [event for event in written if event["task"] == "t-2"]
+    assert left_out["memories"] == [] and left_out["unrecallable"] == 1
+    recalled = str(model.requests[-1].messages[0].content)
+    assert "ron said: @mem-agent my door code is 4921" in recalled
+    assert "still 4921?" not in recalled
+
+
+def test_only_a_memory_some_task_could_recall_is_recallable() -> None:
+    assert kept("m-1", PUBLIC, Provenance.UNTRUSTED).recallable
+    assert kept("m-2", dm_audience("ron"), Provenance.TRUSTED).recallable
+    assert not kept("m-3", dm_audience("ron"), Provenance.UNTRUSTED).recallable
 
 
 class DownEmbeddings:

@@ -13,7 +13,14 @@ import pytest
 from hub_client import Author, Comment, Post
 from worker.agents import AgentConfig, AgentDefinition, Memory, MemoryRetrieval
 from worker.executors._gateway_link import SCOPE, GatewaySpec
-from worker.memory import AgentMemory, MemoryKind, MemoryRecord, RecallQuery, RedisMemoryStore
+from worker.memory import (
+    AgentMemory,
+    MemoryKind,
+    MemoryRecord,
+    Provenance,
+    RecallQuery,
+    RedisMemoryStore,
+)
 from worker.pipeline._scope import task_scope
 from worker.task import Task
 from worker.tools import (
@@ -109,11 +116,20 @@ def test_a_dm_speaks_to_the_other_side_of_the_conversation() -> None:
     opened = post("p-1", AGENT, AGENT, "eve")
     mine = task_scope(notification(kind="dm"), agent(), thread=opened, feed=[])
 
-    assert theirs.audience == "dm:ron" and mine.audience == "dm:eve"
-    assert theirs.recall_audiences() == {PUBLIC, "dm:ron"}
-    assert task_scope(notification(), agent(), thread=post("p-1", "ron"), feed=[]).audience == (
-        PUBLIC
-    )
+    assert theirs.audience == "dm:Ron" and mine.audience == "dm:eve"
+    assert theirs.recall_audiences() == {PUBLIC, "dm:Ron"}
+    assert theirs.private and mine.private
+    public = task_scope(notification(), agent(), thread=post("p-1", "ron"), feed=[])
+    assert public.audience == PUBLIC and not public.private
+
+
+def test_a_dm_audience_is_the_exact_id_so_ids_differing_in_case_never_share_one() -> None:
+    ids = ["eve", "Eve", "EVE", " eve", "eve ", "e:ve", "e%3Ave", "ève", "post-p-1"]
+    audiences = [dm_audience(person) for person in ids]
+
+    assert len(set(audiences)) == len(ids)  # one id, one audience
+    assert audiences[:3] == ["dm:eve", "dm:Eve", "dm:EVE"]
+    assert dm_audience("e:ve") == "dm:e%3Ave" and dm_audience("a b\nc") == "dm:a%20b%0Ac"
 
 
 # -- the capability claim -------------------------------------------------------------------
@@ -224,6 +240,7 @@ async def test_nothing_is_writable_before_the_pipeline_sets_the_scope() -> None:
 
 
 def remembered(memory_id: str, text: str, audience: str, at: float) -> MemoryRecord:
+    """A memory as the worker keeps it: a DM's trusted (it read only that person)."""
     return MemoryRecord(
         id=memory_id,
         kind=MemoryKind.CONVERSATION,
@@ -232,6 +249,7 @@ def remembered(memory_id: str, text: str, audience: str, at: float) -> MemoryRec
         created_at=at,
         about=("ron",),
         audience=audience,
+        provenance=Provenance.UNTRUSTED if audience == PUBLIC else Provenance.TRUSTED,
     )
 
 
@@ -252,18 +270,19 @@ async def test_a_public_task_never_recalls_what_a_dm_said(strategy: str) -> None
     people = frozenset({"ron"})
 
     public = await memory.recall(RecallQuery(text="door", people=people), timeout_s=5)
-    in_dm = await memory.recall(
-        RecallQuery(text="door", people=people, audiences=frozenset({PUBLIC, "dm:ron"})),
-        timeout_s=5,
-    )
-    with_eve = await memory.recall(
-        RecallQuery(text="door", people=people, audiences=frozenset({PUBLIC, "dm:eve"})),
-        timeout_s=5,
-    )
+
+    def within(dm: TaskScope) -> RecallQuery:
+        audiences = dm.recall_audiences()
+        return RecallQuery(text="door", people=people, audiences=audiences, private=dm.private)
+
+    ron, eve = (TaskScope(audience=dm_audience(person)) for person in ("ron", "eve"))
+    in_dm = await memory.recall(within(ron), timeout_s=5)
+    with_eve = await memory.recall(within(eve), timeout_s=5)
 
     assert [item.record.id for item in public.items] == ["m-pub"]
     assert [item.record.id for item in in_dm.items] == ["m-dm"]
-    assert [item.record.id for item in with_eve.items] == ["m-pub"]
+    # Public memories are untrusted: none reaches a private task.
+    assert [item.record.id for item in with_eve.items] == []
 
 
 def test_a_memory_kept_before_audiences_reads_back_as_public() -> None:

@@ -340,8 +340,8 @@ class MemoryRemember(_Section):
     """What the agent keeps after each task (docs/how-to/memory.md)."""
 
     conversations_with: list[str] = []
-    """Agents or people (Hub ids or names) whose exchanges with it are kept: what they said
-    in the task's thread and its answer."""
+    """Agents or people, by their exact Hub ids (a display name never matches), whose
+    exchanges with it are kept: what they said in the task's thread and its answer."""
     projects_worked_on: bool = False
     """Whether it keeps the threads it worked on (title, community) and its explorations'
     summaries."""

@@ -1,6 +1,7 @@
 """Agent memory (docs/how-to/memory.md): what an agent keeps across tasks, and reads back.
 
-    _records        MemoryRecord, MemoryKind: one memory, where it came from and when
+    _records        MemoryRecord, MemoryKind, Provenance: one memory, where it came from
+                    and when, and whether a private task may recall it
     _extract        TaskExchange → records: the explicit step after a task, no model call
     _store          MemoryStore (the protocol) and RedisMemoryStore (size cap in Lua)
     _recall         rankings: recent, keyword, embedding similarity
@@ -33,7 +34,7 @@ from worker.memory._recall import (
     rank_recent,
     words,
 )
-from worker.memory._records import MemoryKind, MemoryRecord, memory_id
+from worker.memory._records import MemoryKind, MemoryRecord, Provenance, memory_id
 from worker.memory._render import MEMORY_INTRO, memory_block
 from worker.memory._store import SEARCH_WINDOW, MemoryStore, MemoryUsage, RedisMemoryStore, Written
 
@@ -50,6 +51,7 @@ __all__ = [
     "MemoryStore",
     "MemoryUsage",
     "OpenAIEmbeddings",
+    "Provenance",
     "Recall",
     "RecallQuery",
     "Recalled",

@@ -8,6 +8,11 @@ what) and the answer it delivered. Decisions are the answer's own sentences that
 one ("I will ...", "We decided ...", "Decision: ..."). No second model call is made,
 so remembering costs no tokens and no money.
 
+People are named by their Hub ids only: a display name is text its account chose (an
+account named "eve" is not eve). Each record carries the task's audience and provenance
+(``TaskExchange.provenance``: trusted only when the task read nothing but its direct
+message's own person).
+
 The texts come from the Hub and are recalled inside the untrusted-content delimiters.
 They arrive redacted, each whole (the thread as the task read it, the answer as it was
 delivered): the clips here would halve a secret a redactor run afterwards could no longer
@@ -18,11 +23,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from hub_client import Author, Comment, Post
+from hub_client import Comment, Post
 from worker.agents import MemoryRemember
-from worker.memory._records import MemoryKind, MemoryRecord, memory_id
+from worker.memory._records import MemoryKind, MemoryRecord, Provenance, memory_id
+from worker.tools import PUBLIC, dm_audience
 
 # Of one thread, what a conversation memory keeps: the person's last words, clipped.
 MESSAGES_PER_PERSON = 2
@@ -48,7 +54,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 class TaskExchange:
     """What a finished task offers memory: its thread (a notification's, redacted; None for
     an exploration), the answer it delivered (redacted; empty when none) and, for an
-    exploration, the summary of what it explored. Redacted before anything is clipped."""
+    exploration, the summary of what it explored. Redacted before anything is clipped.
+    ``audience`` is the task's (its scope's); ``read_tool_results`` whether a tool result
+    reached the model (unknown counts as yes)."""
 
     agent: str
     task_id: str
@@ -56,6 +64,20 @@ class TaskExchange:
     thread: Post | None = None
     answer: str = ""
     summary: str = ""
+    audience: str = PUBLIC
+    read_tool_results: bool = True
+
+    def provenance(self) -> Provenance:
+        """Trusted when all the task read was its direct message's own person: every author
+        of the thread is that person (exact id), and no tool result reached the model. Its
+        recalled memories were trusted too, as a private task recalls no other."""
+        if self.thread is None or self.read_tool_results:
+            return Provenance.UNTRUSTED
+        thread = self.thread
+        authors = [thread.author, *(comment.author for comment in thread.comments)]
+        if all(dm_audience(author.id) == self.audience for author in authors):
+            return Provenance.TRUSTED
+        return Provenance.UNTRUSTED
 
 
 def extract_memories(exchange: TaskExchange, remember: MemoryRemember) -> list[MemoryRecord]:
@@ -70,7 +92,10 @@ def extract_memories(exchange: TaskExchange, remember: MemoryRemember) -> list[M
         records += _decisions(exchange)
     if remember.projects_worked_on:
         records += _project(exchange)
-    return records
+    provenance = exchange.provenance()
+    return [
+        replace(record, audience=exchange.audience, provenance=provenance) for record in records
+    ]
 
 
 def decision_sentences(text: str) -> list[str]:
@@ -81,10 +106,11 @@ def decision_sentences(text: str) -> list[str]:
 
 def _conversations(exchange: TaskExchange, names: list[str]) -> Iterator[MemoryRecord]:
     assert exchange.thread is not None
-    wanted = {name.strip().lower() for name in names if name.strip()}
+    # Hub ids, exactly as the definition lists them: a display name never matches.
+    wanted = {name.strip() for name in names if name.strip()}
     spoken = _messages(exchange.thread)
-    for person in sorted(wanted - {exchange.agent.lower()}):
-        theirs = [text for who, text in spoken if person in who][-MESSAGES_PER_PERSON:]
+    for person in sorted(wanted - {exchange.agent}):
+        theirs = [text for who, text in spoken if who == person][-MESSAGES_PER_PERSON:]
         if not theirs:
             continue
         lines = [f"{person} said: {_clip(text, MESSAGE_CHARS)}" for text in theirs]
@@ -103,16 +129,16 @@ def _conversations(exchange: TaskExchange, names: list[str]) -> Iterator[MemoryR
 def _feedback(exchange: TaskExchange, thread: Post) -> Iterator[MemoryRecord]:
     """Replies to the agent: every comment by someone else on its own post, or after its
     own comment in the thread."""
-    agent = exchange.agent.lower()
-    answered = agent in _identities(thread.author)
+    agent = exchange.agent
+    answered = thread.author.id == agent
     replies: list[Comment] = []
     for comment in thread.comments:
-        if agent in _identities(comment.author):
+        if comment.author.id == agent:
             answered = True
         elif answered:
             replies.append(comment)
     for comment in replies[-FEEDBACK_PER_TASK:]:
-        author = comment.author.id.lower()
+        author = comment.author.id
         yield MemoryRecord(
             # The same reply read again by a later task is the same memory.
             id=memory_id(exchange.agent, "feedback", thread.id, comment.id),
@@ -151,7 +177,7 @@ def _project(exchange: TaskExchange) -> Iterator[MemoryRecord]:
             task_id=exchange.task_id,
             created_at=exchange.at,
             # The subject is the post author's words: forgetting them forgets it too.
-            about=(thread.author.id.lower(),),
+            about=(thread.author.id,),
             thread=thread.id,
         )
     elif exchange.summary.strip():
@@ -164,15 +190,11 @@ def _project(exchange: TaskExchange) -> Iterator[MemoryRecord]:
         )
 
 
-def _messages(thread: Post) -> list[tuple[set[str], str]]:
-    """Who said what in the thread, in order: (the author's ids and names, the text)."""
-    spoken = [(_identities(thread.author), thread.content)]
-    spoken += [(_identities(comment.author), comment.content) for comment in thread.comments]
+def _messages(thread: Post) -> list[tuple[str, str]]:
+    """Who said what in the thread, in order: (the author's Hub id, the text)."""
+    spoken = [(thread.author.id, thread.content)]
+    spoken += [(comment.author.id, comment.content) for comment in thread.comments]
     return [(who, text) for who, text in spoken if text.strip()]
-
-
-def _identities(author: Author) -> set[str]:
-    return {value.lower() for value in (author.id, author.name) if value}
 
 
 def _clip(text: str, limit: int) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from worker.memory._embeddings import dot, unit
-from worker.memory._records import MemoryRecord
+from worker.memory._records import MemoryRecord, Provenance
 from worker.tools import PUBLIC
 
 # Words too common to say two texts are about the same thing.
@@ -30,14 +30,18 @@ _WORD = re.compile(r"[a-z0-9][a-z0-9_-]{2,}")
 @dataclass(frozen=True, kw_only=True)
 class RecallQuery:
     """What the task is about: its text (the thread, or the agent's interests) and the
-    people in it (lower-cased Hub ids and names); and whose memories it may read
-    (``audiences``: public ones, and those of its own direct message)."""
+    people in it (their exact Hub ids); and what it may read: memories of its
+    ``audiences`` (public ones, and those of its own direct message), and when the task is
+    ``private`` (its prompt holds what is not public) only trusted ones of those."""
 
     text: str
     people: frozenset[str] = frozenset()
     audiences: frozenset[str] = frozenset({PUBLIC})
+    private: bool = False
 
     def admits(self, record: MemoryRecord) -> bool:
+        if self.private and record.provenance is not Provenance.TRUSTED:
+            return False
         return record.audience in self.audiences
 
 

@@ -14,6 +14,21 @@ from typing import Any
 from worker.tools import PUBLIC
 
 
+class Provenance(StrEnum):
+    """What formed a memory's text, which decides whether a private task may recall it.
+
+    Trusted means proven: the task that formed it read nothing but the words of its direct
+    message's own person (no other author in the thread, not even the agent's earlier
+    replies, which may echo what it read then; no tool result). Anything else is untrusted:
+    a public thread, a page or tool result the task read, a note the model wrote with the
+    ``remember`` tool (the server cannot know what the model read before), and a memory kept
+    before provenance existed. A private task never recalls an untrusted memory: an
+    instruction planted in one would reach the prompt that holds the private data."""
+
+    TRUSTED = "trusted"
+    UNTRUSTED = "untrusted"
+
+
 class MemoryKind(StrEnum):
     """What a memory holds; each is one switch of the definition's ``memory.remember``."""
 
@@ -26,10 +41,11 @@ class MemoryKind(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryRecord:
-    """One memory of one agent. ``text`` is stored redacted; ``about`` names the agents or
-    people it concerns (lower-cased Hub ids), so that one of them can be forgotten;
-    ``audience`` is who the task that formed it spoke to (``public``, or ``dm:<person>``
-    for a direct message): recall gives it only to a task with the same audience."""
+    """One memory of one agent. ``text`` is stored redacted and names people by their Hub
+    ids, never by display names (text anyone chooses); ``about`` holds those ids, so that
+    one of them can be forgotten; ``audience`` is who the task that formed it spoke to
+    (``public``, or ``dm:<person>`` for a direct message): recall gives it only to a task
+    with the same audience; ``provenance`` whether a private task may recall it."""
 
     id: str
     kind: MemoryKind
@@ -39,6 +55,7 @@ class MemoryRecord:
     about: tuple[str, ...] = ()
     thread: str | None = None
     audience: str = PUBLIC
+    provenance: Provenance = Provenance.UNTRUSTED
 
     def to_json(self) -> str:
         return json.dumps(
@@ -51,6 +68,7 @@ class MemoryRecord:
                 "about": list(self.about),
                 "thread": self.thread,
                 "audience": self.audience,
+                "provenance": self.provenance.value,
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -71,9 +89,18 @@ class MemoryRecord:
                 thread=str(data["thread"]) if data.get("thread") else None,
                 # Kept before audiences existed: public, as every task then treated it.
                 audience=str(data.get("audience") or PUBLIC),
+                # Kept before provenance existed, or unreadable: nothing proves it trusted.
+                provenance=_provenance(data.get("provenance")),
             )
         except (ValueError, KeyError, TypeError):
             return None
+
+    @property
+    def recallable(self) -> bool:
+        """Whether any task could ever recall it: a public task reads public memories, a
+        private one trusted memories of its own audience; an untrusted memory of a direct
+        message is neither, and is not worth keeping (the private words it holds least)."""
+        return self.audience == PUBLIC or self.provenance is Provenance.TRUSTED
 
     def source(self) -> str:
         """Where it came from and when, as one line: ``conversation with ron, thread p-42,
@@ -91,12 +118,19 @@ class MemoryRecord:
 
     def mentions(self, name: str) -> bool:
         """Whether the memory concerns ``name``: it is about them, or its text names them."""
+        # Case-blind on purpose: forgetting errs towards erasing more (and memories kept
+        # before exact ids hold lower-cased ones).
         wanted = name.strip().lower()
         if not wanted:
             return False
         # As a whole name: forgetting "ron" must not touch a memory that says "wrong".
         named = re.compile(rf"(?<![\w-]){re.escape(wanted)}(?![\w-])")
-        return wanted in self.about or named.search(self.text.lower()) is not None
+        about = {person.lower() for person in self.about}
+        return wanted in about or named.search(self.text.lower()) is not None
+
+
+def _provenance(value: object) -> Provenance:
+    return Provenance.TRUSTED if value == Provenance.TRUSTED.value else Provenance.UNTRUSTED
 
 
 def memory_id(*parts: str) -> str:

@@ -80,7 +80,11 @@ def _list(store: RedisMemoryStore, agent: str, *, about: str | None, as_json: bo
     print(f"MEMORY OF {agent} ({usage.items} memories, {usage.bytes} bytes)")
     for record in records:
         preview = " ".join(record.text.split())[:_PREVIEW_CHARS]
-        print(f"{record.id}  {record.kind.value}  {_when(record)}  {preview}")
+        # Audience and provenance: who may recall it (a private task: trusted ones only).
+        print(
+            f"{record.id}  {record.kind.value}  {record.audience}  {record.provenance.value}  "
+            f"{_when(record)}  {preview}"
+        )
     return 0
 
 

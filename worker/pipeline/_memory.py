@@ -68,7 +68,8 @@ async def recall(
 ) -> str:
     """Up to ``max_context_items`` memories relevant to this task, best first, as the
     untrusted block that follows the thread or feed (empty when none); only those of the
-    task's audiences (``scope``): a public thread never reads a DM's memories.
+    task's audiences (``scope``): a public thread never reads a DM's memories; and in a
+    private task only trusted ones: an instruction a public post planted never reaches it.
     ``max_tokens`` is the task's token limit: its embeddings call, if any, must fit in it."""
     memory = agent_memory(runtime, agent)
     if memory is None:
@@ -76,7 +77,9 @@ async def recall(
     timeout_s = state.hub_timeout_s(runtime.settings.memory_embeddings_timeout_s)
     try:
         found = await memory.recall(
-            recall_query(task, agent, thread, feed, audiences=scope.recall_audiences()),
+            recall_query(
+                task, agent, thread, feed, audiences=scope.recall_audiences(), private=scope.private
+            ),
             timeout_s=timeout_s,
             token_allowance=max_tokens - state.memory_tokens,
         )
@@ -97,6 +100,8 @@ async def recall(
         agent=memory.agent,
         strategy=found.strategy,
         candidates=found.candidates,
+        # Private: only trusted memories of its own audience were candidates to recall.
+        private=scope.private,
         recalled=[item.record.id for item in found.items],
         scores=found.scores,
         duration_ms=found.duration_ms,
@@ -126,14 +131,14 @@ async def remember(
     exchange = task_exchange(runtime, state, task, result)
     # The exchange is redacted whole before its clips; each record is masked again as a
     # whole too (the names in it): a secret said in a thread must not wait in Redis to be
-    # recalled; and for the task's audience: what a DM said is recalled only in a DM with
-    # that person.
-    audience = state.scope.scope.audience
+    # recalled. What no task could recall is not kept at all.
+    extracted = extract_memories(exchange, memory.config.remember)
     records = [
-        replace(record, text=runtime.redactor(record.text), audience=audience)
-        for record in extract_memories(exchange, memory.config.remember)
+        replace(record, text=runtime.redactor(record.text))
+        for record in extracted
+        if record.recallable
     ]
-    if not records:
+    if not extracted:
         return
     timeout_s = state.hub_timeout_s(runtime.settings.memory_embeddings_timeout_s)
     try:
@@ -155,6 +160,8 @@ async def remember(
         evicted=written.evicted,
         bytes=written.bytes,
         embedding_tokens=written.embedding_tokens,
+        # A direct message's memories that only untrusted input formed: left out.
+        unrecallable=len(extracted) - len(records),
     )
 
 
@@ -191,6 +198,10 @@ def task_exchange(
         thread=state.thread,
         answer=answer,
         summary=summary,
+        # What a DM said is recalled only in a DM with that person; what a tool returned
+        # makes the task's memories untrusted (``Provenance``).
+        audience=state.scope.scope.audience,
+        read_tool_results=any(step.requested_calls for step in result.steps),
     )
 
 
@@ -201,11 +212,13 @@ def recall_query(
     feed: Sequence[Post],
     *,
     audiences: frozenset[str] = frozenset({PUBLIC}),
+    private: bool = False,
 ) -> RecallQuery:
-    """What the task is about: the thread (post and newest comments) and who is in it, or
-    for an exploration the agent's interests and the feed's posts; ``audiences``: whose
-    memories it may read."""
-    own = agent.config.name.lower()
+    """What the task is about: the thread (post and newest comments) and who is in it (by
+    Hub id: a display name is anyone's to choose), or for an exploration the agent's
+    interests and the feed's posts; ``audiences``: whose memories it may read; ``private``:
+    whether its prompt holds what is not public (then only trusted memories)."""
+    own = agent.config.name
     if thread is not None:
         comments = thread.comments[-_QUERY_COMMENTS:]
         texts = [thread.title or "", thread.content, *(comment.content for comment in comments)]
@@ -215,7 +228,9 @@ def recall_query(
         texts = [*interests.topics, *interests.keywords]
         texts += [f"{post.title or ''} {post.content[:300]}" for post in feed]
         authors = [post.author for post in feed]
-    people = {name.lower() for author in authors for name in (author.id, author.name) if name}
+    people = {author.id for author in authors if author.id}
     # Every mention names the agent: its own name says nothing about what a task is about.
     text = re.sub(rf"@?\b{re.escape(own)}\b", " ", "\n".join(t for t in texts if t), flags=re.I)
-    return RecallQuery(text=text, people=frozenset(people - {own}), audiences=audiences)
+    return RecallQuery(
+        text=text, people=frozenset(people - {own}), audiences=audiences, private=private
+    )

@@ -10,8 +10,9 @@ nothing the model reads (threads, feeds, tool results, memories) can widen it::
     exploration    comment on the posts its feed presented, if discovery.respond_to_*
                    lets it respond; post in its own communities only with
                    discovery.post_final
-    audience       "public", or "dm:<person>" for a direct message: memories formed in
-                   a DM are recalled only in a DM with the same person
+    audience       "public", or "dm:<person>" for a direct message (the person's exact
+                   Hub id): memories formed in a DM are recalled only in a DM with the
+                   same person, and a private task recalls only trusted ones
 
 Anything wider is a named opt-in (``TaskScope.widened`` names them). The scope travels
 in the task's signed capability (claim ``scope``, ``to_claim``/``from_claim``), so our
@@ -26,6 +27,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,7 +64,10 @@ class ScopeRefusal:
 
 
 def dm_audience(person: str) -> str:
-    return f"{DM_PREFIX}{person.strip().lower()}"
+    """The audience of a direct message with ``person``, keyed by their exact Hub id: ids
+    may differ only in case (``Eve`` is not ``eve``), so nothing is folded or stripped, and
+    anything beyond letters, digits and ``-._~`` is percent-encoded (one id, one key)."""
+    return f"{DM_PREFIX}{quote(person, safe='')}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +152,12 @@ class TaskScope:
     def recall_audiences(self) -> frozenset[str]:
         """Whose memories this task may read: public ones, and its own DM's."""
         return frozenset({PUBLIC, self.audience})
+
+    @property
+    def private(self) -> bool:
+        """Whether the task's prompt holds what is not public (a direct message's audience):
+        its recall admits only memories formed from trusted input (``worker.memory``)."""
+        return self.audience != PUBLIC
 
     # -- the capability claim ----------------------------------------------------------
 
