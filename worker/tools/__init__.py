@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     )
     from worker.tools._mcp import CapabilitySource, McpToolbox, fixed_capability, no_capability
     from worker.tools._pool import StdioPool, close_stdio_pool, stdio_pool
+    from worker.tools._reach import Reach, check_allow_entry, origin_of, urls_in
     from worker.tools._scope import (
         PUBLIC,
         ArgumentRule,
@@ -94,6 +95,10 @@ _LAZY = {
     "StdioPool": "worker.tools._pool",
     "close_stdio_pool": "worker.tools._pool",
     "stdio_pool": "worker.tools._pool",
+    "Reach": "worker.tools._reach",
+    "check_allow_entry": "worker.tools._reach",
+    "origin_of": "worker.tools._reach",
+    "urls_in": "worker.tools._reach",
     "PUBLIC": "worker.tools._scope",
     "ArgumentRule": "worker.tools._scope",
     "ScopeReason": "worker.tools._scope",
@@ -129,6 +134,7 @@ __all__ = [
     "McpToolbox",
     "MissingGrant",
     "NotAllowed",
+    "Reach",
     "Resolution",
     "ScopeCell",
     "ScopeReason",
@@ -140,6 +146,7 @@ __all__ = [
     "ToolResult",
     "Toolbox",
     "ToolboxWrapper",
+    "check_allow_entry",
     "check_grant_pattern",
     "check_key",
     "close_stdio_pool",
@@ -154,7 +161,9 @@ __all__ = [
     "load_mcp_config",
     "mint_capability",
     "no_capability",
+    "origin_of",
     "read_capability",
     "stdio_pool",
+    "urls_in",
     "verify_capability",
 ]
