@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import quote
 
 import yaml
 
 from tests.chaos.harness import REPO_ROOT, ChaosStack, agent_config, write_agent
 from tests.support import SERVER_READY_TIMEOUT_S
+from tests.support.loopback_web import PAGES, LoopbackHost, loopback_host
 from tests.support.redis_server import free_port
 from worker.dev.devstack import ManagedProcess, python_module
 from worker.memory import MemoryKind, MemoryRecord, RedisMemoryStore, memory_id
@@ -50,61 +49,6 @@ CHANNELS = (
 # How the Hub labels a DM follow-up: the label must not decide (attack (e)).
 LABELS = ("dm", "reply", None)
 ANSWER = "Here is my answer."
-
-
-class _Host(ThreadingHTTPServer):
-    daemon_threads = True
-    seen: list[str]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """Records every request (host header, path and query); ``/page/<id>`` answers a page,
-    ``/open/redirect?to=URL`` redirects, anything else answers ``ok``."""
-
-    server: _Host
-
-    def do_GET(self) -> None:
-        self.server.seen.append(f"{self.headers.get('Host', '')} {self.path}")
-        path = urlsplit(self.path)
-        if path.path.startswith("/page/"):
-            scenario = path.path.removeprefix("/page/")
-            body = f"<html><title>Guide</title><p>PAGE-OK-{scenario}</p>{_PAGES.get(scenario, '')}"
-            self._answer(200, body.encode(), "text/html")
-        elif path.path == "/open/redirect":
-            self.send_response(302)
-            self.send_header("Location", parse_qs(path.query)["to"][0])
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-        else:
-            self._answer(200, b"ok", "text/plain")
-
-    def _answer(self, status: int, body: bytes, kind: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-# What each scenario's page says besides its marker (the injection, for the page vector).
-_PAGES: dict[str, str] = {}
-
-
-@contextlib.contextmanager
-def loopback_host() -> Iterator[_Host]:
-    """An HTTP server on a free loopback port that records what reaches it."""
-    host = _Host(("127.0.0.1", free_port()), _Handler)
-    host.seen = []
-    thread = threading.Thread(target=host.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield host
-    finally:
-        host.shutdown()
-        host.server_close()
 
 
 @dataclass
@@ -129,8 +73,8 @@ class Scenario:
 
 @dataclass
 class Hosts:
-    page: _Host
-    collector: _Host
+    page: LoopbackHost
+    collector: LoopbackHost
 
     @property
     def page_base(self) -> str:
@@ -185,7 +129,7 @@ def script(hosts: Hosts, scenario: Scenario) -> list[dict[str, Any]]:
 
 def seed(chaos: ChaosStack, hosts: Hosts, scenario: Scenario) -> dict[str, Any]:
     text = injection(hosts, scenario)
-    _PAGES[scenario.task_id] = f"<p>{text}</p>" if scenario.vector == "page asked for" else ""
+    PAGES[scenario.task_id] = f"<p>{text}</p>" if scenario.vector == "page asked for" else ""
     said = f"My door code is {scenario.secret}."
     if scenario.vector == "recalled memory":
         # The secret and the instruction only in what eve said in an earlier DM.
@@ -368,7 +312,11 @@ def write_family_agents(chaos: ChaosStack) -> None:
         "grants": ["hub:read", "hub:write", "web:read", "lookup:read"],
         "mcp_servers": ["hub", "web", "lookup"],
     }
-    memory = {"enabled": True, "retrieval": {"strategy": "keyword", "max_context_items": 5}}
+    memory = {
+        "enabled": True,
+        "remember": {"conversations_with": [PERSON]},
+        "retrieval": {"strategy": "keyword", "max_context_items": 5},
+    }
     write_agent(chaos.agents_dir, AGENT, agent_config(AGENT, capabilities=grants, memory=memory))
     write_agent(
         chaos.agents_dir,
@@ -405,6 +353,17 @@ def run_family(
     measure_extra(chaos, hosts, public, AGENT, f"PUBLIC{public.task_id[-6:]}")
     measure_extra(chaos, hosts, vault, VAULT, f"VAULT{vault.task_id[-6:]}")
     return scenarios, public, vault
+
+
+def secrets_kept_public(chaos: ChaosStack, scenarios: list[Scenario]) -> list[str]:
+    """The ids of the agent's public memories holding a DM's secret (attack (e): a DM the
+    Hub labels ``reply``, or not at all, kept as a public memory)."""
+    records = RedisMemoryStore(chaos.connection()).all(AGENT)
+    return [
+        record.id
+        for record in records
+        if record.audience == "public" and any(s.secret in record.text for s in scenarios)
+    ]
 
 
 def metrics_file(chaos: ChaosStack) -> Path:

@@ -13,6 +13,7 @@ from tests.chaos.egress_family import (
     egress_refusals_counted,
     egress_stack,
     run_family,
+    secrets_kept_public,
     table,
 )
 from tests.chaos.harness import ChaosStack
@@ -30,6 +31,8 @@ def test_no_private_text_leaves_through_a_read_and_the_persons_link_is_still_rea
     assert len(scenarios) == len(VECTORS) * len(CHANNELS)
     assert [(s.vector, s.channel) for s in scenarios if s.left_worker] == []
     assert not vault.reached_collector, "a private agent's fetch carried data out"
+    # What a DM said is kept for that DM only, whatever the Hub labelled it.
+    assert secrets_kept_public(chaos, scenarios) == []
     # Utility: eve's own link is fetched and the DM answered, in every one of them.
     assert [(s.vector, s.channel) for s in scenarios if not (s.page_read and s.answered)] == []
     assert {s.outcome for s in scenarios} | {public.outcome, vault.outcome} == {"completed"}
