@@ -233,8 +233,7 @@ class Settings(BaseSettings):
     @field_validator("egress_allow", mode="before")
     @classmethod
     def _egress_allow(cls, value: object) -> object:
-        from worker._network import split_list_setting
-        from worker.tools import check_allow_entry
+        from worker._network import check_allow_entry, split_list_setting
 
         entries = split_list_setting(value, "EGRESS_ALLOW")
         return [check_allow_entry(e) for e in entries] if isinstance(entries, list) else entries

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from hub_client import Author, Comment, Post
+from worker._network import check_allow_entry
 from worker.agents import AgentConfig, AgentDefinition
 from worker.pipeline._scope import EgressPolicy, task_scope, with_private_memory
 from worker.task import Task
@@ -25,7 +26,6 @@ from worker.tools import (
     ScopedToolbox,
     ScopeRefusal,
     TaskScope,
-    check_allow_entry,
     mint_capability,
     urls_in,
     verify_capability,

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     )
     from worker.tools._mcp import CapabilitySource, McpToolbox, fixed_capability, no_capability
     from worker.tools._pool import StdioPool, close_stdio_pool, stdio_pool
-    from worker.tools._reach import Reach, check_allow_entry, origin_of, urls_in
+    from worker.tools._reach import Reach, origin_of, urls_in
     from worker.tools._scope import (
         PUBLIC,
         ArgumentRule,
@@ -96,7 +96,6 @@ _LAZY = {
     "close_stdio_pool": "worker.tools._pool",
     "stdio_pool": "worker.tools._pool",
     "Reach": "worker.tools._reach",
-    "check_allow_entry": "worker.tools._reach",
     "origin_of": "worker.tools._reach",
     "urls_in": "worker.tools._reach",
     "PUBLIC": "worker.tools._scope",
@@ -146,7 +145,6 @@ __all__ = [
     "ToolResult",
     "Toolbox",
     "ToolboxWrapper",
-    "check_allow_entry",
     "check_grant_pattern",
     "check_key",
     "close_stdio_pool",

@@ -112,16 +112,6 @@ def urls_in(text: str) -> list[str]:
     return found
 
 
-def check_allow_entry(entry: str) -> str:
-    """An ``EGRESS_ALLOW`` entry: a host name, or an http(s) URL prefix; ValueError else."""
-    entry = entry.strip()
-    if "://" in entry:
-        Address.of(entry)
-    elif not entry or "/" in entry or "@" in entry or any(char.isspace() for char in entry):
-        raise ValueError(f"{entry!r} is neither a host name nor an http(s) URL prefix")
-    return entry
-
-
 @dataclass(frozen=True, kw_only=True)
 class Reach:
     """Where one task's reads may go. ``private`` False: anywhere (a public task).
