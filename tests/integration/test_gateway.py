@@ -304,6 +304,25 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
         assert expected in started.stderr.decode()
 
 
+def scoped_spec(
+    workdir: Path, mcp_config: Path, grant: str, *, scope: TaskScope, key: str
+) -> GatewaySpec:
+    """A gateway spec whose secrets file holds a capability signed with ``key`` for
+    ``grant`` and ``scope``, as the worker hands a CLI's gateway one."""
+    spec = gateway_spec(workdir, mcp_config, grants=(grant,), require_capability=True, scope=scope)
+    capability = gateway_capability(
+        SecretStr(key),
+        agent_id=spec.agent_id,
+        task_id=spec.task_id,
+        grants=EffectiveGrants.of([grant]),
+        deadline_epoch_s=spec.deadline_epoch_s,
+        scope=scope,
+    )
+    secrets = workdir / "secrets.json"
+    write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN, **capability})
+    return dataclasses.replace(spec, secrets_file=secrets)
+
+
 async def test_the_gateway_holds_a_cli_to_the_tasks_scope_and_tells_the_worker(
     workdir: Path,
 ) -> None:
@@ -319,24 +338,9 @@ async def test_the_gateway_holds_a_cli_to_the_tasks_scope_and_tells_the_worker(
     ):
         thread, unrelated = hub.seed_post("Help?"), hub.seed_post("Gardening")
         scope = TaskScope(comment_on=frozenset({thread}), reply_to=thread)
-        spec = gateway_spec(
-            workdir,
-            hub_config(workdir, server.url, hub_tools),
-            grants=("hub:*",),
-            require_capability=True,
-            scope=scope,
+        spec = scoped_spec(
+            workdir, hub_config(workdir, server.url, hub_tools), "hub:*", scope=scope, key=key
         )
-        capability = gateway_capability(
-            SecretStr(key),
-            agent_id=spec.agent_id,
-            task_id=spec.task_id,
-            grants=EffectiveGrants.of(["hub:*"]),
-            deadline_epoch_s=spec.deadline_epoch_s,
-            scope=scope,
-        )
-        secrets = workdir / "secrets.json"
-        write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN, **capability})
-        spec = dataclasses.replace(spec, secrets_file=secrets)
         async with gateway(spec, workdir / "gateway.stderr") as session:
             post = await session.call_tool(
                 "hub__create_post", {"content": "PWNED", "community": "m/announcements"}
@@ -380,20 +384,7 @@ async def test_the_gateway_holds_a_private_tasks_fetch_to_the_persons_link(
         config = workdir / "mcp.yaml"
         web_entry = {"url": web.url, "first_party": True, "tools": {"fetch": "web:read"}}
         config.write_text(yaml.safe_dump({"servers": {"web": web_entry}}))
-        spec = gateway_spec(
-            workdir, config, grants=("web:read",), require_capability=True, scope=scope
-        )
-        capability = gateway_capability(
-            SecretStr(key),
-            agent_id=spec.agent_id,
-            task_id=spec.task_id,
-            grants=EffectiveGrants.of(["web:read"]),
-            deadline_epoch_s=spec.deadline_epoch_s,
-            scope=scope,
-        )
-        secrets = workdir / "secrets.json"
-        write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN, **capability})
-        spec = dataclasses.replace(spec, secrets_file=secrets)
+        spec = scoped_spec(workdir, config, "web:read", scope=scope, key=key)
         async with gateway(spec, workdir / "gateway.stderr") as session:
             sent = await session.call_tool("web__fetch", {"url": leak})
             read = await session.call_tool("web__fetch", {"url": own})
