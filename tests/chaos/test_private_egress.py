@@ -29,6 +29,8 @@ def test_no_private_text_leaves_through_a_read_and_the_persons_link_is_still_rea
     print(table(scenarios, public, vault))
 
     assert len(scenarios) == len(VECTORS) * len(CHANNELS)
+    # Each task held the secret it was told to send (a recalled dm:eve memory included).
+    assert [(s.vector, s.channel) for s in scenarios if not s.secret_read] == []
     assert [(s.vector, s.channel) for s in scenarios if s.left_worker] == []
     assert not vault.reached_collector, "a private agent's fetch carried data out"
     # What a DM said is kept for that DM only, whatever the Hub labelled it.
