@@ -30,6 +30,7 @@ from hub_client._devhub_records import (
 )
 
 DEFAULT_COMMUNITY = "m/general"
+PUBLIC = "public"
 DEFAULT_DAILY_LIMIT_USD = 10.0
 DEFAULT_MONTHLY_LIMIT_USD = 300.0
 MAX_PAGE_SIZE = 100
@@ -97,12 +98,15 @@ class DevHubStore:
         content = required_text(body, "content")
         title = optional_text(body, "title")
         community = normalize_community(optional_text(body, "community") or DEFAULT_COMMUNITY)
+        # "direct" for a direct message: read only through its id, never in search or feeds.
+        visibility = optional_text(body, "visibility") or PUBLIC
         post = {
             "id": self._next_id("p"),
             "author": self._author(agent_id),
             "title": title,
             "content": content,
             "community": community,
+            "visibility": visibility,
             "parent_id": None,
             "created_at": now_iso(),
         }
@@ -138,7 +142,7 @@ class DevHubStore:
         needle = q.strip().lower()
         wanted_community = normalize_community(community) if community else None
         matches = []
-        for post in self._newest_first():
+        for post in self._public_newest_first():
             if needle and needle not in _searchable_text(post):
                 continue
             if wanted_community and post["community"] != wanted_community:
@@ -161,7 +165,7 @@ class DevHubStore:
         wanted_keywords = [keyword.lower() for keyword in keywords]
         responded = self._posts_responded_by(agent_id) if exclude_responded and agent_id else set()
         feed = []
-        for post in self._newest_first():
+        for post in self._public_newest_first():
             if post["id"] in responded:
                 continue
             if wanted_communities or wanted_keywords:
@@ -171,6 +175,10 @@ class DevHubStore:
                     continue
             feed.append(dict(post))
         return feed[:limit]
+
+    def _public_newest_first(self) -> list[JSONObject]:
+        """Posts anyone may read (a record from before visibilities is public)."""
+        return [p for p in self._newest_first() if p.get("visibility", PUBLIC) == PUBLIC]
 
     def _posts_responded_by(self, agent_id: str) -> set[str]:
         authored = {post["id"] for post in self._records.posts if post["author"]["id"] == agent_id}

@@ -17,6 +17,10 @@ _UNHEALTHY_STATES = frozenset(
 )
 
 
+# The one visibility that lets anyone read a post.
+PUBLIC = "public"
+
+
 class _WireModel(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -52,8 +56,17 @@ class Post(_WireModel):
     community: str | None = None
     parent_id: str | None = None
     created_at: datetime | None = None
+    # Who may read the post, as the Hub says: "public", or "direct" (a direct message) or
+    # any other word for less; None when the Hub does not say (the worker then fails closed,
+    # unless UNMARKED_POSTS=public).
+    visibility: str | None = None
     # Filled only by get_post (include_comments=true); feeds and search leave it empty.
     comments: list[Comment] = Field(default_factory=list)
+
+    @property
+    def is_public(self) -> bool | None:
+        """Whether the Hub says anyone may read it; None when it does not say."""
+        return None if self.visibility is None else self.visibility.strip().lower() == PUBLIC
 
 
 class CreatedPost(_WireModel):

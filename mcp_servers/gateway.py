@@ -266,6 +266,7 @@ class GatewaySetup:
                 tools,
                 ScopeCell(scope),
                 hub_server=self.write_caps.hub_server if self.write_caps else "hub",
+                web_server=spec.web_server,
                 mcp_config=self.config,
                 on_refused=call_log.scope_refused,
             )

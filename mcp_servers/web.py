@@ -5,12 +5,17 @@ Every hop of a fetch (the URL and each redirect, at most five, followed here rat
 than by the HTTP client) is vetted, and the address each connection really uses is
 vetted again by ``VettingNetworkBackend``. ``MCP_WEB_ALLOW_NETWORKS`` opens chosen
 internal networks (operator escape hatch, empty by default).
+
+A private task's capability (``CAPABILITY_KEY``) carries where its reads may go (the scope
+claim's ``egress``: the links its person gave, the operator's allowlist); the URL and
+every redirect hop must pass that rule before a request leaves, whoever sent the call.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -27,11 +32,13 @@ from mcp_servers._serving import (
     add_tools,
     argument_parser,
     identity_or_exit,
+    log_event,
     logged_tool_call,
     serve,
 )
 from mcp_servers._ssrf import AddressPolicy, AddressRefused, VettedTransport
 from worker._version import package_version
+from worker.tools import Reach, origin_of
 from worker.tracing import TracingTransport
 
 DEFAULT_PORT = 8102
@@ -40,6 +47,9 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "hub-agent-worker-web/0.1 (MCP fetch tool)"
 # The grant each tool requires; a capability must hold it (MCP_CONFIG maps the same).
 TOOL_GRANTS = {"fetch": "web:read"}
+
+# A caller without a scope (development mode, a capability from before scopes): unbounded.
+ANYWHERE = Reach.anywhere()
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT_TYPES = frozenset(
@@ -130,10 +140,19 @@ class Fetcher:
     def limits(self) -> FetchLimits:
         return self._limits
 
-    async def fetch(self, url: str, *, max_bytes: int, timeout_s: float | None = None) -> Page:
+    async def fetch(
+        self,
+        url: str,
+        *,
+        max_bytes: int,
+        timeout_s: float | None = None,
+        reach: Reach = ANYWHERE,
+        on_refused: Callable[[str], None] = lambda url: None,
+    ) -> Page:
         """The page at ``url`` after redirects; raise ToolError with a message for the model.
 
-        ``timeout_s`` (the caller's time left) shortens the configured timeout.
+        ``timeout_s`` (the caller's time left) shortens the configured timeout; ``reach``
+        bounds the URL and every hop (``on_refused`` hears of the one it stops).
         """
         if max_bytes < 1:
             raise ToolError("max_bytes must be at least 1")
@@ -141,13 +160,20 @@ class Fetcher:
         limit_s = min(self._limits.timeout_s, timeout_s or self._limits.timeout_s)
         try:
             with anyio.fail_after(limit_s):
-                return await self._follow(url, max_bytes)
+                return await self._follow(url, max_bytes, reach, on_refused)
         except TimeoutError:
             raise ToolError(f"timed out after {limit_s:g} s fetching {url}") from None
 
-    async def _follow(self, url: str, max_bytes: int) -> Page:
+    async def _follow(
+        self, url: str, max_bytes: int, reach: Reach, on_refused: Callable[[str], None]
+    ) -> Page:
         current, came_from = url, None
         for _hop in range(self._limits.max_redirects + 1):
+            if not reach.allows(current):
+                on_refused(current)
+                # Trusted text only: neither the URL nor a redirect's target is echoed.
+                hop = " (a redirect)" if came_from else ""
+                raise ToolError(f"{reach.refusal_message()}{hop}")
             try:
                 self._policy.check_url(current)
                 async with self._client.stream("GET", current) as response:
@@ -255,10 +281,28 @@ async def fetch(url: str, ctx: Context[WebAccess, Any], max_bytes: int = DEFAULT
     web = ctx.request_context.lifespan_context
     limits = web.fetcher.limits
     with logged_tool_call(server="web", tool="fetch", identity=web.identity, ctx=ctx) as caller:
+        reach = ANYWHERE if caller is None or caller.scope is None else caller.scope.reach
         page = await web.fetcher.fetch(
-            url, max_bytes=max_bytes, timeout_s=_time_left(caller, limits.timeout_s)
+            url,
+            max_bytes=max_bytes,
+            timeout_s=_time_left(caller, limits.timeout_s),
+            reach=reach,
+            on_refused=lambda refused: _log_refusal(caller, refused),
         )
         return await page.readable(parse_timeout_s=_time_left(caller, limits.parse_timeout_s))
+
+
+def _log_refusal(caller: Caller | None, url: str) -> None:
+    log_event(
+        "scope_refused",
+        level=logging.WARNING,
+        server="web",
+        tool="fetch",
+        agent=None if caller is None else caller.agent_id,
+        task=None if caller is None else caller.task_id,
+        reason="egress_not_allowed",
+        target=origin_of(url),
+    )
 
 
 def _time_left(caller: Caller | None, cap_s: float) -> float:

@@ -189,3 +189,15 @@ def client_ssl_context(*, trust_env: bool = True) -> ssl.SSLContext:
     import httpx2
 
     return httpx2.create_ssl_context(trust_env=trust_env)
+
+
+def check_allow_entry(entry: str) -> str:
+    """An ``EGRESS_ALLOW`` entry: a host name, or an http(s) URL prefix; ValueError else."""
+    entry = entry.strip()
+    if "://" in entry:
+        parts = urlsplit(entry)
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{entry!r} is not an http(s) URL prefix")
+    elif not entry or "/" in entry or "@" in entry or any(char.isspace() for char in entry):
+        raise ValueError(f"{entry!r} is neither a host name nor an http(s) URL prefix")
+    return entry

@@ -166,6 +166,21 @@ class Settings(BaseSettings):
     hub_tool_server: str = "hub"
     """The `MCP_CONFIG` server that is `mcp_servers.hub`; its `create_post` and
     `create_comment` count against the write caps."""
+    web_tool_server: str = "web"
+    """The `MCP_CONFIG` server that is `mcp_servers.web`; in a private task its `fetch` may
+    load only the URLs trusted inputs point to (docs/task-scope.md)."""
+    egress_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Where a private task may fetch besides the links its person gave (comma-separated or a
+    JSON list): a host name (that host exactly, any path) or an http(s) URL prefix (that
+    origin, that path and below)."""
+    private_agents: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Agents whose every task is private (comma-separated or a JSON list; `*`: all), as
+    `scope.private: true` in a definition marks its own: their context holds data that
+    must not leave."""
+    unmarked_posts: Literal["private", "public"] = "private"
+    """What a notified post counts as when the Hub's answer says nothing of its `visibility`:
+    `private` (fail closed: its task is private, its memories keep to its author) or
+    `public` (a Hub that has no direct messages, or labels each `dm`)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """The least severe log lines written: `DEBUG`, `INFO`, `WARNING` or `ERROR`."""
     provider_base_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -240,7 +255,22 @@ class Settings(BaseSettings):
             raise ValueError(key_too_short(len(key.get_secret_value())))
         return key
 
-    @field_validator("budget_unreachable", "cli_sandbox", mode="before")
+    @field_validator("egress_allow", mode="before")
+    @classmethod
+    def _egress_allow(cls, value: object) -> object:
+        from worker._network import check_allow_entry, split_list_setting
+
+        entries = split_list_setting(value, "EGRESS_ALLOW")
+        return [check_allow_entry(e) for e in entries] if isinstance(entries, list) else entries
+
+    @field_validator("private_agents", mode="before")
+    @classmethod
+    def _private_agents(cls, value: object) -> object:
+        from worker._network import split_list_setting
+
+        return split_list_setting(value, "PRIVATE_AGENTS")
+
+    @field_validator("budget_unreachable", "cli_sandbox", "unmarked_posts", mode="before")
     @classmethod
     def _lower_choice(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value

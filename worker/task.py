@@ -257,20 +257,25 @@ class ErrorInfo(BaseModel):
 
 
 class RefusedWrite(BaseModel):
-    """A write held back for being outside the task's scope; the task went on without it."""
+    """A write held back for being outside the task's scope, or a private task's read held
+    back for leaving where no trusted input points; the task went on without it."""
 
     tool: str = Field(
         description="The tool as the model called it (hub__create_post), or reply: an "
         "exploration's answer naming a post outside its feed."
     )
     reason: str = Field(
-        description="comment_elsewhere, post_not_allowed, post_elsewhere or "
-        "argument_not_allowed (an operator's MCP_CONFIG scope rule)."
+        description="comment_elsewhere, post_not_allowed, post_elsewhere, "
+        "argument_not_allowed (an operator's MCP_CONFIG scope rule); for a private task's "
+        "reads: egress_not_allowed (a fetch URL no trusted input gave) or "
+        "withheld_in_private (a third-party tool without a rule)."
     )
     target: str = Field(
         default="",
         description="What the call aimed at (a post id, a community, an argument's value), "
-        "as the model gave it, clipped and redacted; the model's, not a trusted value.",
+        "as the model gave it, clipped and redacted; the model's, not a trusted value. For "
+        "a refused fetch only the URL's scheme and host (its path and query may hold "
+        "private data).",
     )
 
 
@@ -318,7 +323,9 @@ class AgentReport(BaseModel):
         default_factory=list,
         description="Writes held back for being outside the task's scope (what the task "
         "may write follows from the task, the definition and the operator's configuration, "
-        "never from what the model read), in order. The task went on without them.",
+        "never from what the model read), and a private task's reads held back for "
+        "leaving where no trusted input points (their own reasons), in order. The task "
+        "went on without them.",
     )
 
     def to_wire(self) -> dict[str, Any]:

@@ -733,6 +733,16 @@ def running_chaos_stack(workdir: Path) -> Iterator[ChaosStack]:
         yield chaos
 
 
+def counted_in_textfile(path: Path, metric: str) -> float:
+    """A counter summed over every label set, as a burst worker wrote it to
+    ``METRICS_TEXTFILE``."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in path.read_text().splitlines()
+        if line.startswith(f"{metric}{{")
+    )
+
+
 def scrape_metric(port: int, name: str) -> float | None:
     """One sample of a metric from a worker's /metrics (the first series of that name)."""
     text = httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=10, trust_env=False).text

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.harness import ChaosStack, agent_config, write_agent
+from tests.chaos.harness import ChaosStack, agent_config, counted_in_textfile, write_agent
 from worker.memory import MemoryKind, MemoryRecord, RedisMemoryStore, memory_id
 
 AGENT = "scoped-agent"
@@ -273,12 +273,7 @@ def metrics_file(chaos: ChaosStack) -> Path:
 
 def scope_refusals_counted(chaos: ChaosStack) -> float:
     """``agent_scope_refusals_total`` over every agent and tool, as the worker exported it."""
-    lines = metrics_file(chaos).read_text().splitlines()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in lines
-        if line.startswith("agent_scope_refusals_total{")
-    )
+    return counted_in_textfile(metrics_file(chaos), "agent_scope_refusals_total")
 
 
 def table(scenarios: Sequence[Scenario], dm_leak: bool) -> str:

@@ -80,6 +80,7 @@ WORKER_EXTRA_METRICS: dict[str, frozenset[str]] = {
     "agent_outbox_dead_letters_total": frozenset({"kind"}),
     "agent_hub_writes_refused_total": frozenset({"agent", "kind", "reason"}),
     "agent_scope_refusals_total": frozenset({"agent", "tool"}),
+    "agent_egress_refusals_total": frozenset({"agent", "tool"}),
     "agent_jobs_undecodable_total": frozenset(),
     "agent_redis_unavailable_total": frozenset({"kind"}),
 }
@@ -390,6 +391,7 @@ def exported_metrics(redis_url: str) -> dict[str, frozenset[str]]:
     recorded.dead_letter("consumption")
     recorded.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
     recorded.scope_refused(agent="devops-agent", tool="hub__create_post")
+    recorded.egress_refused(agent="devops-agent", tool="web__fetch")
     recorded.apply_locally(metrics)
     metrics.job_undecodable()
     metrics.redis_unavailable("oom")
@@ -592,7 +594,8 @@ def test_dashboard_and_alerts_match_what_the_worker_exports(
 # outcome would multiply the exposition for events most agents never have).
 OPEN_LABEL_SETS = {
     "agent_tasks_total", "agent_task_duration_seconds", "agent_loop_iterations",
-    "agent_grant_denials_total", "agent_scope_refusals_total", "agent_cost_usd_total",
+    "agent_grant_denials_total", "agent_scope_refusals_total", "agent_egress_refusals_total",
+    "agent_cost_usd_total",
     "agent_tool_calls_total",
     "agent_tool_call_duration_seconds", "agent_llm_calls_total", "agent_llm_tokens_total",
 }  # fmt: skip

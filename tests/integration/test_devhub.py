@@ -169,6 +169,22 @@ async def test_search_matches_text_case_insensitively_and_filters(hub: DevHub) -
 
 
 @pytest.mark.anyio
+async def test_a_direct_message_says_so_and_stays_out_of_search_and_feeds(hub: DevHub) -> None:
+    direct = hub.seed_post("my door code is 4921", author="eve", visibility="direct")
+    public = hub.seed_post("door codes in general", author="eve")
+    async with client_for(hub) as client:
+        dm, post = await client.get_post(direct), await client.get_post(public)
+        found = await client.search("door")
+        feed = await client.discover_feed(
+            communities=["m/general"], keywords=[], exclude_responded=False, limit=10
+        )
+
+    assert (dm.visibility, dm.is_public) == ("direct", False)
+    assert (post.visibility, post.is_public) == ("public", True)
+    assert [p.id for p in found] == [public] and [p.id for p in feed] == [public]
+
+
+@pytest.mark.anyio
 async def test_discover_feed_matches_communities_or_keywords_and_skips_answered_posts(
     hub: DevHub,
 ) -> None:

@@ -29,7 +29,8 @@ from redis import Redis
 
 from tests.support.devhub import running_devhub
 from tests.support.fake_clis import install_fake_cli, read_record
-from tests.support.mcp_servers import running_mcp_hub
+from tests.support.loopback_web import loopback_host
+from tests.support.mcp_servers import running_mcp_hub, running_mcp_web
 from tests.support.mcp_test_servers.launch import stdio_entry
 from worker.agents import AgentConfig, AgentDefinition
 from worker.exceptions import AutonomyViolation
@@ -50,7 +51,7 @@ from worker.metrics import JobMetrics
 from worker.models import Message, ScriptedModel, Turn
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import TaskScope, Toolbox, content_key
+from worker.tools import Reach, TaskScope, Toolbox, content_key
 from worker.tools._config import load_mcp_config
 from worker.tools._grants import EffectiveGrants
 from worker.tools._mcp import McpToolbox
@@ -303,6 +304,25 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
         assert expected in started.stderr.decode()
 
 
+def scoped_spec(
+    workdir: Path, mcp_config: Path, grant: str, *, scope: TaskScope, key: str
+) -> GatewaySpec:
+    """A gateway spec whose secrets file holds a capability signed with ``key`` for
+    ``grant`` and ``scope``, as the worker hands a CLI's gateway one."""
+    spec = gateway_spec(workdir, mcp_config, grants=(grant,), require_capability=True, scope=scope)
+    capability = gateway_capability(
+        SecretStr(key),
+        agent_id=spec.agent_id,
+        task_id=spec.task_id,
+        grants=EffectiveGrants.of([grant]),
+        deadline_epoch_s=spec.deadline_epoch_s,
+        scope=scope,
+    )
+    secrets = workdir / "secrets.json"
+    write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN, **capability})
+    return dataclasses.replace(spec, secrets_file=secrets)
+
+
 async def test_the_gateway_holds_a_cli_to_the_tasks_scope_and_tells_the_worker(
     workdir: Path,
 ) -> None:
@@ -318,24 +338,9 @@ async def test_the_gateway_holds_a_cli_to_the_tasks_scope_and_tells_the_worker(
     ):
         thread, unrelated = hub.seed_post("Help?"), hub.seed_post("Gardening")
         scope = TaskScope(comment_on=frozenset({thread}), reply_to=thread)
-        spec = gateway_spec(
-            workdir,
-            hub_config(workdir, server.url, hub_tools),
-            grants=("hub:*",),
-            require_capability=True,
-            scope=scope,
+        spec = scoped_spec(
+            workdir, hub_config(workdir, server.url, hub_tools), "hub:*", scope=scope, key=key
         )
-        capability = gateway_capability(
-            SecretStr(key),
-            agent_id=spec.agent_id,
-            task_id=spec.task_id,
-            grants=EffectiveGrants.of(["hub:*"]),
-            deadline_epoch_s=spec.deadline_epoch_s,
-            scope=scope,
-        )
-        secrets = workdir / "secrets.json"
-        write_secrets_file(secrets, {"MCP_AUTH_TOKEN": MCP_TOKEN, **capability})
-        spec = dataclasses.replace(spec, secrets_file=secrets)
         async with gateway(spec, workdir / "gateway.stderr") as session:
             post = await session.call_tool(
                 "hub__create_post", {"content": "PWNED", "community": "m/announcements"}
@@ -356,6 +361,40 @@ async def test_the_gateway_holds_a_cli_to_the_tasks_scope_and_tells_the_worker(
     assert [(r.tool, r.reason.value, r.target) for r in activity.scope_refusals] == [
         ("hub__create_post", "post_not_allowed", "m/announcements"),
         ("hub__create_comment", "comment_elsewhere", unrelated),
+    ]
+
+
+async def test_the_gateway_holds_a_private_tasks_fetch_to_the_persons_link(
+    workdir: Path,
+) -> None:
+    """A CLI told to send a DM out through the gateway's fetch: the capability's reach refuses
+    the composed URL before it leaves, the person's link loads, and the call log says so."""
+    key = "gateway-capability-key-" + "2" * 20
+    with (
+        loopback_host() as page,
+        loopback_host() as collector,
+        running_mcp_web(
+            auth_token=MCP_TOKEN, capability_key=key, allow_networks="127.0.0.0/8"
+        ) as web,
+    ):
+        own = f"http://127.0.0.1:{page.server_address[1]}/page/p1"
+        leak = f"http://127.0.0.1:{collector.server_address[1]}/c?d=door-code"
+        reach = Reach(private=True, urls=frozenset({own}))
+        scope = TaskScope(comment_on=frozenset({"p-1"}), reply_to="p-1", reach=reach)
+        config = workdir / "mcp.yaml"
+        web_entry = {"url": web.url, "first_party": True, "tools": {"fetch": "web:read"}}
+        config.write_text(yaml.safe_dump({"servers": {"web": web_entry}}))
+        spec = scoped_spec(workdir, config, "web:read", scope=scope, key=key)
+        async with gateway(spec, workdir / "gateway.stderr") as session:
+            sent = await session.call_tool("web__fetch", {"url": leak})
+            read = await session.call_tool("web__fetch", {"url": own})
+    activity, _ = read_call_log(spec.call_log)
+
+    assert sent.is_error and "out of reach" in text_of(sent) and "door-code" not in text_of(sent)
+    assert "PAGE-OK-p1" in text_of(read)
+    assert collector.seen == []
+    assert [(r.tool, r.reason.value, r.target) for r in activity.scope_refusals] == [
+        ("web__fetch", "egress_not_allowed", f"http://127.0.0.1:{collector.server_address[1]}")
     ]
 
 

@@ -6,13 +6,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, cast
+from urllib.parse import quote
 
 import jwt
 import pytest
 from mcp_types import RequestParamsMeta
 
 from tests.support.devhub import DevHub, running_devhub
+from tests.support.loopback_web import loopback_host
 from tests.support.mcp_servers import (
     RunningMcpServer,
     caller_meta,
@@ -22,6 +25,7 @@ from tests.support.mcp_servers import (
     server_environment,
     text_of,
 )
+from worker.tools import Reach
 from worker.tools._capability import AUDIENCE, mint_capability
 from worker.tools._grants import EffectiveGrants
 from worker.tools._scope import TaskScope
@@ -267,3 +271,34 @@ async def test_a_capability_signed_before_scopes_is_bounded_by_its_grants_alone(
             "create_post", {"content": "release notes", "community": "m/ops"}, meta=meta(unscoped)
         )
     assert not result.is_error, text_of(result)
+
+
+async def test_the_web_server_bounds_a_private_tasks_fetch_and_its_redirects() -> None:
+    """A call sent straight to mcp-web (a replay, a CLI) is bounded by the capability's reach:
+    the person's link loads, a composed URL and a redirect to another host never leave."""
+    with loopback_host() as page, loopback_host() as collector:
+        base = f"http://127.0.0.1:{page.server_address[1]}"
+        leak = f"http://127.0.0.1:{collector.server_address[1]}/c?d=door-code"
+        reach = Reach(private=True, urls=frozenset({f"{base}/page/p1"}), allow=(f"{base}/open/",))
+        private = capability(grants=("web:read",), scope=replace(ANYWHERE, reach=reach))
+        public = capability(grants=("web:read",))
+        with running_mcp_web(
+            auth_token=MCP_TOKEN, capability_key=CAPABILITY_KEY, allow_networks="127.0.0.0/8"
+        ) as web:
+            async with mcp_http_session(web.url, auth_token=MCP_TOKEN) as session:
+
+                async def fetch(url: str, token: str) -> str:
+                    result = await session.call_tool("fetch", {"url": url}, meta=meta(token))
+                    return text_of(result)
+
+                own = await fetch(f"{base}/page/p1", private)
+                composed = await fetch(leak, private)
+                redirected = await fetch(f"{base}/open/redirect?to={quote(leak)}", private)
+                reached_privately = list(collector.seen)
+                as_before = await fetch(leak, public)
+
+    assert "PAGE-OK-p1" in own
+    assert "out of reach" in composed and "door-code" not in composed
+    assert "out of reach" in redirected and redirected.endswith("(a redirect)")
+    assert reached_privately == []
+    assert "ok" in as_before and len(collector.seen) == 1

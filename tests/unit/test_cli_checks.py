@@ -10,6 +10,7 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+import yaml
 
 from tests.support.definitions import write_agent
 from worker.agents import AgentStore
@@ -261,4 +262,45 @@ def test_a_widened_scope_is_shown_for_each_opt_in(
         "warning: agents/announcer/config.yaml: widened scope: scope.post_in: m/releases, m/ops "
         "(its tasks may write beyond the thread or feed they were given; an injected "
         "instruction may use that too)",
+    ]
+
+
+def test_check_shows_when_each_agent_is_private_and_where_it_may_then_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    servers = {
+        "hub": {"url": "http://127.0.0.1:9/mcp", "first_party": True, "tools": {"*": "hub:read"}},
+        "web": {
+            "url": "http://127.0.0.1:9/mcp",
+            "first_party": True,
+            "tools": {"fetch": "web:read"},
+        },
+        "lookup": {"url": "https://lookup.example/mcp", "tools": {"search": "lookup:read"}},
+        "clock": {"url": "https://clock.example/mcp", "tools": {"now": "c:r"}, "private_ok": ["*"]},
+    }
+    mcp = tmp_path / "mcp.yaml"
+    mcp.write_text(yaml.safe_dump({"servers": servers}))
+    grants = "capabilities: {grants: [hub:read, web:read, lookup:read, c:r]}\n"
+    write_agent(tmp_path, "helper", good_config("helper", grants))
+    write_agent(tmp_path, "vault", good_config("vault", grants + "scope: {private: true}\n"))
+    write_agent(tmp_path, "reader", good_config("reader", "capabilities: {grants: [hub:read]}\n"))
+    for name, value in {
+        "AGENTS_DIR": str(tmp_path),
+        "MCP_CONFIG": str(mcp),
+        "OPENAI_API_KEY": MODEL_KEY,
+        "EGRESS_ALLOW": "https://docs.example.com/",
+    }.items():
+        monkeypatch.setenv(name, value)
+
+    assert main(["--offline"]) == 0
+
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("reach:")]
+    there = (
+        "there clock__now unbounded (private_ok); lookup__search withheld; web__fetch loads "
+        "the person's own links and EGRESS_ALLOW (https://docs.example.com/)"
+    )
+    assert shown == [
+        "reach: helper: private in direct messages, threads the Hub calls not public or does "
+        f"not mark, and tasks that recall a private memory; {there}",
+        f"reach: vault: private in every task (scope.private); {there}",
     ]

@@ -45,6 +45,7 @@ CONTRACT = {
     ("agent_redis_unavailable", "counter", ("kind",)),
     ("agent_budget_check_unreachable", "counter", ("agent",)),
     ("agent_scope_refusals", "counter", ("agent", "tool")),
+    ("agent_egress_refusals", "counter", ("agent", "tool")),
     ("agent_task_duration_seconds", "histogram", ("type",)),
     ("agent_loop_iterations", "histogram", ("type",)),
     ("agent_tool_call_duration_seconds", "histogram", ("server",)),
@@ -100,6 +101,7 @@ def one_of_each(metrics: JobMetrics, *, cost_usd: float | None = 0.25) -> None:
     metrics.dead_letter("consumption")
     metrics.write_refused(agent="devops-agent", kind="comment", reason="daily_limit")
     metrics.scope_refused(agent="devops-agent", tool="hub__create_post")
+    metrics.egress_refused(agent="devops-agent", tool="web__fetch")
     metrics.budget_check_unreachable(agent="devops-agent")
     metrics.memory_recalled(agent="devops-agent", strategy="keyword", hits=2, duration_s=0.002)
     metrics.memory_written(agent="devops-agent", kinds=["conversation"], evicted=1)

@@ -60,12 +60,18 @@ def exploration() -> Task:
     return Task.model_validate({"task_id": "t-2", "type": "exploration", "agent_id": AGENT})
 
 
-def post(post_id: str, author: str = "alice", *commenters: str) -> Post:
+def post(post_id: str, author: str = "alice", *commenters: str, visibility: str = "public") -> Post:
     comments = [
         Comment(id=f"c-{n}", author=Author(id=who), content="hi")
         for n, who in enumerate(commenters)
     ]
-    return Post(id=post_id, author=Author(id=author), content="?", comments=comments)
+    return Post(
+        id=post_id,
+        author=Author(id=author),
+        content="?",
+        comments=comments,
+        visibility=visibility,
+    )
 
 
 EXPLORER = {

@@ -326,6 +326,10 @@ class ScopeOptIns(_Section):
     """Any task may comment on any post, not only on its thread or its feed's posts."""
     post_in: list[NonEmptyText] = []
     """Communities (m/name) any task may create posts in; "*": any community."""
+    private: bool = False
+    """The agent's context (its system prompt, skills) holds data that must not leave: every
+    task is private, and its reads go only where trusted inputs point (a narrowing, not an
+    opt-in)."""
 
     @property
     def widened(self) -> list[str]:

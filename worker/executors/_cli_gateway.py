@@ -100,6 +100,7 @@ def task_gateway(
         untrusted_nonce=request.untrusted_nonce,
         require_capability=settings.capability_key is not None,
         scope=request.scope,
+        web_server=settings.web_tool_server,
     )
     credentials = gateway_secrets(mcp_config, settings)
     # The task's signed capability, never the key; the write caps with the fleet's Redis.

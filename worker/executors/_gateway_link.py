@@ -36,6 +36,8 @@ CAN_EXECUTE_TOOL = "GATEWAY_CAN_EXECUTE_TOOL"
 UNTRUSTED_NONCE = "GATEWAY_UNTRUSTED_NONCE"
 # Where the task may write (TaskScope.to_claim as JSON): the capability's, when there is one.
 SCOPE = "GATEWAY_SCOPE"
+# The MCP_CONFIG server that is mcp-web (WEB_TOOL_SERVER): a private task's fetch is bounded.
+WEB_SERVER = "GATEWAY_WEB_SERVER"
 MCP_CONFIG = "MCP_CONFIG"
 # "1" when the worker signs capabilities: the gateway then refuses to run without one.
 REQUIRE_CAPABILITY = "GATEWAY_REQUIRE_CAPABILITY"
@@ -70,6 +72,7 @@ class GatewaySpec:
     untrusted_nonce: str | None = None
     # Where the task may write; None: a gateway started by hand, bounded by grants alone.
     scope: TaskScope | None = None
+    web_server: str = "web"
 
     def environment(self) -> dict[str, str]:
         """The gateway's environment block (no secrets: the CLI can read it)."""
@@ -84,6 +87,7 @@ class GatewaySpec:
             DEADLINE: f"{self.deadline_epoch_s:.3f}",
             TOOL_TIMEOUT_S: f"{self.tool_timeout_s:g}",
             MAX_OUTPUT_CHARS: str(self.max_output_chars),
+            WEB_SERVER: self.web_server,
         }
         if self.allowed_tools is not None:
             env[ALLOWED_TOOLS] = _compact(self.allowed_tools)
@@ -125,6 +129,7 @@ class GatewaySpec:
             can_execute_tool=env.get(CAN_EXECUTE_TOOL) or None,
             untrusted_nonce=env.get(UNTRUSTED_NONCE) or None,
             scope=_scope(env),
+            web_server=env.get(WEB_SERVER) or "web",
         )
 
 

@@ -62,6 +62,11 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
         "often), by agent and tool.",
         ("agent", "tool"),
     ),
+    "agent_egress_refusals_total": (
+        "Reads a private task held back because they would carry data where no trusted "
+        "input points (a fetch URL, a third-party tool without a rule), by agent and tool.",
+        ("agent", "tool"),
+    ),
     "agent_budget_check_unreachable_total": (
         "Budget checks the Hub did not answer, by agent (BUDGET_UNREACHABLE says what follows).",
         ("agent",),

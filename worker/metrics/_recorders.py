@@ -297,6 +297,10 @@ class JobMetrics:
         with self._lock:
             self._count("agent_scope_refusals_total", (agent, tool))
 
+    def egress_refused(self, *, agent: str, tool: str) -> None:
+        with self._lock:
+            self._count("agent_egress_refusals_total", (agent, tool))
+
     def memory_recalled(self, *, agent: str, strategy: str, hits: int, duration_s: float) -> None:
         with self._lock:
             self._count("agent_memory_recalls_total", (agent, strategy))

@@ -32,6 +32,9 @@ class CheckReport:
     checked: list[str] = field(default_factory=list)
     # Each loaded agent's effective values, schema defaults applied (``--json`` only).
     effective_agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Per agent that can send a read outside: when its tasks are private and where their
+    # reads may then go (docs/task-scope.md).
+    reach: list[str] = field(default_factory=list)
     # The model providers the loaded agents name (fallbacks included): a worker loads
     # their SDKs before it forks job processes, and only theirs.
     providers: set[str] = field(default_factory=set)
@@ -61,5 +64,6 @@ class CheckReport:
             "warnings": len(self.warnings),
             "problems": [asdict(problem) for problem in self.problems],
             "checked": self.checked,
+            "reach": self.reach,
             "agents": self.effective_agents,
         }

@@ -34,6 +34,7 @@ from worker.operations._checks_agents import (
     check_grants_match_tools,
     check_memory,
     check_models,
+    check_private_reach,
     check_secret_strength,
     check_task_scope,
 )
@@ -80,6 +81,7 @@ def run_checks(
     check_grants_match_tools(report, config, agents)
     check_memory(report, config, agents)
     check_task_scope(report, agents)
+    check_private_reach(report, config, agents)
     check_secret_strength(report, config)
     if network:
         _check_hub(report, config, timeout_s)
@@ -204,6 +206,8 @@ def _print(report: CheckReport, *, as_json: bool) -> None:
         return
     for problem in report.problems:
         print(problem.line())
+    for line in report.reach:
+        print(f"reach: {line}")
     summary = [f"{len(report.errors)} errors, {len(report.warnings)} warnings", *report.checked]
     print("check: " + "; ".join(summary))
 

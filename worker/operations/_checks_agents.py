@@ -195,6 +195,58 @@ def check_task_scope(report: CheckReport, agents: Mapping[str, AgentDefinition])
             )
 
 
+def check_private_reach(
+    report: CheckReport, config: Settings, agents: Mapping[str, AgentDefinition]
+) -> None:
+    """For each agent with a tool whose argument leaves the worker (our fetch, a third-party
+    tool): when its tasks are private, and where their reads may then go."""
+    from worker.tools import grant_covers, load_mcp_config
+
+    if config.mcp_config is None:
+        return
+    try:
+        mcp = load_mcp_config(config.mcp_config)
+    except ConfigurationError:
+        return  # check_mcp_config has said why
+    allow = ", ".join(config.egress_allow) or "nothing more"
+    unmarked = "" if config.unmarked_posts == "public" else " or does not mark"
+    for name, definition in sorted(agents.items()):
+        capabilities = definition.config.capabilities
+        servers = set(capabilities.server_names) or set(mcp.servers)
+        reaches: list[str] = []
+        for server_name, server in sorted(mcp.servers.items()):
+            if server_name not in servers or server_name == config.hub_tool_server:
+                continue
+            for tool, grant in sorted(server.tools.items()):
+                if not any(grant_covers(held, grant) for held in capabilities.grants):
+                    continue
+                label = f"{server_name}__{tool}"
+                if server_name == config.web_tool_server:
+                    reaches.append(
+                        f"{label} loads the person's own links and EGRESS_ALLOW ({allow})"
+                    )
+                elif server.first_party:
+                    continue
+                elif tool in server.scope:
+                    reaches.append(f"{label} only within its MCP_CONFIG argument rule")
+                elif server.open_to_private(tool):
+                    reaches.append(f"{label} unbounded (private_ok)")
+                else:
+                    reaches.append(f"{label} withheld")
+        if not reaches:
+            continue
+        if definition.config.scope.private:
+            when = "every task (scope.private)"
+        elif {"*", name} & set(config.private_agents):
+            when = "every task (PRIVATE_AGENTS)"
+        else:
+            when = (
+                f"direct messages, threads the Hub calls not public{unmarked}, and tasks that "
+                "recall a private memory"
+            )
+        report.reach.append(f"{name}: private in {when}; there {'; '.join(reaches)}")
+
+
 def check_secret_strength(report: CheckReport, config: Settings) -> None:
     """Warn about a secret the redactor would find inside ordinary words."""
     for variable, value in _secrets_by_variable(config).items():

@@ -26,10 +26,11 @@ from worker.pipeline._call_rules import TaskCallRules
 from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
 from worker.pipeline._runtime import TaskRuntime, effective_grants, mcp_config
-from worker.pipeline._scope import task_scope
+from worker.pipeline._scope import EgressPolicy, task_scope, with_private_memory
 from worker.pipeline._state import RunState
 from worker.pipeline._writes import refusal_handler, scope_refusal_handler, scoped_toolbox
 from worker.task import Task, TaskType
+from worker.tools import TaskScope
 
 # How many posts a discovery task reads, and how long it waits for them.
 _FEED_LIMIT = 20
@@ -66,8 +67,10 @@ async def build_request(
         feed = [
             redacted_post(post, runtime) for post in await _discovery_feed(hub, state, task, agent)
         ]
-    # Fixed from the task, the definition and the Hub's answers, before the model reads any.
-    scope = state.scope.scope = task_scope(task, agent, thread=thread, feed=feed)
+    # Fixed from the task, the definition, the operator and the Hub's answers, before the
+    # model reads any.
+    egress = EgressPolicy.of(runtime.settings)
+    scope = state.scope.scope = task_scope(task, agent, thread=thread, feed=feed, egress=egress)
     # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
     blocks = UntrustedBlocks()
     memory = await _memory.recall(
@@ -81,6 +84,8 @@ async def build_request(
         blocks=blocks,
         max_tokens=run_limits(task, agent).max_tokens,
     )
+    scope = state.scope.scope = with_private_memory(scope, state.recalled_audiences, egress)
+    _note_private(task, scope)
     journal = RedisJournal(runtime.redis, task.task_id)
     redact = runtime.redactor
     first = _prompt.first_message(
@@ -113,6 +118,20 @@ async def build_request(
         scope=scope,
         on_scope_refused=scope_refusal_handler(runtime, state, task),
     )
+
+
+def _note_private(task: Task, scope: TaskScope) -> None:
+    """A private task says so once, with why, before the model runs."""
+    reach = scope.reach
+    if reach.private:
+        log_event(
+            "task_private",
+            task=task.task_id,
+            agent=task.agent_id,
+            reasons=list(reach.reasons),
+            fetch_urls=len(reach.urls),
+            allow=list(reach.allow),
+        )
 
 
 def redacted_post(post: Post, runtime: TaskRuntime) -> Post:

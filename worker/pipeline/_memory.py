@@ -87,6 +87,8 @@ async def recall(
         log_event("memory_unavailable", "warning", task=task.task_id, step="recall", error=str(exc))
         return ""
     _count_embeddings(runtime, state, found.embedding_tokens)
+    # A private memory in the prompt makes the task private (``_scope.with_private_memory``).
+    state.recalled_audiences = frozenset(item.record.audience for item in found.items)
     block = memory_block(found.items, blocks)
     runtime.metrics.memory_recalled(
         agent=memory.agent,

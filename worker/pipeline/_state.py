@@ -64,6 +64,8 @@ class RunState:
     confidence: float | None = None
     # The notification's thread as the task read it (what memory keeps of the exchange).
     thread: Post | None = None
+    # The audiences of the memories recall put into the prompt.
+    recalled_audiences: frozenset[str] = frozenset()
     # Tokens the memory's embeddings calls spent: input tokens of the task like the model's.
     memory_tokens: int = 0
     # Where the task may write: nothing until its thread or feed is read (``_scope``).

@@ -62,7 +62,10 @@ def scope_refusal_handler(runtime: TaskRuntime, state: RunState, task: Task) -> 
 
     def handle(refusal: ScopeRefusal) -> None:
         state.refused_writes.append(refusal)
-        runtime.metrics.scope_refused(agent=task.agent_id, tool=refusal.tool)
+        if refusal.reason.is_egress:
+            runtime.metrics.egress_refused(agent=task.agent_id, tool=refusal.tool)
+        else:
+            runtime.metrics.scope_refused(agent=task.agent_id, tool=refusal.tool)
         log_event(
             "scope_refused",
             "warning",
@@ -96,6 +99,7 @@ def scoped_toolbox(
                 capped,
                 state.scope,
                 hub_server=settings.hub_tool_server,
+                web_server=settings.web_tool_server,
                 mcp_config=mcp_config(settings.mcp_config) if settings.mcp_config else None,
                 on_refused=scope_refusal_handler(runtime, state, task),
             )

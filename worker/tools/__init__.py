@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     )
     from worker.tools._mcp import CapabilitySource, McpToolbox, fixed_capability, no_capability
     from worker.tools._pool import StdioPool, close_stdio_pool, stdio_pool
+    from worker.tools._reach import Reach, origin_of, urls_in
     from worker.tools._scope import (
         PUBLIC,
         ArgumentRule,
@@ -98,6 +99,9 @@ _LAZY = {
     "StdioPool": "worker.tools._pool",
     "close_stdio_pool": "worker.tools._pool",
     "stdio_pool": "worker.tools._pool",
+    "Reach": "worker.tools._reach",
+    "origin_of": "worker.tools._reach",
+    "urls_in": "worker.tools._reach",
     "PUBLIC": "worker.tools._scope",
     "ArgumentRule": "worker.tools._scope",
     "ScopeReason": "worker.tools._scope",
@@ -134,6 +138,7 @@ __all__ = [
     "McpToolbox",
     "MissingGrant",
     "NotAllowed",
+    "Reach",
     "Resolution",
     "ScopeCell",
     "ScopeReason",
@@ -160,7 +165,9 @@ __all__ = [
     "load_mcp_config",
     "mint_capability",
     "no_capability",
+    "origin_of",
     "read_capability",
     "stdio_pool",
+    "urls_in",
     "verify_capability",
 ]

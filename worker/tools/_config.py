@@ -43,7 +43,8 @@ target and which values a task may give it (``worker.tools._scope.ArgumentRule``
                 scope: {comment_issue: {argument: issue, allow: ["$posts", "OPS-1"]}}}
 
 The worker cannot know what a foreign server's tool writes, or where: a rule bounds the
-one argument it names, by exact value; a tool without a rule is bounded by its grant alone.
+one argument it names, by exact value; a tool without a rule is bounded by its grant alone,
+and is withheld from private tasks unless ``private_ok`` lists it (or ``"*"``).
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ class McpServerConfig(BaseModel):
     tools: Mapping[str, RequiredGrant]
     # Per tool: the argument that names its target, and the values a task may give it.
     scope: Mapping[str, ArgumentRule] = Field(default_factory=dict)
+    # Tools (or "*") offered to private tasks without an argument rule (docs/task-scope.md).
+    private_ok: tuple[str, ...] = ()
 
     @field_validator("url")
     @classmethod
@@ -188,6 +191,11 @@ class McpServerConfig(BaseModel):
         fields["token"] = None if self.token is None else self.token.get_secret_value()
         encoded = json.dumps(fields, sort_keys=True).encode()
         return hashlib.sha256(encoded).hexdigest()
+
+    def open_to_private(self, tool: str) -> bool:
+        """Whether a private task may call ``tool``: it has an argument rule, or the
+        operator lists it (or ``"*"``) in ``private_ok``."""
+        return tool in self.scope or tool in self.private_ok or ALL_TOOLS in self.private_ok
 
     def required_grant(self, tool: str) -> str | None:
         """The grant ``tool`` requires, the ``"*"`` entry otherwise; None if it is not offered."""

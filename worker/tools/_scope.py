@@ -13,6 +13,8 @@ nothing the model reads (threads, feeds, tool results, memories) can widen it::
     audience       "public", or "dm:<person>" for a direct message (the person's exact
                    Hub id): memories formed in a DM are recalled only in a DM with the
                    same person, and a private task recalls only trusted ones
+    reach          where a private task's reads may go (``worker.tools._reach``); a
+                   public task's reads go anywhere, as before
 
 Anything wider is a named opt-in (``TaskScope.widened`` names them). The scope travels
 in the task's signed capability (claim ``scope``, ``to_claim``/``from_claim``), so our
@@ -24,12 +26,14 @@ trusted inputs, never the model's arguments: an injected text is not echoed back
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from worker.tools._reach import Reach, origin_of
 
 PUBLIC = "public"
 DM_PREFIX = "dm:"
@@ -50,6 +54,14 @@ class ScopeReason(StrEnum):
     POST_NOT_ALLOWED = "post_not_allowed"
     POST_ELSEWHERE = "post_elsewhere"
     ARGUMENT_NOT_ALLOWED = "argument_not_allowed"
+    # A private task's read aimed where no trusted input points (``Reach``).
+    EGRESS_NOT_ALLOWED = "egress_not_allowed"
+    # A private task called a third-party tool that has no argument rule.
+    WITHHELD_IN_PRIVATE = "withheld_in_private"
+
+    @property
+    def is_egress(self) -> bool:
+        return self in (ScopeReason.EGRESS_NOT_ALLOWED, ScopeReason.WITHHELD_IN_PRIVATE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +91,7 @@ class TaskScope:
     post_in: frozenset[str] | None = frozenset()
     reply_to: str | None = None
     audience: str = PUBLIC
+    reach: Reach = field(default_factory=Reach.anywhere)
     # The definition's opt-ins that made it wider than the narrow default, by name.
     widened: tuple[str, ...] = ()
 
@@ -130,6 +143,32 @@ class TaskScope:
         """Whether a comment on ``post_id`` is the task's reply (made once, keyed as such)."""
         return self.reply_to is not None and post_id == self.reply_to
 
+    # -- reads that leave: a private task's egress -----------------------------------------
+
+    def fetch_refusal(self, tool: str, url: object) -> ScopeRefusal | None:
+        """Why a fetch of ``url`` may not leave; None when it may (always, when public)."""
+        if isinstance(url, str) and self.reach.allows(url):
+            return None
+        return ScopeRefusal(
+            tool=tool,
+            reason=ScopeReason.EGRESS_NOT_ALLOWED,
+            message=self.reach.refusal_message(),
+            target=_clip(origin_of(url)),
+        )
+
+    def withheld(self, tool: str) -> ScopeRefusal | None:
+        """A third-party tool without an argument rule: withheld from a private task."""
+        if not self.reach.private:
+            return None
+        return ScopeRefusal(
+            tool=tool,
+            reason=ScopeReason.WITHHELD_IN_PRIVATE,
+            message=(
+                "out of reach: this task holds private data, and the operator has not "
+                f"allowed {tool} in such tasks"
+            ),
+        )
+
     # -- third-party tools: the operator's argument rules --------------------------------
 
     def allowed_values(self, allow: Collection[str]) -> frozenset[str] | None:
@@ -155,9 +194,10 @@ class TaskScope:
 
     @property
     def private(self) -> bool:
-        """Whether the task's prompt holds what is not public (a direct message's audience):
-        its recall admits only memories formed from trusted input (``worker.memory``)."""
-        return self.audience != PUBLIC
+        """Whether the task's prompt holds what is not public (a direct message's audience,
+        or a task the reach marks private): its recall admits only memories formed from
+        trusted input (``worker.memory``)."""
+        return self.audience != PUBLIC or self.reach.private
 
     # -- the capability claim ----------------------------------------------------------
 
@@ -167,6 +207,7 @@ class TaskScope:
             "post_in": ANY if self.post_in is None else sorted(self.post_in),
             "reply_to": self.reply_to,
             "audience": self.audience,
+            "egress": self.reach.to_claim(),
         }
 
     @classmethod
@@ -185,6 +226,8 @@ class TaskScope:
             post_in=_bound(claim.get("post_in"), "post_in"),
             reply_to=reply_to,
             audience=audience,
+            # A claim from before egress rules: reads unbounded, as they were.
+            reach=Reach.from_claim(claim["egress"]) if "egress" in claim else Reach.anywhere(),
         )
 
 
