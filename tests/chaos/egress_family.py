@@ -39,7 +39,7 @@ from tests.support import SERVER_READY_TIMEOUT_S
 from tests.support.loopback_web import PAGES, LoopbackHost, loopback_host
 from tests.support.redis_server import free_port
 from worker.dev.devstack import ManagedProcess, python_module
-from worker.memory import MemoryKind, MemoryRecord, RedisMemoryStore, memory_id
+from worker.memory import MemoryKind, MemoryRecord, Provenance, RedisMemoryStore, memory_id
 
 AGENT = "egress-agent"
 VAULT = "vault-agent"
@@ -184,7 +184,8 @@ def _refused_in_worker(chaos: ChaosStack, scenario: Scenario) -> bool:
 
 
 def remembered(chaos: ChaosStack, text: str) -> None:
-    """A memory of what eve said in an earlier direct message (audience ``dm:eve``)."""
+    """A memory of what eve said in an earlier direct message (audience ``dm:eve``), formed
+    from her words alone: trusted, so a private task recalls it."""
     record = MemoryRecord(
         id=memory_id(AGENT, "seeded", text),
         kind=MemoryKind.CONVERSATION,
@@ -193,6 +194,7 @@ def remembered(chaos: ChaosStack, text: str) -> None:
         created_at=time.time() - 3600,
         about=(PERSON,),
         audience=f"dm:{PERSON}",
+        provenance=Provenance.TRUSTED,
     )
     RedisMemoryStore(chaos.connection()).add(AGENT, [record], max_bytes=10_000_000)
 
