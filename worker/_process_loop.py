@@ -44,6 +44,8 @@ _DROPPED = (httpx2.RemoteProtocolError, httpx2.WriteError)
 # Idle connections kept this long: a warm worker's tasks arrive seconds apart.
 KEEPALIVE_EXPIRY_S = 30.0
 _END = object()
+# A body of known length up to this size comes back with its response, in one hop.
+_READ_AT_ONCE_BYTES = 1 << 20
 
 
 def pool_limits(concurrency: int) -> httpx2.Limits:
@@ -122,20 +124,36 @@ class SharedTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         inner = self._owner.transport(self._key, self._build)
         try:
-            response = await self._owner.run(inner.handle_async_request(request))
+            response, body = await self._owner.run(_send(inner, request))
         except _DROPPED:
             if not _replayable(request):
                 raise
-            response = await self._owner.run(inner.handle_async_request(request))
+            response, body = await self._owner.run(_send(inner, request))
+        stream = _BridgedStream(self._owner, response) if body is None else httpx2.ByteStream(body)
         return httpx2.Response(
             response.status_code,
             headers=response.headers,
-            stream=_BridgedStream(self._owner, response),
+            stream=stream,
             extensions=response.extensions,
         )
 
     async def aclose(self) -> None:
         """Nothing to close: the pool is the process's, not the task client's."""
+
+
+async def _send(
+    inner: httpx2.AsyncBaseTransport, request: httpx2.Request
+) -> tuple[httpx2.Response, bytes | None]:
+    """The response, with its body when its length is known and small: read in the same
+    hop, as every caller but a stream's reader would; a stream (no length) stays open."""
+    response = await inner.handle_async_request(request)
+    length = response.headers.get("content-length", "")
+    if not length.isdigit() or int(length) > _READ_AT_ONCE_BYTES:
+        return response, None
+    try:
+        return response, b"".join([chunk async for chunk in response.aiter_raw()])
+    finally:
+        await response.aclose()
 
 
 def _replayable(request: httpx2.Request) -> bool:
