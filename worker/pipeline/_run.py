@@ -313,13 +313,15 @@ def _smallest(*values: float | None) -> float | None:
 def hub_transport(concurrency: int) -> httpx2.AsyncBaseTransport:
     """The process's pooled connections to the Hub (a job process: this task's own)."""
 
+    # SSL_CERT_FILE / SSL_CERT_DIR are honoured, as for the model providers: a Hub behind
+    # a private CA is trusted the way the operator trusts it.
     def pooled() -> httpx2.AsyncBaseTransport:
         return httpx2.AsyncHTTPTransport(
-            verify=client_ssl_context(trust_env=False), limits=pool_limits(concurrency)
+            verify=client_ssl_context(), limits=pool_limits(concurrency)
         )
 
     return process_transport("hub", pooled) or httpx2.AsyncHTTPTransport(
-        verify=client_ssl_context(trust_env=False)
+        verify=client_ssl_context()
     )
 
 
