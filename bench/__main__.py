@@ -30,6 +30,7 @@ BENCHMARKS = (
     "memory_recall",
     "scaling",
     "in_flight",
+    "connections",
     "cli_sandbox",
     "crash_recovery",
 )

@@ -223,3 +223,23 @@ def test_a_killed_worker_reruns_each_task_in_flight_once_from_its_checkpoint(
         assert len(events_of(survivor, "task_completed", task_id)) == 1
         assert len(chaos.llm.requests(task_id)) == 3
     assert doomed.events("task_completed") == []
+
+
+def test_tasks_in_one_worker_process_share_its_connections_to_the_model(
+    chaos: ChaosStack,
+) -> None:
+    # Each task once opened its own connection (an event loop per task); the process's
+    # loop keeps one pool, so eight tasks, four at a time, reuse at most four connections.
+    worker = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
+    tasks = [
+        chaos.notification(f"pooled-{n}", [{"text": f"Answer {n}", "delay_s": 1}]) for n in range(8)
+    ]
+    for task_id in tasks:
+        assert chaos.wait_for_status(task_id, timeout_s=90) == "finished"
+    ports = {r["client_port"] for task_id in tasks for r in chaos.llm.requests(task_id)}
+    assert None not in ports
+    assert 1 <= len(ports) <= int(CONCURRENCY)
+    for n, task_id in enumerate(tasks):
+        post_id = chaos.job(task_id).args[0]["post_id"]
+        assert [r["content"] for r in chaos.replies_to(post_id)] == [f"Answer {n}"]
+    assert worker.alive()

@@ -13,6 +13,7 @@ import httpx2
 from pydantic import SecretStr
 
 from worker._network import client_ssl_context, operator_endpoint, same_endpoint
+from worker._process_loop import pool_limits, process_transport
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models._cache import PromptCache
 from worker.models._fallback import FallbackModel
@@ -135,9 +136,12 @@ def load_price_table(settings: Settings) -> PriceTable:
     return PriceTable.from_yaml(settings.prices_file)
 
 
-def shared_http_client(provider: str, base_url: str | None) -> httpx2.AsyncClient | None:
-    """This event loop's pooled client for a provider endpoint; None outside a running loop
-    (the SDK then keeps its own client for the model)."""
+def shared_http_client(
+    provider: str, base_url: str | None, concurrency: int = 1
+) -> httpx2.AsyncClient | None:
+    """This event loop's client for a provider endpoint, over the process's pooled
+    connections to it (``worker._process_loop``; in a job process, this loop's own); None
+    outside a running loop (the SDK then keeps its own client for the model)."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -148,7 +152,16 @@ def shared_http_client(provider: str, base_url: str | None) -> httpx2.AsyncClien
     if client is None or client.is_closed:
         sdk_default = importlib.import_module(_PROVIDERS[provider].sdk).DefaultAsyncHttpxClient
         # The process's shared TLS context: building one per client costs tens of ms.
-        client = sdk_default(verify=client_ssl_context())
+        transport = process_transport(
+            f"{provider} {base_url or ''}",
+            lambda: httpx2.AsyncHTTPTransport(
+                verify=client_ssl_context(), limits=pool_limits(concurrency)
+            ),
+        )
+        if transport is None:
+            client = sdk_default(verify=client_ssl_context())
+        else:
+            client = sdk_default(transport=transport)
         clients[key] = client
     return client
 
@@ -186,7 +199,7 @@ def _provider_model(
         default_timeout_s=settings.llm_timeout_s,
         retry=RetryPolicy(max_retries=settings.llm_max_retries),
         prices=prices,
-        http_client=shared_http_client(provider_name, endpoint),
+        http_client=shared_http_client(provider_name, endpoint, settings.worker_concurrency),
         prompt_cache=prompt_cache,
     )
 

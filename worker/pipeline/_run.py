@@ -22,6 +22,7 @@ import httpx2
 from hub_client import BudgetHealth, HubClient, HubError, HubUnavailable
 from hub_client.retry_rules import Backoff
 from worker._network import client_ssl_context
+from worker._process_loop import pool_limits, process_transport
 from worker.agents import AgentDefinition
 from worker.coordination import (
     AgentSlots,
@@ -309,6 +310,21 @@ def _smallest(*values: float | None) -> float | None:
     return min(present) if present else None
 
 
+def hub_transport(concurrency: int) -> httpx2.AsyncBaseTransport:
+    """The process's pooled connections to the Hub (a job process: this task's own)."""
+
+    # SSL_CERT_FILE / SSL_CERT_DIR are honoured, as for the model providers: a Hub behind
+    # a private CA is trusted the way the operator trusts it.
+    def pooled() -> httpx2.AsyncBaseTransport:
+        return httpx2.AsyncHTTPTransport(
+            verify=client_ssl_context(), limits=pool_limits(concurrency)
+        )
+
+    return process_transport("hub", pooled) or httpx2.AsyncHTTPTransport(
+        verify=client_ssl_context()
+    )
+
+
 @traced_agent_run  # the task's invoke_agent span
 async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:
     """Run one task in this event loop; the Hub client is opened here unless given."""
@@ -319,9 +335,7 @@ async def execute_task(raw: Any, runtime: TaskRuntime) -> TaskVerdict:
         api_key = settings.hub_api_key.get_secret_value() if settings.hub_api_key else None
         # The transport HubClient would build, on the process's shared TLS context; each
         # Hub call is a client span carrying traceparent.
-        transport = TracingTransport(
-            httpx2.AsyncHTTPTransport(verify=client_ssl_context(trust_env=False))
-        )
+        transport = TracingTransport(hub_transport(settings.worker_concurrency))
         async with HubClient(
             settings.hub_url, api_key, timeout_s=settings.hub_timeout_s, transport=transport
         ) as hub:

@@ -259,6 +259,8 @@ def _request_record(request: Request, api: Api) -> dict[str, Any]:
         "auth_headers": auth_lengths,
         "body": None,
         "received_at": time.time(),
+        # Which connection carried it: tests count the connections a worker opened.
+        "client_port": request.client.port if request.client else None,
     }
 
 
