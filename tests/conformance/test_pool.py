@@ -11,7 +11,7 @@ import time
 import httpx2
 import pytest
 
-from tests.chaos.harness import ChaosStack, WorkerProcess, wait_until
+from tests.chaos.harness import ChaosStack, WorkerProcess, ride_out_redis_restarts, wait_until
 from tests.conformance.rq_api import enqueue_job, runs_of, started_scores, wait_for_runs
 from tests.support.redis_server import free_port
 from tests.support.workers import WORKER_CLASS
@@ -123,6 +123,14 @@ def test_a_second_sigterm_is_a_cold_shutdown_that_hands_every_task_back(
     assert pool.wait_exit(60) == 0
     assert [chaos.status(job_id) for job_id in jobs] == ["queued"] * 2
     assert len(pool.events("task_handed_back")) == 2
+
+
+def test_the_pool_rides_out_redis_restarts_idle_mid_task_and_while_renewing_its_lock(
+    chaos: ChaosStack,
+) -> None:
+    pool = start_pool(chaos, "--processes", "2", "--concurrency", "4")
+    ride_out_redis_restarts(chaos, pool)
+    assert pool.events("pool_worker_ended") == []
 
 
 def test_the_pool_serves_one_metrics_endpoint_for_the_host(chaos: ChaosStack) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.executions import Execution
 from rq.job import Job
@@ -30,7 +30,8 @@ T = TypeVar("T")
 
 
 class OutageQuietScheduler(RQScheduler):
-    """rq's scheduler process, ending with one log line when Redis is gone.
+    """rq's scheduler process, riding out a restarted Redis and ending with one log line
+    when Redis is gone.
 
     rq's scheduler process raises out of its loop when Redis stays away longer than
     the connection's retry, and then both rq and ``multiprocessing`` write the raw
@@ -38,6 +39,18 @@ class OutageQuietScheduler(RQScheduler):
     ``scheduler_stopped`` event instead; the worker's loop starts a new one once
     Redis answers (rq's ``acquire_locks(auto_start=True)``), as it did before.
     """
+
+    def heartbeat(self) -> None:
+        # rq renews its locks by running its lock script in a transaction. redis-py asks
+        # the server for the script before sending the transaction, not again when the
+        # connection's retry sends it once more: a Redis restarted in between (it forgot
+        # every script) fails it with NoScriptError. The same heartbeat again loads the
+        # script first; it only renews, so running it twice is harmless.
+        try:
+            super().heartbeat()  # type: ignore[no-untyped-call]
+        except NoScriptError:
+            log_event("redis_scripts_lost", level="warning", during="scheduler_heartbeat")
+            super().heartbeat()  # type: ignore[no-untyped-call]
 
     def work(self) -> None:
         try:
