@@ -133,6 +133,31 @@ def test_the_pool_rides_out_redis_restarts_idle_mid_task_and_while_renewing_its_
     assert pool.events("pool_worker_ended") == []
 
 
+def test_an_idle_pool_asked_to_stop_while_redis_is_down_stops_without_waiting_for_redis(
+    chaos: ChaosStack,
+) -> None:
+    port = free_port()
+    # Far longer than the wait below: a pool that waits for Redis cannot pass.
+    pool = start_pool(
+        chaos,
+        "--processes",
+        "2",
+        "--concurrency",
+        "2",
+        METRICS_PORT=str(port),
+        REDIS_PATIENCE_S="600",
+    )
+    chaos.redis_server.stop()
+    # Long enough for rq's scheduler (a heartbeat every second) to meet the outage too.
+    time.sleep(3)
+
+    pool.send(signal.SIGTERM)
+
+    assert pool.wait_exit(60) == 0
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+
+
 def test_the_pool_serves_one_metrics_endpoint_for_the_host(chaos: ChaosStack) -> None:
     # Garbled before any worker runs: a worker taking the job first would just run it.
     undecodable = enqueue_job(chaos, "pause", meta={"pause_s": 0})

@@ -24,7 +24,7 @@ from rq.worker import Worker
 
 from worker.logs import log_event
 from worker.metrics import worker_metrics
-from worker.redis_io import is_redis_outage, outage_kind, until_redis_answers
+from worker.redis_io import PatientRetry, is_redis_outage, outage_kind, until_redis_answers
 
 T = TypeVar("T")
 
@@ -39,6 +39,15 @@ class OutageQuietScheduler(RQScheduler):
     ``scheduler_stopped`` event instead; the worker's loop starts a new one once
     Redis answers (rq's ``acquire_locks(auto_start=True)``), as it did before.
     """
+
+    def request_stop(self, signum: Any = None, frame: Any = None) -> None:
+        # Its worker is stopping and waits for this process. A command waiting out an
+        # outage (REDIS_PATIENCE_S) would hold the worker that long: it fails at its next
+        # attempt instead, and the lock it could not release expires on its own.
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
+        retry = self._pool_kwargs.get("retry")
+        if isinstance(retry, PatientRetry):
+            retry.stop_waiting()
 
     def heartbeat(self) -> None:
         # rq renews its locks by running its lock script in a transaction. redis-py asks
