@@ -15,37 +15,32 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench._fleet import Mechanism, start_fleet
 from bench._report import Summary, Table
 from bench._size import Size
-from bench._stack import AGENT_WORKER, REPO_ROOT, RQ, BenchStack, bench_stack, parse_events
+from bench._stack import BenchStack, bench_stack, parse_events
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 120.0
-# (label, argv, extra environment, workers it registers with rq)
-COMMANDS: tuple[tuple[str, list[str], dict[str, str], int], ...] = (
-    ("rq worker agents (a job process per task)", [RQ, "worker", "agents"], {}, 1),
+# Each with the tasks in flight it is started for (none run: it only has the room).
+COMMANDS: tuple[tuple[Mechanism, int], ...] = (
+    (Mechanism("rq worker agents (a job process per task)", "rq", "rq worker"), 1),
+    (Mechanism("rq worker agents, WORKER_CONCURRENCY=4", "rq", "rq worker", 1), 4),
     (
-        "rq worker agents, WORKER_CONCURRENCY=4",
-        [RQ, "worker", "agents"],
-        {"WORKER_CONCURRENCY": "4"},
-        1,
-    ),
-    (
-        "agent-worker pool --processes 4 --concurrency 2",
-        [AGENT_WORKER, "pool", "--processes", "4", "--concurrency", "2"],
-        {},
-        4,
-    ),
-    (
-        "agent-worker pool --processes 8 --concurrency 2",
-        [AGENT_WORKER, "pool", "--processes", "8", "--concurrency", "2"],
-        {},
+        Mechanism(
+            "agent-worker pool --processes 4 --concurrency 2", "pool", "agent-worker pool", 4
+        ),
         8,
+    ),
+    (
+        Mechanism(
+            "agent-worker pool --processes 8 --concurrency 2", "pool", "agent-worker pool", 8
+        ),
+        16,
     ),
 )
 
@@ -58,36 +53,28 @@ def benchmark(size: Size = Size.FULL) -> list[Table]:
         ["command", "stop (s)", "min-max", "pubsub, slowest worker (s)", "min-max"],
     )
     with bench_stack() as bench:
-        for label, argv, extra, workers in commands:
+        for mechanism, target in commands:
             stops, pubsub = [], []
             for _ in range(runs):
-                stop_s, events = _stop_once(bench, argv, extra, workers)
+                stop_s, events = _stop_once(bench, mechanism, target)
                 stops.append(stop_s)
                 pubsub.append(_slowest_unsubscribe_s(events))
-            table.add(label, *Summary.of(stops).cells(2), *Summary.of(pubsub).cells(2))
+            table.add(mechanism.label, *Summary.of(stops).cells(2), *Summary.of(pubsub).cells(2))
     table.notes.append("pubsub: rq's unsubscribe, join of its listener thread (up to 1 s)")
     return [table]
 
 
 def _stop_once(
-    bench: BenchStack, argv: Sequence[str], extra: dict[str, str], workers: int
+    bench: BenchStack, mechanism: Mechanism, target: int
 ) -> tuple[float, list[dict[str, Any]]]:
-    """Start ``argv`` idle, SIGTERM it once all its workers serve; seconds to exit, its log."""
+    """Start it idle, SIGTERM it once all its workers serve; seconds to exit, its log."""
     with tempfile.TemporaryDirectory(prefix="bench-stop-") as logdir:
-        log_path = Path(logdir) / "worker.log"
         registered = bench.redis.scard("rq:workers")
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                list(argv),
-                cwd=REPO_ROOT,
-                env=bench.worker_env(**extra),
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        (process,) = start_fleet(bench, mechanism, target, Path(logdir))
+        log_path = Path(logdir) / "worker-0.log"
         try:
-            _wait_for_workers(bench, process, registered + workers, log_path)
+            workers = registered + mechanism.registered_workers(target)
+            _wait_for_workers(bench, process, workers, log_path)
             time.sleep(1.0)  # rq's scheduler process starts after the worker registers
             started = time.monotonic()
             process.send_signal(signal.SIGTERM)
