@@ -30,8 +30,8 @@ T = TypeVar("T")
 
 
 class OutageQuietScheduler(RQScheduler):
-    """rq's scheduler process, riding out a restarted Redis and ending with one log line
-    when Redis is gone.
+    """rq's scheduler process: it rides out a Redis restarted under it, stops without
+    waiting for Redis, and ends with one log line when Redis is gone.
 
     rq's scheduler process raises out of its loop when Redis stays away longer than
     the connection's retry, and then both rq and ``multiprocessing`` write the raw
@@ -45,7 +45,7 @@ class OutageQuietScheduler(RQScheduler):
         # outage (REDIS_PATIENCE_S) would hold the worker that long: it fails at its next
         # attempt instead, and the lock it could not release expires on its own.
         super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
-        retry = self._pool_kwargs.get("retry")
+        retry = self.connection.get_retry()
         if isinstance(retry, PatientRetry):
             retry.stop_waiting()
 
