@@ -800,6 +800,7 @@ def ride_out_redis_restarts(chaos: ChaosStack, worker: WorkerProcess) -> None:
         "delayed-restart", [{"text": "Scheduled across a restart"}], delay_s=1
     )
     assert chaos.wait_for_outcome(delayed, timeout_s=30)["outcome"] == "completed"
+    assert worker.events("redis_scripts_lost")  # the restart came where it trips rq
 
     # The answer comes 5 s after the model is asked: the outage must begin before it even
     # when the loaded suite is slow to stop Redis (2 s was not enough), and lasts longer.
