@@ -821,8 +821,9 @@ def ride_out_redis_restarts(chaos: ChaosStack, worker: WorkerProcess) -> None:
         assert chaos.wait_for_outcome(task_id)["outcome"] == "completed", task_id
         assert chaos.status(task_id) == "finished"
         post_id = chaos.job(task_id).args[0]["post_id"]
-        assert len(chaos.replies_to(post_id)) == 1
-        assert len(chaos.consumption_of(task_id)) == 1
+        replies = chaos.replies_to(post_id)
+        assert len(replies) == 1, (task_id, replies, chaos.outbox_size())
+        assert len(chaos.consumption_of(task_id)) == 1, task_id
         assert chaos.error_posts_about(task_id) == []
     # The job process really met the outage: the model answered while Redis was down.
     (answered,) = [e for e in worker.events("llm_call") if e["task"] == running]
