@@ -33,6 +33,7 @@ BENCHMARKS = (
     "connections",
     "cli_sandbox",
     "crash_recovery",
+    "worker_stop",
 )
 
 

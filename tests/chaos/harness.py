@@ -27,6 +27,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +45,7 @@ from tests.support.jobs import process_running
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
 from tests.support.workers import (
+    QUEUE,
     TEST_CONCURRENCY_VARIABLE,
     blocked_signals,
     launch_pool,
@@ -85,6 +87,8 @@ HEARTBEAT_GRACE_S = 20
 # Marks every process a chaos worker starts (forked job processes and rq's scheduler
 # inherit it), so a test can find and end whatever a killed worker left behind.
 STACK_MARKER = "AGENT_WORKER_CHAOS_STACK"
+# How long Redis stays down when ``ride_out_redis_restarts`` stops it mid-task.
+REDIS_RESTART_OUTAGE_S = 8
 
 T = TypeVar("T")
 
@@ -220,9 +224,9 @@ class ChaosStack:
     def connection(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis_url)
 
-    def enqueue(self, task: Mapping[str, Any]) -> str:
+    def enqueue(self, task: Mapping[str, Any], *, delay_s: float = 0) -> str:
         with contextlib.closing(self.connection()) as connection:
-            return enqueue_task(connection, task).status
+            return enqueue_task(connection, task, delay_s=delay_s).status
 
     def job(self, task_id: str) -> Job:
         with contextlib.closing(self.connection()) as connection:
@@ -283,6 +287,25 @@ class ChaosStack:
             return None
         return int(holder.decode().rpartition(":")[2].partition("/")[0])
 
+    def restart_redis_while_the_scheduler_renews_its_lock(self) -> None:
+        """Restart Redis with rq's scheduler inside its heartbeat, which renews its lock.
+
+        The heartbeat is one transaction (MULTI, HSET, EXPIRE, the lock script by its
+        SHA, EXEC) that redis-py sends after asking the server whether it has the
+        script. With writes paused (``CLIENT PAUSE ... WRITE``) the question is answered
+        and the transaction waits in the server at its HSET; restarted there, the
+        transaction's retry reaches a server that has never seen the script.
+        """
+        with contextlib.closing(self.connection()) as admin:
+            assert admin.exists(f"rq:scheduler-lock:{QUEUE}"), "no scheduler holds its lock"
+            admin.client_pause(60_000, all=False)
+            wait_until(
+                lambda: any(_renewing_the_scheduler_lock(c) for c in admin.client_list()),
+                30,
+                "rq's scheduler to renew its lock",
+            )
+        self.redis_server.start_again()
+
     def outbox_size(self) -> int:
         with contextlib.closing(self.connection()) as connection:
             return int(connection.zcard(redis_keys.OUTBOX))
@@ -314,13 +337,16 @@ class ChaosStack:
         )
         return str(created["id"])
 
-    def notification(self, prefix: str, turns: Sequence[Mapping[str, Any]]) -> str:
-        """Script a conversation, seed a post that selects it, enqueue a task answering it."""
+    def notification(
+        self, prefix: str, turns: Sequence[Mapping[str, Any]], *, delay_s: float = 0
+    ) -> str:
+        """Script a conversation, seed a post that selects it, enqueue a task answering it
+        (``delay_s``: into rq's scheduled registry, for rq's scheduler to move to the queue)."""
         task_id = unique(prefix)
         self.llm.set_scenario(task_id, turns)
         post_id = self.seed_post(f"@{AGENT} can you help? [[scenario:{task_id}]]")
         task = {"task_id": task_id, "type": "notification", "agent_id": AGENT, "post_id": post_id}
-        assert self.enqueue(task) == "enqueued"
+        assert self.enqueue(task, delay_s=delay_s) == ("scheduled" if delay_s else "enqueued")
         return task_id
 
     def replies_to(self, post_id: str, agent_id: str = AGENT) -> list[dict[str, Any]]:
@@ -465,6 +491,13 @@ class ChaosStack:
         self.hub.reset()
         self.llm.reset()
         write_agents(self.agents_dir)
+
+
+def _renewing_the_scheduler_lock(client: Mapping[str, str]) -> bool:
+    """A client held by a write pause inside a transaction whose first command is an HSET:
+    rq's scheduler heartbeat (``x``: in MULTI, ``b``: blocked), the only one an idle worker
+    sends."""
+    return {"x", "b"} <= set(client["flags"]) and client["cmd"] == "hset"
 
 
 def _values_of(connection: Any, key: bytes) -> list[Any]:
@@ -760,3 +793,52 @@ def json_lines(text: str) -> list[dict[str, Any]]:
             if isinstance(item, dict):
                 lines.append(item)
     return lines
+
+
+def ride_out_redis_restarts(chaos: ChaosStack, worker: WorkerProcess) -> None:
+    """Restart Redis under ``worker`` (an ``rq worker`` or a pool) at each moment that can
+    trip it: idle, while rq's scheduler renews its lock, and mid-task with another task
+    queued. Every task completes once, and no process quits or raises."""
+    chaos.redis_server.start_again()  # while idle
+    first = chaos.notification("idle-restart", [{"text": "Served after an idle restart"}])
+    assert chaos.wait_for_status(first) == "finished"
+
+    # A restarted Redis has forgotten every Lua script: rq's scheduler, retrying its lock
+    # renewal there, must load its script again, stay up and keep moving delayed tasks.
+    chaos.restart_redis_while_the_scheduler_renews_its_lock()
+    delayed = chaos.notification(
+        "delayed-restart", [{"text": "Scheduled across a restart"}], delay_s=1
+    )
+    assert chaos.wait_for_outcome(delayed, timeout_s=30)["outcome"] == "completed"
+    assert worker.events("redis_scripts_lost")  # the restart came where it trips rq
+
+    # The answer comes 5 s after the model is asked: the outage must begin before it even
+    # when the loaded suite is slow to stop Redis (2 s was not enough), and lasts longer.
+    running = chaos.notification(
+        "busy-restart", [{"text": "Served across a restart", "delay_s": 5}]
+    )
+    wait_until(lambda: chaos.llm.requests(running), 60, "the model to be asked")
+    waiting = chaos.notification("queued-restart", [{"text": "Queued across a restart"}])
+    # Mid-task, with another task waiting in the queue; down long enough that the job
+    # process (its model answer arrives meanwhile) and the worker both run into it.
+    chaos.redis_server.stop()
+    down_at = time.time()
+    time.sleep(REDIS_RESTART_OUTAGE_S)
+    up_at = time.time()
+    chaos.redis_server.start_again()
+
+    for task_id in (first, delayed, running, waiting):
+        assert chaos.wait_for_outcome(task_id)["outcome"] == "completed", task_id
+        assert chaos.status(task_id) == "finished"
+        post_id = chaos.job(task_id).args[0]["post_id"]
+        replies = chaos.replies_to(post_id)
+        assert len(replies) == 1, (task_id, replies, chaos.outbox_size())
+        assert len(chaos.consumption_of(task_id)) == 1, task_id
+        assert chaos.error_posts_about(task_id) == []
+    # The job process really met the outage: the model answered while Redis was down.
+    (answered,) = [e for e in worker.events("llm_call") if e["task"] == running]
+    assert down_at < datetime.fromisoformat(answered["ts"]).timestamp() < up_at
+    assert worker.alive()
+    rq_messages = [str(e.get("message")) for e in worker.events("rq_log")]
+    assert [m for m in rq_messages if "quitting" in m or "raised an exception" in m] == []
+    assert worker.events("scheduler_stopped") == []

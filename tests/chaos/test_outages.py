@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
 
 import pytest
 
-from tests.chaos.harness import ChaosStack, scrape_metric, wait_until
+from tests.chaos.harness import ChaosStack, ride_out_redis_restarts, scrape_metric, wait_until
 from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 
 # The Hub stays down at least this long: every write and read of both tasks meets it first.
 HUB_OUTAGE_S = 10
-REDIS_OUTAGE_S = 8
 
 
 def test_replies_wait_in_the_outbox_while_the_hub_is_down_and_arrive_once(
@@ -62,38 +60,8 @@ def test_replies_wait_in_the_outbox_while_the_hub_is_down_and_arrive_once(
     assert scrape_metric(metrics_port, "agent_outbox_items") == 0
 
 
-def test_worker_rides_out_redis_restarts_idle_and_mid_task(chaos: ChaosStack) -> None:
+def test_worker_rides_out_redis_restarts_idle_mid_task_and_while_renewing_its_lock(
+    chaos: ChaosStack,
+) -> None:
     worker = chaos.start_worker("--job-monitoring-interval", "1")
-
-    chaos.redis_server.start_again()  # while idle
-    first = chaos.notification("idle-restart", [{"text": "Served after an idle restart"}])
-    assert chaos.wait_for_status(first) == "finished"
-
-    # The answer comes 5 s after the model is asked: the outage must begin before it even
-    # when the loaded suite is slow to stop Redis (2 s was not enough), and lasts longer.
-    running = chaos.notification(
-        "busy-restart", [{"text": "Served across a restart", "delay_s": 5}]
-    )
-    wait_until(lambda: chaos.llm.requests(running), 60, "the model to be asked")
-    waiting = chaos.notification("queued-restart", [{"text": "Queued across a restart"}])
-    # Mid-task, with another task waiting in the queue; down long enough that the job
-    # process (its model answer arrives meanwhile) and the worker both run into it.
-    chaos.redis_server.stop()
-    down_at = time.time()
-    time.sleep(REDIS_OUTAGE_S)
-    up_at = time.time()
-    chaos.redis_server.start_again()
-
-    for task_id in (running, waiting):
-        assert chaos.wait_for_outcome(task_id)["outcome"] == "completed", task_id
-        assert chaos.status(task_id) == "finished"
-        post_id = chaos.job(task_id).args[0]["post_id"]
-        assert len(chaos.replies_to(post_id)) == 1
-        assert len(chaos.consumption_of(task_id)) == 1
-        assert chaos.error_posts_about(task_id) == []
-    # The job process really met the outage: the model answered while Redis was down.
-    (answered,) = [e for e in worker.events("llm_call") if e["task"] == running]
-    assert down_at < datetime.fromisoformat(answered["ts"]).timestamp() < up_at
-    assert worker.alive()
-    rq_messages = [str(e.get("message")) for e in worker.events("rq_log")]
-    assert [m for m in rq_messages if "quitting" in m or "raised an exception" in m] == []
+    ride_out_redis_restarts(chaos, worker)

@@ -11,7 +11,7 @@ import time
 import httpx2
 import pytest
 
-from tests.chaos.harness import ChaosStack, WorkerProcess, wait_until
+from tests.chaos.harness import ChaosStack, WorkerProcess, ride_out_redis_restarts, wait_until
 from tests.conformance.rq_api import enqueue_job, runs_of, started_scores, wait_for_runs
 from tests.support.redis_server import free_port
 from tests.support.workers import WORKER_CLASS
@@ -123,6 +123,39 @@ def test_a_second_sigterm_is_a_cold_shutdown_that_hands_every_task_back(
     assert pool.wait_exit(60) == 0
     assert [chaos.status(job_id) for job_id in jobs] == ["queued"] * 2
     assert len(pool.events("task_handed_back")) == 2
+
+
+def test_the_pool_rides_out_redis_restarts_idle_mid_task_and_while_renewing_its_lock(
+    chaos: ChaosStack,
+) -> None:
+    pool = start_pool(chaos, "--processes", "2", "--concurrency", "4")
+    ride_out_redis_restarts(chaos, pool)
+    assert pool.events("pool_worker_ended") == []
+
+
+def test_an_idle_pool_asked_to_stop_while_redis_is_down_stops_without_waiting_for_redis(
+    chaos: ChaosStack,
+) -> None:
+    port = free_port()
+    # Far longer than the wait below: a pool that waits for Redis cannot pass.
+    pool = start_pool(
+        chaos,
+        "--processes",
+        "2",
+        "--concurrency",
+        "2",
+        METRICS_PORT=str(port),
+        REDIS_PATIENCE_S="600",
+    )
+    chaos.redis_server.stop()
+    # Long enough for rq's scheduler (a heartbeat every second) to meet the outage too.
+    time.sleep(3)
+
+    pool.send(signal.SIGTERM)
+
+    assert pool.wait_exit(60) == 0
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
 
 
 def test_the_pool_serves_one_metrics_endpoint_for_the_host(chaos: ChaosStack) -> None:

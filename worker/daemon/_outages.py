@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.executions import Execution
 from rq.job import Job
@@ -24,13 +24,14 @@ from rq.worker import Worker
 
 from worker.logs import log_event
 from worker.metrics import worker_metrics
-from worker.redis_io import is_redis_outage, outage_kind, until_redis_answers
+from worker.redis_io import PatientRetry, is_redis_outage, outage_kind, until_redis_answers
 
 T = TypeVar("T")
 
 
 class OutageQuietScheduler(RQScheduler):
-    """rq's scheduler process, ending with one log line when Redis is gone.
+    """rq's scheduler process: it rides out a Redis restarted under it, stops without
+    waiting for Redis, and ends with one log line when Redis is gone.
 
     rq's scheduler process raises out of its loop when Redis stays away longer than
     the connection's retry, and then both rq and ``multiprocessing`` write the raw
@@ -38,6 +39,27 @@ class OutageQuietScheduler(RQScheduler):
     ``scheduler_stopped`` event instead; the worker's loop starts a new one once
     Redis answers (rq's ``acquire_locks(auto_start=True)``), as it did before.
     """
+
+    def request_stop(self, signum: Any = None, frame: Any = None) -> None:
+        # Its worker is stopping and waits for this process. A command waiting out an
+        # outage (REDIS_PATIENCE_S) would hold the worker that long: it fails at its next
+        # attempt instead, and the lock it could not release expires on its own.
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
+        retry = self.connection.get_retry()
+        if isinstance(retry, PatientRetry):
+            retry.stop_waiting()
+
+    def heartbeat(self) -> None:
+        # rq renews its locks by running its lock script in a transaction. redis-py asks
+        # the server for the script before sending the transaction, not again when the
+        # connection's retry sends it once more: a Redis restarted in between (it forgot
+        # every script) fails it with NoScriptError. The same heartbeat again loads the
+        # script first; it only renews, so running it twice is harmless.
+        try:
+            super().heartbeat()  # type: ignore[no-untyped-call]
+        except NoScriptError:
+            log_event("redis_scripts_lost", level="warning", during="scheduler_heartbeat")
+            super().heartbeat()  # type: ignore[no-untyped-call]
 
     def work(self) -> None:
         try:

@@ -162,6 +162,15 @@ class AgentWorker(ConcurrentWorker):
         with signals_left_to_the_main_thread():
             super().subscribe()  # type: ignore[no-untyped-call]
 
+    def unsubscribe(self) -> None:
+        # rq unsubscribes, then tells the listener thread to stop and joins it for up to
+        # 1 s. The unsubscribe's reply can wake the thread before it is told: it then
+        # waits 60 s for a subscription, and every stopping worker paid rq's whole second.
+        # Told first, the thread ends on that reply.
+        if self.pubsub_thread is not None:
+            self.pubsub_thread.stop()
+        super().unsubscribe()  # type: ignore[no-untyped-call]
+
     def _import_job_modules(self) -> None:
         self.import_job_modules()
 

@@ -43,6 +43,7 @@ from worker.logs import log_event
 __all__ = [
     "OUTAGE_KINDS",
     "REDIS_UNAVAILABLE",
+    "PatientRetry",
     "RedisOutage",
     "access_refusal",
     "check_redis_access",
