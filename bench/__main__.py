@@ -31,6 +31,7 @@ BENCHMARKS = (
     "in_flight",
     "cli_sandbox",
     "crash_recovery",
+    "prompt_cache",
 )
 
 
