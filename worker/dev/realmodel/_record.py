@@ -61,6 +61,11 @@ def recording_proxy(upstream: str, record: Path) -> Iterator[str]:
         server.server_close()
 
 
+def exchanges(record: Path) -> list[dict[str, Any]]:
+    """The exchanges a recording holds, in the order they were made."""
+    return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+
+
 def _exchange(request: bytes, status: int, response: bytes) -> dict[str, Any]:
     try:
         answer: Any = json.loads(response)
