@@ -21,6 +21,7 @@ BENCHMARKS = (
     "loop_overhead",
     "loop_components",
     "budgeting",
+    "model_request",
     "redaction",
     "metrics_scrape",
     "mcp",

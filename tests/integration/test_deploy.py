@@ -564,6 +564,9 @@ def test_dashboard_has_the_operator_panels() -> None:
     assert "by (outcome)" in queries["Tasks by outcome"][0]
     assert "by (model, direction)" in queries["Tokens by model and direction"][0]
     assert "by (agent)" in queries["Cost by agent"][0]
+    read, written = queries["Prompt cache hit ratio"]
+    assert 'direction="cache_read"' in read and 'direction="cache_write"' in written
+    assert all('{direction="input"}' in query for query in (read, written))
     assert "by (agent, tool)" in queries["Grant denials by agent and tool"][0]
 
 

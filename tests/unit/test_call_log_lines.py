@@ -30,6 +30,8 @@ NATIVE_FIELDS = {
         "status",
         "tokens_input",
         "tokens_output",
+        "tokens_cache_read",
+        "tokens_cache_write",
         "stop_reason",
         "duration_ms",
     },

@@ -278,3 +278,17 @@ async def test_a_closing_turn_that_only_retells_a_call_is_asked_again_retold() -
     retold = model.requests[-1].messages
     assert all(message.role != "tool" and not message.tool_calls for message in retold)
     assert 'You called lookup with {"topic": "1"}. Result:' in retold[-1].content
+
+
+async def test_only_the_closing_call_is_the_runs_last_and_tools_go_sorted_by_name() -> None:
+    # The closing call's conversation is never sent again (a prompt cache need not keep it);
+    # every call offers the tools in one order, whatever order the toolbox listed them in.
+    _, model, _ = await run(
+        [
+            Turn(tool_calls=[("lookup", {"topic": "rq"})]),
+            Turn(tool_calls=[("post", {"text": REPLY})]),
+            Turn(text="I answered on the thread."),
+        ]
+    )
+    assert [request.last_call for request in model.requests] == [False, False, True]
+    assert [tool.name for tool in model.requests[0].tools] == ["capped", "lookup", "post"]

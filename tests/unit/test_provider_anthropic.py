@@ -11,6 +11,7 @@ import anthropic
 import httpx2
 import pytest
 
+from tests.support.provider_wire import SEARCH, on_the_wire, search_transcript
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models._anthropic import AnthropicModel
 from worker.models._cache import PromptCache
@@ -322,30 +323,9 @@ async def test_response_schema_uses_the_structured_output_config() -> None:
     assert fake.body()["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
 
 
-def _wire(request: httpx2.Request) -> tuple[str, str, dict[str, str], dict[str, Any]]:
-    # Headers that differ from one request to the next by design: retry count, the time
-    # left of the timeout.
-    varying = {"x-stainless-retry-count", "x-stainless-read-timeout", "x-stainless-timeout"}
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in varying}
-    return request.method, str(request.url), headers, json.loads(request.content)
-
-
-SEARCH = ToolSpec(
-    name="hub__search",
-    description="Search posts.",
-    input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
-)
 # Long enough for Sonnet 4.5's minimum (1,024 tokens) at the layout's 3 characters a token.
 AGENT_PROMPT = "You are a careful reviewer of release notes. " * 80
-TRANSCRIPT = [
-    Message(role="user", content="find rq posts"),
-    Message(
-        role="assistant",
-        content="Looking.",
-        tool_calls=(ToolCall(id="toolu_a", name="hub__search", arguments='{"q": "rq"}'),),
-    ),
-    Message(role="tool", content="post p-1", tool_call_id="toolu_a"),
-]
+TRANSCRIPT = search_transcript("toolu_a", preamble="Looking.")
 
 
 def cached_request(**options: Any) -> ModelRequest:
@@ -394,7 +374,7 @@ async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
     body = fake.body()
     await sdk.messages.create(**body, timeout=30.0)
 
-    ours, theirs = _wire(fake.requests[0]), _wire(fake.requests[1])
+    ours, theirs = on_the_wire(fake.requests[0]), on_the_wire(fake.requests[1])
     assert ours == theirs
     assert ours[0] == "POST"
     assert ours[1] == "https://api.anthropic.com/v1/messages"

@@ -10,19 +10,15 @@ import httpx2
 import openai
 import pytest
 
+from tests.support.provider_wire import SEARCH, on_the_wire, search_transcript
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models import _openai
 from worker.models._cache import PromptCache, agent_cache_key
 from worker.models._openai import OpenAIModel
 from worker.models._retry import RetryPolicy
-from worker.models._types import Message, ModelRequest, StopReason, ToolCall, ToolSpec
+from worker.models._types import Message, ModelRequest, StopReason, ToolCall
 
 API_KEY = "sk-proj-secretsecretsecret0123456789"
-SEARCH = ToolSpec(
-    name="hub__search",
-    description="Search posts.",
-    input_schema={"type": "object", "properties": {"q": {"type": "string"}}},
-)
 
 
 @pytest.fixture(autouse=True)
@@ -327,26 +323,11 @@ async def test_response_schema_becomes_a_strict_json_schema_format() -> None:
     }
 
 
-def _wire(request: httpx2.Request) -> tuple[str, str, dict[str, str], dict[str, Any]]:
-    # Headers that differ from one request to the next by design: retry count, timeout.
-    varying = {"x-stainless-retry-count", "x-stainless-read-timeout"}
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in varying}
-    return request.method, str(request.url), headers, json.loads(request.content)
-
-
 @pytest.mark.anyio
 async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
     # The model posts its body through the SDK's ``post`` (no TypedDict transform): the same
     # method, URL, headers (the key as bearer) and body as ``chat.completions.create``.
-    transcript = [
-        Message(role="user", content="find rq posts"),
-        Message(
-            role="assistant",
-            content="",
-            tool_calls=(ToolCall(id="call_a", name="hub__search", arguments='{"q": "rq"}'),),
-        ),
-        Message(role="tool", content="post p-1", tool_call_id="call_a"),
-    ]
+    transcript = search_transcript("call_a")
     fake = FakeOpenAI(completion("done"), completion("done"))
     model = fake.model(temperature=0.2)
     await model.complete(
@@ -375,7 +356,7 @@ async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
         timeout=30.0,
     )
 
-    ours, theirs = _wire(fake.requests[0]), _wire(fake.requests[1])
+    ours, theirs = on_the_wire(fake.requests[0]), on_the_wire(fake.requests[1])
     assert ours == theirs
     assert ours[2]["authorization"] == f"Bearer {API_KEY}"
     assert ours[1] == "https://api.openai.com/v1/chat/completions"

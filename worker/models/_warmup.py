@@ -16,6 +16,7 @@ import anyio
 import httpx2
 
 from worker.logs import log_event
+from worker.models._cache import PromptCache
 from worker.models._types import Message, ModelRequest, ToolCall, ToolSpec
 
 _TOOL_CALL_ARGUMENTS = '{"post_id": "p-1"}'
@@ -103,7 +104,12 @@ async def _call_each_provider(providers: Collection[str]) -> None:
         model_class = provider_model_class(provider)
         async with httpx2.AsyncClient(transport=httpx2.MockTransport(_canned_answer)) as http:
             model = model_class(
-                "warm-up", api_key="warm-up", base_url="http://warm-up.invalid", http_client=http
+                "warm-up",
+                api_key="warm-up",
+                base_url="http://warm-up.invalid",
+                http_client=http,
+                # The request shape tasks send (PROMPT_CACHE's default).
+                prompt_cache=PromptCache(key="warm-up"),
             )
             await model.complete(_REQUEST)
 
