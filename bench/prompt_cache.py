@@ -26,12 +26,7 @@ import re
 import subprocess
 import tempfile
 import threading
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +42,8 @@ from bench._report import Table
 from bench._size import Size
 from bench._stack import REPO_ROOT, RQ, WORKER_RUN_TIMEOUT_S
 from hub_client import HubClient
-from worker.dev.devstack import DevStack, free_port, running_stack
+from worker.dev.devstack import DevStack, running_stack
+from worker.dev.post_proxy import forward_post, post_proxy
 from worker.enqueue import enqueue_task
 
 MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o-mini"}
@@ -159,7 +155,7 @@ class CachingProxy:
                 self.tally.refused.append(str(error))
                 answer = {"type": "error", "error": {"type": "invalid_request_error"}}
                 return 400, json.dumps(answer | {"message": str(error)}).encode()
-        status, payload = _forward(self.upstream + path, raw)
+        status, payload = forward_post(self.upstream + path, raw, 60.0)
         if status != 200:
             return status, payload
         answer = json.loads(payload)
@@ -178,44 +174,6 @@ class CachingProxy:
                 self.tally.prompt_tokens += prompt_tokens
                 self.tally.cache_read += cached
         return 200, json.dumps(answer).encode()
-
-
-def _forward(url: str, raw: bytes) -> tuple[int, bytes]:
-    request = urllib.request.Request(
-        url, data=raw, method="POST", headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
-@contextmanager
-def serving(proxy: CachingProxy) -> Iterator[str]:
-    """The proxy on a loopback port; yields its root URL."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            status, payload = proxy.exchange(self.path, raw)
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # -- the fleet ---------------------------------------------------------------------------------
@@ -363,7 +321,7 @@ def run_fleet(provider: str, *, agents: int, tasks_per_agent: int, cache: str) -
         try:
             for item in fleet:
                 enqueue_task(connection, item.task)
-            with serving(proxy) as url:
+            with post_proxy(proxy.exchange) as url:
                 env = stack.worker_env(
                     AGENTS_DIR=workdir,
                     METRICS_PORT="0",
