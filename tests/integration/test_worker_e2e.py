@@ -134,6 +134,8 @@ def test_notification_ends_as_a_comment_with_its_consumption_recorded(e2e: E2E) 
         "tool_calls": 1,
         "tokens_input": 300,
         "tokens_output": 55,
+        "tokens_cache_read": 0,
+        "tokens_cache_write": 0,
         "cost_usd": None,
         "duration_s": report["duration_s"],
         "posted": [comment["id"]],

@@ -292,3 +292,18 @@ async def test_only_the_closing_call_is_the_runs_last_and_tools_go_sorted_by_nam
     )
     assert [request.last_call for request in model.requests] == [False, False, True]
     assert [tool.name for tool in model.requests[0].tools] == ["capped", "lookup", "post"]
+
+
+async def test_a_call_offered_no_tool_is_the_runs_last() -> None:
+    model = ScriptedModel([Turn(text=REPLY)])
+    loop = AgentLoop(
+        model=model,
+        toolbox=LocalToolbox([]),
+        system="You are a test agent.",
+        settings=LoopSettings(),
+        task_id="t-1",
+        agent_id="test-agent",
+    )
+    result = await loop.run([Message(role="user", content="How do I scale workers?")])
+    assert result.outcome is Outcome.COMPLETED
+    assert [request.last_call for request in model.requests] == [True]

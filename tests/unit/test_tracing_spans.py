@@ -328,7 +328,7 @@ class FlakyModel(RetryingModel):
         return ModelResponse(
             text=f"Done; my key is {CANARY}",
             stop_reason=StopReason.END_TURN,
-            usage=Usage(input_tokens=120, output_tokens=15, cost_usd=0.0042),
+            usage=Usage(input_tokens=120, output_tokens=15, cost_usd=0.0042, cache_read_tokens=100),
             provider="openai",
             model="gpt-test-0613",
         )
@@ -361,6 +361,8 @@ async def test_a_model_call_is_one_chat_span_with_usage_cost_and_its_retry(
         "gen_ai.response.model": "gpt-test-0613",
         "gen_ai.usage.input_tokens": 120,
         "gen_ai.usage.output_tokens": 15,
+        "gen_ai.usage.cache_read.input_tokens": 100,
+        "gen_ai.usage.cache_creation.input_tokens": 0,
         "agent_worker.llm.attempts": 2,
         "agent_worker.usage.cost_usd": 0.0042,
     }

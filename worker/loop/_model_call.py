@@ -125,8 +125,10 @@ class ModelCaller:
         request = ModelRequest(
             system=self._system,
             system_context=self._system_context,
-            # A closing call is the run's last: nothing reads its conversation back.
-            last_call=final,
+            # A closing call is the run's last; a call offered no tool ends the run with its
+            # answer (only a rare empty or cut answer asks again). A cache write of their
+            # conversation would not be read back (docs/concepts/prompt-cache.md).
+            last_call=final or not tools,
             messages=list(messages) if messages is not None else state.messages,
             tools=tools,
             max_output_tokens=plan.max_output_tokens,

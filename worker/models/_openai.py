@@ -116,7 +116,8 @@ class OpenAIModel(RetryingModel):
         try:
             completion = await self._post(body, timeout_s)
         except openai.BadRequestError as exc:
-            if "prompt_cache_key" not in body or "prompt_cache_key" not in str(exc.body):
+            named = "prompt_cache_key" in f"{exc.message} {exc.body}"
+            if "prompt_cache_key" not in body or not named:
                 raise self._failed(exc, timeout_s) from exc
             # A compatible server that refuses fields it does not know: once without the
             # key, and never again to this endpoint in this process.

@@ -88,8 +88,8 @@ class ModelRequest:
     # This task's own instructions, read right after ``system`` (the untrusted-content
     # notice with its nonce, the budget line): kept out of the cacheable prefix.
     system_context: str = ""
-    # No later call of this run sends this conversation again: a cache write of it would
-    # never be read back.
+    # No later call of this run is expected to send this conversation again (a closing call,
+    # a call offered no tool): a cache write of it would not be read back.
     last_call: bool = False
 
     def full_system(self) -> str:

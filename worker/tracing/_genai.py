@@ -43,6 +43,8 @@ class _Usage(Protocol):
     input_tokens: int
     output_tokens: int
     cost_usd: float | None
+    cache_read_tokens: int
+    cache_write_tokens: int
 
 
 class _ToolCall(Protocol):
@@ -215,6 +217,11 @@ def _record_response(span: trace.Span, response: _Response) -> None:
     span.set_attribute("gen_ai.response.finish_reasons", [finish])
     span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
     span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+    # Of the input tokens, those the provider's prompt cache served and those it stored.
+    span.set_attribute("gen_ai.usage.cache_read.input_tokens", response.usage.cache_read_tokens)
+    span.set_attribute(
+        "gen_ai.usage.cache_creation.input_tokens", response.usage.cache_write_tokens
+    )
     span.set_attribute("agent_worker.llm.attempts", response.attempts)
     if response.usage.cost_usd is not None:
         span.set_attribute("agent_worker.usage.cost_usd", response.usage.cost_usd)
