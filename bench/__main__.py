@@ -34,6 +34,7 @@ BENCHMARKS = (
     "cli_sandbox",
     "crash_recovery",
     "worker_stop",
+    "prompt_cache",
 )
 
 

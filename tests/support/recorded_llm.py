@@ -14,14 +14,14 @@ from typing import Any
 
 import httpx2
 
+from worker.dev.realmodel._record import exchanges as recorded_exchanges
 from worker.models import OpenAIModel
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 
 
 def exchanges(name: str) -> list[dict[str, Any]]:
-    lines = (RECORDED / name).read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    return recorded_exchanges(RECORDED / name)
 
 
 class RecordedEndpoint:

@@ -683,7 +683,7 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.Request]:
         return httpx2.Response(401, json={"error": {"message": "no"}})
 
     client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    monkeypatch.setattr(factory, "shared_http_client", lambda provider, base_url, concurrency: client)
+    monkeypatch.setattr(factory, "shared_http_client", lambda *_: client)
     return sent
 
 

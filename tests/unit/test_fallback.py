@@ -234,7 +234,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.Request]:
         return httpx2.Response(500, json={"error": {"message": "boom"}})
 
     wire = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    monkeypatch.setattr(factory, "shared_http_client", lambda provider, base_url, concurrency: wire)
+    monkeypatch.setattr(factory, "shared_http_client", lambda *_: wire)
     return requests
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.dev.realmodel._eval import score, table, written_since
+from worker.dev.realmodel._eval import prompt_tokens, score, table, written_since
 from worker.dev.realmodel._scenarios import AGENT, SCENARIOS
 
 QUESTION = next(s for s in SCENARIOS if s.name == "question in a thread")
@@ -101,3 +101,43 @@ def test_the_writes_the_scope_refused_are_shown_in_the_table() -> None:
         "hub__create_post:post_not_allowed",
     )
     assert "| hub__create_post:post_not_allowed |" in table([row], "m")
+
+
+def exchange(first_user: str, prompt_n: int, cache_n: int) -> dict[str, Any]:
+    """One recorded call as llama-server answers it: usage plus its ``timings``."""
+    messages = [
+        {"role": "system", "content": "You are eval-agent."},
+        {"role": "user", "content": first_user},
+        {"role": "assistant", "content": "checking"},
+        {"role": "user", "content": "in the thread of post p-9."},  # not the first: ignored
+    ]
+    timings = {"prompt_n": prompt_n, "cache_n": cache_n, "predicted_n": 20}
+    return {"request": {"messages": messages}, "status": 200, "response": {"timings": timings}}
+
+
+def test_the_prompt_tokens_llama_server_processed_and_reused_are_counted_per_task() -> None:
+    sent = [
+        exchange("You were mentioned ..., in the thread of post p-1.\nRead it.", 1647, 0),
+        exchange("You were mentioned ..., in the thread of post p-1.\nRead it.", 111, 1650),
+        exchange("You were mentioned ..., in the thread of post p-12.\nRead it.", 900, 300),
+        exchange("You are exploring the Hub.\n[post p-2] in m/eval-feed by dave", 1144, 236),
+        {"request": {"messages": []}, "status": 400, "response": "refused"},
+    ]
+
+    assert prompt_tokens(sent, "p-1") == (1758, 1650)
+    assert prompt_tokens(sent, "p-2") == (1144, 236)
+    assert prompt_tokens(sent, "p-9") == (0, 0)
+
+
+def test_the_table_shows_each_scenarios_prompt_tokens_and_the_runs_totals() -> None:
+    state = {"comments": [comment("p-1", AGENT, "Redis listens on port 6379.")], "posts": []}
+    row = score(QUESTION, "p-1", report(), state, [SECRET])
+    row.prompt_processed, row.prompt_reused = 1758, 1650
+
+    text = table([row, row], "qwen", worker_s=312.4)
+
+    assert "| 1758 | 1650 |" in text.splitlines()[4]
+    assert text.endswith(
+        "prompt tokens llama-server processed: 3516, reused from its cache: 3300; "
+        "rq worker wall time: 312 s"
+    )

@@ -45,11 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(cache, args.model)
     with llama_server(cache, MODELS[args.model]) as model:
         print(f"realmodel: {model.alias} on {model.base_url} (pid {model.pid})", file=sys.stderr)
-        rows = run_eval(model, only=args.only)
-    for row in rows:  # what the agent wrote, for a reader of the table
+        run = run_eval(model, only=args.only)
+    for row in run.rows:  # what the agent wrote, for a reader of the table
         reply = " ".join(row.reply.split())[:300] or "(no reply)"
         print(f"realmodel: {row.scenario}: {reply}", file=sys.stderr)
-    print(table(rows, model.alias))
+    print(table(run.rows, model.alias, run.worker_s))
     return 0
 
 

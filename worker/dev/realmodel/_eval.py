@@ -19,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,7 +35,7 @@ from rq.serializers import JSONSerializer
 
 from hub_client import HubClient
 from worker.dev.devstack import DevStack, free_port, running_stack
-from worker.dev.realmodel._record import recording_proxy
+from worker.dev.realmodel._record import exchanges, recording_proxy
 from worker.dev.realmodel._scenarios import AGENT, PAGE_HTML, PAGE_PATH, SCENARIOS, Scenario
 from worker.dev.realmodel._server import RunningModel
 from worker.enqueue import enqueue_task
@@ -44,6 +45,14 @@ QUEUE = "agents"
 ERRORS_COMMUNITY = "m/agent-errors"
 # Every scenario may take the agent's max_duration_s; the worker runs them one by one.
 WORKER_TIMEOUT_S = 7200
+
+
+@dataclass(frozen=True)
+class Run:
+    """An evaluation's rows and the wall time of its ``rq worker --burst``."""
+
+    rows: list[Row]
+    worker_s: float
 
 
 @dataclass
@@ -58,6 +67,10 @@ class Row:
     replies: int
     # Writes the task's scope held back (the report's refused_writes), as tool:reason.
     refused: tuple[str, ...] = ()
+    # Prompt tokens llama-server computed for this scenario's calls, and those it took from
+    # its slot's cache instead (its answers' ``timings``: prompt_n, cache_n).
+    prompt_processed: int = 0
+    prompt_reused: int = 0
 
     @property
     def score(self) -> str:
@@ -70,7 +83,7 @@ class Row:
         return all(self.checks.get(name, False) for name in wanted)
 
 
-def run_eval(model: RunningModel, *, only: Sequence[str] = ()) -> list[Row]:
+def run_eval(model: RunningModel, *, only: Sequence[str] = ()) -> Run:
     """Run the scenarios (or those named in ``only``) against ``model``; one row each."""
     scenarios = [s for s in SCENARIOS if not only or s.name in only]
     canary = "sk-eval-canary-" + secrets.token_hex(12)
@@ -81,10 +94,10 @@ def run_eval(model: RunningModel, *, only: Sequence[str] = ()) -> list[Row]:
         with ExitStack() as running:
             page_url = running.enter_context(page_server())
             stack = running.enter_context(running_stack(scripted_llm=False))
-            base_url = model.base_url
-            record = os.environ.get("REALMODEL_RECORD")
-            if record:  # every exchange with the model, for tests to replay
-                base_url = running.enter_context(recording_proxy(base_url, Path(record)))
+            # Every exchange with the model: for tests to replay when REALMODEL_RECORD names
+            # a file, and always for the prompt tokens llama-server processed and reused.
+            record = Path(os.environ.get("REALMODEL_RECORD") or workdir / "exchanges.jsonl")
+            base_url = running.enter_context(recording_proxy(model.base_url, record))
             agents = agents_dir(workdir, model.alias)
             seeded = anyio.run(_seed_all, stack, scenarios, page_url)
             before = anyio.run(_dev_state, stack)
@@ -100,15 +113,21 @@ def run_eval(model: RunningModel, *, only: Sequence[str] = ()) -> list[Row]:
                 if task_type == "notification":
                     task |= {"post_id": post_id, "notification_id": f"n-{run_id}-{index}"}
                 task_ids.append(enqueue_task(connection, task, queue_name=QUEUE).task_id)
+            started = time.monotonic()
             code = run_worker(stack, agents, base_url, canary, workdir)
+            worker_s = time.monotonic() - started
             if code != 0:
                 print(f"realmodel: rq worker exited with {code}", file=sys.stderr)
             state = written_since(before, anyio.run(_dev_state, stack))
             secrets_seen = [canary, stack.hub_api_key, stack.mcp_auth_token, stack.capability_key]
-            return [
+            rows = [
                 score(scenario, post_id, _report(connection, task_id), state, secrets_seen)
                 for (scenario, post_id, _), task_id in zip(seeded, task_ids, strict=True)
             ]
+            sent = exchanges(record) if record.is_file() else []
+            for row, (_, post_id, _) in zip(rows, seeded, strict=True):
+                row.prompt_processed, row.prompt_reused = prompt_tokens(sent, post_id)
+            return Run(rows, worker_s)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -219,20 +238,39 @@ def score(
     )
 
 
-def table(rows: Sequence[Row], model_alias: str) -> str:
+def prompt_tokens(sent: Sequence[Mapping[str, Any]], post_id: str) -> tuple[int, int]:
+    """(processed, reused) prompt tokens over the calls of the task on ``post_id``: those whose
+    first user message names it (a notification's thread) or, for an exploration, holds it
+    in its feed. llama-server reports both in each answer's ``timings``."""
+    processed = reused = 0
+    for exchange in sent:
+        users = [m for m in exchange["request"].get("messages", ()) if m.get("role") == "user"]
+        first = str(users[0].get("content", "")) if users else ""
+        if f"post {post_id}." not in first and f"[post {post_id}]" not in first:
+            continue
+        response = exchange.get("response")
+        timings = response.get("timings") if isinstance(response, dict) else None
+        if isinstance(timings, dict):
+            processed += int(timings.get("prompt_n", 0))
+            reused += int(timings.get("cache_n", 0))
+    return processed, reused
+
+
+def table(rows: Sequence[Row], model_alias: str, worker_s: float | None = None) -> str:
     """The result table and its summary line, as Markdown."""
     lines = [
         f"model: {model_alias}",
         "",
         "| scenario | outcome | score | model calls | tokens | seconds | failed checks "
-        "| refused out of scope |",
-        "|---|---|---|---|---|---|---|---|",
+        "| refused out of scope | prompt processed | prompt reused |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         failed = ", ".join(name for name, ok in row.checks.items() if not ok) or "-"
         lines.append(
             f"| {row.scenario} | {row.outcome} | {row.score} | {row.llm_calls} | "
-            f"{row.tokens} | {row.seconds:.0f} | {failed} | {', '.join(row.refused) or '-'} |"
+            f"{row.tokens} | {row.seconds:.0f} | {failed} | {', '.join(row.refused) or '-'} | "
+            f"{row.prompt_processed} | {row.prompt_reused} |"
         )
     useful = sum(row.useful for row in rows)
     spam = sum(1 for row in rows if row.replies > 1)
@@ -241,6 +279,9 @@ def table(rows: Sequence[Row], model_alias: str) -> str:
         "",
         f"completed with a useful reply: {useful}/{len(rows)}; "
         f"more than one reply: {spam}; error posts for a delivered reply: {delivered_errors}",
+        f"prompt tokens llama-server processed: {sum(r.prompt_processed for r in rows)}, "
+        f"reused from its cache: {sum(r.prompt_reused for r in rows)}"
+        + (f"; rq worker wall time: {worker_s:.0f} s" if worker_s is not None else ""),
     ]
     return "\n".join(lines)
 

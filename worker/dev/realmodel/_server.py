@@ -27,6 +27,7 @@ from worker.dev.devstack import free_port
 from worker.dev.realmodel._setup import ModelSpec, ensure_template, model_path, server_binary
 
 CONTEXT_TOKENS = 4096
+CACHE_REUSE_TOKENS = 256
 THREADS_ENV = "REALMODEL_THREADS"
 _READY_TIMEOUT_S = 180.0
 
@@ -57,6 +58,9 @@ def llama_server(
         "--chat-template-file", str(ensure_template(cache, spec)), "--jinja",
         "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
         "-c", str(context_tokens), "-np", "1", "--alias", spec.alias,
+        # Past a part that differs (a task's own line), reuse the slot's cached chunks of at
+        # least this many tokens (the tools after it) by shifting them, not computing again.
+        "--cache-reuse", str(CACHE_REUSE_TOKENS),
     ]  # fmt: skip
     with log_path.open("wb") as log:
         process = subprocess.Popen(
