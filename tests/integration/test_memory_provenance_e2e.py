@@ -16,20 +16,18 @@ So the model does what a planted text says exactly when that text reaches its pr
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
 
 from tests.support.definitions import write_agent
 from tests.support.e2e import E2E, task_events, user_messages
+from tests.support.loopback_web import loopback_host
 from tests.support.mcp_servers import RunningMcpServer, running_mcp_memory, running_mcp_web
 from worker.dev.devstack import DevStack
 
@@ -66,10 +64,10 @@ def definition(name: str, strategy: str) -> dict[str, Any]:
 
 @dataclass
 class Collector:
-    """The attacker's host: every request it receives, as (path, query)."""
+    """The attacker's host: every request it receives, as "Host path"."""
 
     base_url: str
-    received: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
+    received: list[str]
 
     def data(self) -> str:
         return json.dumps(self.received)
@@ -77,31 +75,8 @@ class Collector:
 
 @pytest.fixture(scope="module")
 def collector() -> Iterator[Collector]:
-    got: list[tuple[str, dict[str, list[str]]]] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            parts = urlsplit(self.path)
-            got.append((parts.path, parse_qs(parts.query)))
-            body = b"ok"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Collector(base_url=f"http://127.0.0.1:{server.server_address[1]}", received=got)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with loopback_host() as host:
+        yield Collector(base_url=f"http://127.0.0.1:{host.server_address[1]}", received=host.seen)
 
 
 @pytest.fixture(scope="module")
