@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     """`on`: each model call asks its provider's prompt cache to keep what repeats (Anthropic's
     `cache_control` breakpoints, OpenAI's `prompt_cache_key`; see "The prompt cache").
     `off`: requests carry neither, the system prompt goes as one text."""
-    openai_prompt_cache_key: bool = True
+    openai_prompt_cache_routing: bool = True
     """Send `prompt_cache_key` to OpenAI-compatible endpoints. A server that answers 400 naming
     the field is asked again without it, and not sent it again by this process."""
 

@@ -134,9 +134,11 @@ def test_an_openai_agents_prefix_and_cache_key_are_the_same_in_every_task(
     systems = [body["messages"][0]["content"] for body in bodies]
     shared = os.path.commonprefix(systems)  # noqa: RUF071 (texts, not paths)
     # Everything up to the task's nonce is shared: the agent's prompt, both skills, the
-    # notice's first words.
-    assert shared.startswith("You are a release reviewer")
-    assert shared.endswith(SKILLS["triage"].strip() + "\n\nEverything between <untrusted-content-")
+    # notice's first words; past them only what two random nonces happen to begin with.
+    head = SKILLS["triage"].strip() + "\n\nEverything between <untrusted-content-"
+    assert shared.startswith("You are a release reviewer") and head in shared
+    nonces_alike = shared[shared.index(head) + len(head) :]
+    assert len(nonces_alike) < 16 and all(c in "0123456789abcdef" for c in nonces_alike)
     assert len({system[len(shared) :] for system in systems[::2]}) == 2
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from worker.exceptions import ConfigurationError
-from worker.settings import load_settings
+from worker.redaction import secrets_from_environment
+from worker.settings import Settings, load_settings
 
 
 def test_defaults_match_the_design(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,3 +50,16 @@ def test_secrets_are_never_in_the_repr(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings()
     assert "hub-key-that-must-not-show" not in repr(settings)
     assert "hub-key-that-must-not-show" in settings.secret_values()
+
+
+def test_a_setting_whose_name_reads_as_a_secret_holds_one() -> None:
+    # The redactor masks the value of every variable whose name holds KEY, TOKEN, SECRET...
+    # A flag so named (OPENAI_PROMPT_CACHE_KEY=false) would mask every "false" in prompts,
+    # reports and logs. AGENT_KEY_ENVS holds only variable names.
+    read_as_secrets = {
+        name
+        for name, field in Settings.model_fields.items()
+        if secrets_from_environment({name.upper(): "value"})
+        and "SecretStr" not in str(field.annotation)
+    }
+    assert read_as_secrets == {"agent_key_envs"}

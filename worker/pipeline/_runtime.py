@@ -176,7 +176,7 @@ def prompt_cache(agent: AgentDefinition, config: Settings) -> PromptCache | None
     return PromptCache(
         key=agent_cache_key(agent.config.name),
         ttl=agent.config.brain.prompt_cache_ttl,
-        send_key=config.openai_prompt_cache_key,
+        send_key=config.openai_prompt_cache_routing,
     )
 
 
