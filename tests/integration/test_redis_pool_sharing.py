@@ -29,11 +29,17 @@ def blocked_clients(observer: redis.Redis) -> int:
     return int(observer.info("clients")["blocked_clients"])
 
 
-def hold_every_connection(connection: redis.Redis, observer: redis.Redis, seconds: int) -> None:
+def hold_every_connection(
+    connection: redis.Redis, observer: redis.Redis, seconds: int
+) -> list[threading.Thread]:
     """Two threads block in BLPOP for ``seconds``, each holding one of the two connections."""
-    for _ in range(2):
-        threading.Thread(target=_block, args=(connection, seconds), daemon=True).start()
+    threads = [
+        threading.Thread(target=_block, args=(connection, seconds), daemon=True) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
     wait_until(lambda: blocked_clients(observer) == 2, 30, "both connections in use")
+    return threads
 
 
 def _block(connection: redis.Redis, seconds: int) -> None:
@@ -55,10 +61,13 @@ def test_a_thread_finding_every_connection_in_use_waits_for_one(
 ) -> None:
     plain = rq_built(redis_url)
     plain.connection_pool.max_connections = 2
-    hold_every_connection(plain, observer, seconds=3)
+    held = hold_every_connection(plain, observer, seconds=3)
     # What a concurrent worker met before: the third thread failed at once.
     with pytest.raises(MaxConnectionsError, match="Too many connections"):
         plain.set("k", "v")
+    # Their BLPOPs end first: with four blocked at once, "both in use" below could be missed.
+    for thread in held:
+        thread.join(timeout=30)
 
     shared = rq_built(redis_url)
     share_between_threads(shared, max_connections=2)
