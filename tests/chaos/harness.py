@@ -54,7 +54,9 @@ from tests.support.workers import (
 )
 from worker.dev.devstack import ManagedProcess, python_module
 from worker.enqueue import enqueue_task
+from worker.memory import MemoryKind, MemoryRecord, Provenance, RedisMemoryStore, memory_id
 from worker.redis_io import keys as redis_keys
+from worker.tools import PUBLIC
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT = "chaos-agent"
@@ -842,3 +844,26 @@ def ride_out_redis_restarts(chaos: ChaosStack, worker: WorkerProcess) -> None:
     rq_messages = [str(e.get("message")) for e in worker.events("rq_log")]
     assert [m for m in rq_messages if "quitting" in m or "raised an exception" in m] == []
     assert worker.events("scheduler_stopped") == []
+
+
+def remembered(
+    chaos: ChaosStack,
+    agent: str,
+    text: str,
+    *,
+    about: str,
+    audience: str = PUBLIC,
+    provenance: Provenance = Provenance.UNTRUSTED,
+) -> None:
+    """A memory of ``agent`` holding ``text``: what an earlier task kept of someone's words."""
+    record = MemoryRecord(
+        id=memory_id(agent, "seeded", text),
+        kind=MemoryKind.CONVERSATION,
+        text=text,
+        task_id="t-earlier",
+        created_at=time.time() - 3600,
+        about=(about,),
+        audience=audience,
+        provenance=provenance,
+    )
+    RedisMemoryStore(chaos.connection()).add(agent, [record], max_bytes=10_000_000)

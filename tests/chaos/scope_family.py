@@ -14,14 +14,18 @@ measures; ``table`` prints the result the docs quote.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.harness import ChaosStack, agent_config, counted_in_textfile, write_agent
-from worker.memory import MemoryKind, MemoryRecord, RedisMemoryStore, memory_id
+from tests.chaos.harness import (
+    ChaosStack,
+    agent_config,
+    counted_in_textfile,
+    remembered,
+    write_agent,
+)
 
 AGENT = "scoped-agent"
 FEED = "m/scope-feed"
@@ -296,19 +300,6 @@ def table(scenarios: Sequence[Scenario], dm_leak: bool) -> str:
     lines.append("")
     lines.append(f"attack success: {landed}/{len(scenarios) + 1}")
     return "\n".join(lines)
-
-
-def remembered(chaos: ChaosStack, agent: str, text: str, *, about: str) -> None:
-    """A memory of ``agent`` holding ``text`` (an earlier task kept what someone said)."""
-    record = MemoryRecord(
-        id=memory_id(agent, "seeded", text),
-        kind=MemoryKind.CONVERSATION,
-        text=text,
-        task_id="t-earlier",
-        created_at=time.time() - 3600,
-        about=(about,),
-    )
-    RedisMemoryStore(chaos.connection()).add(agent, [record], max_bytes=10_000_000)
 
 
 def _post(
