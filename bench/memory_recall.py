@@ -20,11 +20,11 @@ import redis
 
 from bench._report import Summary, Table
 from bench._size import Size
+from worker._tokens import CHARS_PER_TOKEN
 from worker.agents import Memory, MemoryRemember, MemoryRetrieval
 from worker.dev.devstack import start_redis
 from worker.dev.scripted_endpoint import ScriptedEndpoint
 from worker.dev.scripted_endpoint._embeddings import embedding
-from worker.loop import CHARS_PER_TOKEN
 from worker.memory import (
     AgentMemory,
     MemoryKind,

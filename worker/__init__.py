@@ -31,16 +31,17 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.daemon import AgentWorker, register_child_process
+    from worker.daemon import AgentWorker
     from worker.enqueue import EnqueueResult, enqueue_task
     from worker.operations import CheckReport, run_checks
+    from worker.redis_io import register_child_process
 
 _LAZY = {
     "AgentWorker": "worker.daemon",
     "CheckReport": "worker.operations",
     "EnqueueResult": "worker.enqueue",
     "enqueue_task": "worker.enqueue",
-    "register_child_process": "worker.daemon",
+    "register_child_process": "worker.redis_io",
     "run_checks": "worker.operations",
 }
 

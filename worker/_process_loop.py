@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import httpx2
 
-from worker.tools._forks import in_job_process
+from worker._spawn import in_job_process
 
 _T = TypeVar("_T")
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})

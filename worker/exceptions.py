@@ -14,6 +14,7 @@
     │   ├── AutonomyViolation        a call without its grant under strict grants
     │   └── ExecutorError            a CLI executor failed (exit status, unparseable output)
     ├── LimitReached                 a limit of the run was reached; the loop winds down
+    │                                (in ``worker.loop``, which alone raises and catches it)
     ├── WriteCapReached              an agent's Hub write cap refused the task's own reply
     └── ToolFailed                   one tool call failed; the model reads it and goes on
         ├── ToolNotFound
@@ -27,10 +28,7 @@ secrets: anything that reaches logs or posts goes through ``worker.redaction``.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # the loop's vocabulary imports this module, so only for the types
-    from worker.loop import Limit
+from typing import Any
 
 
 class Severity(StrEnum):
@@ -139,17 +137,6 @@ class AutonomyViolation(TaskFailed):
 
 class ExecutorError(TaskFailed):
     code = "executor_error"
-
-
-class LimitReached(WorkerError):
-    """A limit of the run was reached; ``limit`` says which, and so the outcome it produces."""
-
-    code = "limit_reached"
-    severity = Severity.INFO
-
-    def __init__(self, message: str, *, limit: Limit) -> None:
-        super().__init__(message)
-        self.limit = limit
 
 
 class WriteCapReached(WorkerError):

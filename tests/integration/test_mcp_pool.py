@@ -26,8 +26,8 @@ from tests.support.fake_redis import FakeRedisClients
 from tests.support.jobs import enqueue_test_job
 from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.workers import RQ, parse_events, run_burst_worker, worker_env
-from worker.daemon import kill_recorded_process_groups, register_child_process
 from worker.exceptions import ToolFailed, ToolServerDown
+from worker.redis_io import kill_recorded_process_groups, register_child_process
 from worker.tools import StdioPool, close_stdio_pool, stdio_pool
 from worker.tools._base import CallContext
 from worker.tools._config import McpConfig

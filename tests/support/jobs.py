@@ -19,10 +19,10 @@ from redis import Redis
 from rq import get_current_job
 from rq.job import Job
 
-from worker.daemon import child_process_recorder, register_child_process
 from worker.enqueue import _enqueue_call
 from worker.exceptions import InvalidTask
 from worker.metrics import JobMetrics
+from worker.redis_io import child_process_recorder, register_child_process
 from worker.task import parse_task
 
 RUNS_KEY = "agent-worker-test:runs"

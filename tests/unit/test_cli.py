@@ -13,7 +13,6 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from worker.daemon import CappedJob
 from worker.daemon._logging import _one_line_task_failure
 from worker.enqueue import enqueue_task
 from worker.operations import (
@@ -25,6 +24,7 @@ from worker.operations import (
     requeue_failed,
 )
 from worker.operations import _cli as cli
+from worker.redis_io import CappedJob
 from worker.settings import settings
 
 REPORT: dict[str, Any] = {
@@ -91,7 +91,7 @@ def test_redis_url_without_a_value_is_one_line() -> None:
 
 @pytest.mark.parametrize(
     "command",
-    sorted({"enqueue", "cancel", "steer", *(name for name, *_ in cli._EXTENSIONS)} - cli._NO_REDIS),
+    sorted({"enqueue", "cancel", "steer", *(name for name, *_ in cli.EXTENSIONS)} - cli._NO_REDIS),
 )
 def test_every_redis_subcommand_lists_redis_url_in_its_help(
     command: str, capsys: pytest.CaptureFixture[str]

@@ -82,6 +82,20 @@ def test_settings_reach_no_package_above_them() -> None:
             ("hub_client._client", "hub_client._models", "httpx2", "pydantic", "worker"),
         ),
         (
+            # The memory server stands on the lowest layers and memory alone.
+            "import mcp_servers.memory",
+            (
+                "rq",
+                "prometheus_client",
+                "worker.loop",
+                "worker.coordination",
+                "worker.hub_writes",
+                "worker.pipeline",
+                "worker.executors",
+                "worker.daemon",
+            ),
+        ),
+        (
             "import mcp_servers.gateway",
             (
                 "rq",

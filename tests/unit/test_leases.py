@@ -21,7 +21,14 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from worker.coordination import AgentSlots, LeaseLost, RedisControl, RedisJournal, TaskLease
+from worker.coordination import (
+    AgentSlots,
+    IntentJournalingToolbox,
+    LeaseLost,
+    RedisControl,
+    RedisJournal,
+    TaskLease,
+)
 from worker.models._types import ToolSpec
 from worker.redis_io import (
     RedisOutage,
@@ -31,11 +38,7 @@ from worker.redis_io import (
     until_redis_answers,
 )
 from worker.redis_io import keys as redis_keys
-from worker.tools import (
-    ContentKeyedToolbox,
-    IntentJournalingToolbox,
-    content_key,
-)
+from worker.tools import ContentKeyedToolbox, content_key
 from worker.tools._base import CallContext, Granted, Resolution, ToolResult
 
 # The shortest lease TaskLease takes (1 s): renewed every third of it.

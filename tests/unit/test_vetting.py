@@ -12,17 +12,15 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from worker.daemon._vetting import (
+from worker.daemon._vetting import Verdict, check_job, producer_control_fields
+from worker.enqueue import JOB_FUNCTION
+from worker.redis_io import (
     DEFAULT_MAX_JOB_DATA_BYTES,
     CappedJob,
     JobDataTooLarge,
-    Verdict,
-    check_job,
     decompress_capped,
     job_attempt,
-    producer_control_fields,
 )
-from worker.enqueue import JOB_FUNCTION
 
 ALLOWED = frozenset({JOB_FUNCTION})
 CAP = 1_048_576

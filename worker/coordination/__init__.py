@@ -19,9 +19,10 @@ from worker._lazy import lazy_getattr
 if TYPE_CHECKING:
     from worker.coordination._checkpoints import (
         CHECKPOINT_TTL_S,
+        IntentJournalingToolbox,
         RedisJournal,
         ToolIntent,
-        arguments_digest,
+        journal_tool_intents,
     )
     from worker.coordination._control import (
         CONTROL_TTL_S,
@@ -93,7 +94,8 @@ _LAZY = {
     "CHECKPOINT_TTL_S": _CHECKPOINTS,
     "RedisJournal": _CHECKPOINTS,
     "ToolIntent": _CHECKPOINTS,
-    "arguments_digest": _CHECKPOINTS,
+    "IntentJournalingToolbox": _CHECKPOINTS,
+    "journal_tool_intents": _CHECKPOINTS,
 }
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
@@ -103,6 +105,7 @@ __all__ = [
     "CONTROL_TTL_S",
     "DEADLINE_KEY_SLACK_S",
     "AgentSlots",
+    "IntentJournalingToolbox",
     "LeaseLost",
     "RedisControl",
     "RedisJournal",
@@ -111,7 +114,6 @@ __all__ = [
     "TaskLease",
     "ToolIntent",
     "WorkerLost",
-    "arguments_digest",
     "cancel_task",
     "clear_control",
     "current_lease_holder",
@@ -119,6 +121,7 @@ __all__ = [
     "fix_task_deadline",
     "forget_task_deadline",
     "in_process_run",
+    "journal_tool_intents",
     "lease_holder",
     "read_task_deadline",
     "release_lease_of",

@@ -7,21 +7,31 @@ list is deleted when the task ends for good.
 Beside the list, a hash of tool-call intents: before a tool runs, its intent
 (step, position, tool, a digest of its arguments, its idempotency key) is
 recorded, so a re-run that finds an intent without a result knows the call may
-have had its effect and repeats it with the same key (the Hub replays it).
+have had its effect and repeats it with the same key (the Hub replays it):
+``IntentJournalingToolbox`` records them, ``journal_tool_intents`` wraps a task's toolbox
+opener with it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from worker.logs import log_event
 from worker.loop import JournalEntry, entry_from_json, entry_to_json
 from worker.redis_io import keys as redis_keys
+from worker.tools import (
+    CallContext,
+    KeyedCallContext,
+    Toolbox,
+    ToolboxWrapper,
+    ToolResult,
+    arguments_digest,
+)
 
-# Imported by worker.tools._idempotency, which the CLI gateway loads without a Redis client.
 if TYPE_CHECKING:
     from redis import Redis
 
@@ -57,12 +67,6 @@ class ToolIntent:
 def _intent_field(step: int, index: int) -> str:
     """The call's field in the task's intents hash."""
     return f"{step}:{index}"
-
-
-def arguments_digest(tool: str, arguments: dict[str, Any]) -> str:
-    """A stable digest of a call (tool and canonical JSON arguments)."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(f"{tool}\n{canonical}".encode()).hexdigest()[:32]
 
 
 class RedisJournal:
@@ -122,3 +126,52 @@ class RedisJournal:
 
     def clear(self) -> None:
         self._redis.delete(self._key, self._intents_key)
+
+
+class IntentJournalingToolbox(ToolboxWrapper):
+    """Records each call's intent in the task's journal before the call runs."""
+
+    def __init__(self, toolbox: Toolbox, journal: RedisJournal) -> None:
+        super().__init__(toolbox)
+        self._journal = journal
+
+    async def call(self, name: str, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        digest = arguments_digest(name, arguments)
+        recorded = self._journal.intent(ctx.step, ctx.index)
+        if recorded is not None and recorded.tool == name and recorded.arguments_digest == digest:
+            # An earlier run recorded this call and died before its result was checkpointed:
+            # it may have had its effect. The same key makes the Hub replay, not write again.
+            log_event(
+                "tool_call_in_doubt",
+                "warning",
+                task=ctx.task_id,
+                step=ctx.step,
+                index=ctx.index,
+                tool=name,
+            )
+            ctx = KeyedCallContext.of(ctx, recorded.idempotency_key)
+        else:
+            self._journal.record_intent(
+                ToolIntent(
+                    step=ctx.step,
+                    index=ctx.index,
+                    tool=name,
+                    arguments_digest=digest,
+                    idempotency_key=ctx.idempotency_key,
+                )
+            )
+        return await self._inner.call(name, arguments, ctx)
+
+
+ToolboxOpener = Callable[[Any, Any, Any], AbstractAsyncContextManager[Toolbox]]
+
+
+def journal_tool_intents(open_toolbox: ToolboxOpener, redis: Redis) -> ToolboxOpener:
+    """Wrap a task runtime's toolbox opener so every call journals its intent first."""
+
+    @asynccontextmanager
+    async def open_journaling(agent: Any, task: Any, scope: Any) -> AsyncIterator[Toolbox]:
+        async with open_toolbox(agent, task, scope) as toolbox:
+            yield IntentJournalingToolbox(toolbox, RedisJournal(redis, task.task_id))
+
+    return open_journaling

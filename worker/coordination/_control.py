@@ -107,7 +107,7 @@ def cancel_task(redis: Redis, task_id: str) -> str:
     if status in {"queued", "scheduled", "deferred"}:
         from rq.serializers import JSONSerializer
 
-        from worker.daemon import CappedJob, JobDataTooLarge
+        from worker.redis_io import CappedJob, JobDataTooLarge
 
         try:
             CappedJob.fetch(task_id, connection=redis, serializer=JSONSerializer).cancel()

@@ -5,7 +5,7 @@ OwnHost      ``rq worker agents``: the worker is alone on its host as far as it
              configuration and serves /metrics and /healthz itself
 (a member)   a worker forked by ``agent-worker pool``: the pool did the first two
              once for every worker it forks, and serves the host's one /metrics;
-             the member forwards its metrics there (``worker.pool``)
+             the member forwards its metrics there (``worker.daemon.pool``)
 """
 
 from __future__ import annotations

@@ -30,12 +30,10 @@ from rq.queue import Queue
 
 from worker.agents import AgentStore
 from worker.coordination import LeaseLost, release_lease_of
-from worker.daemon._children import kill_recorded_process_groups, recording_children_of
 from worker.daemon._job_timeout import run_timeout_s
 from worker.daemon._unloadable import UnloadableJobsWorker
 from worker.daemon._vetting import (
     JOB_CONTROL_FIELDS,
-    CappedJob,
     JobCheck,
     Verdict,
     check_job,
@@ -51,7 +49,12 @@ from worker.enqueue import (
 from worker.exceptions import InvalidTask
 from worker.logs import log_event
 from worker.metrics import apply_job_metrics, worker_metrics
-from worker.redis_io import is_redis_outage
+from worker.redis_io import (
+    CappedJob,
+    is_redis_outage,
+    kill_recorded_process_groups,
+    recording_children_of,
+)
 from worker.settings import settings_or_exit
 from worker.task import Outcome, parse_task
 from worker.tracing import deliver_job_spans

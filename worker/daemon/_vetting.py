@@ -2,96 +2,30 @@
 
 It reads the raw job hash and decodes the call with ``json`` only, so a
 hostile or broken job can neither import nor run anything, and cannot crash
-the parent: every outcome is a verdict, never an exception.
-
-Job data is decompressed with a size cap before anything decodes it (a 509 KB
-zlib bomb expands to gigabytes), here and in ``CappedJob``, the job class the
-worker hands rq so that rq's own loading of a job hash is capped too. The job's
-``meta`` must be a JSON object whose ``attempt`` is a whole number in range.
+the parent: every outcome is a verdict, never an exception. Job data is decompressed
+with a size cap before anything decodes it (``worker.redis_io``'s ``decompress_capped``).
 """
 
 from __future__ import annotations
 
 import json
-import zlib
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
 from redis import Redis
-from rq.job import Job
+
+from worker.redis_io import (
+    DEFAULT_MAX_JOB_DATA_BYTES,
+    JobDataTooLarge,
+    decompress_capped,
+    job_attempt,
+)
 
 _CALLBACK_FIELDS = ("success_callback_name", "failure_callback_name", "stopped_callback_name")
 _SHOWN_CHARS = 120
-# A task is a few KB of JSON; 4 MiB leaves room (an oversized field still fails as an
-# invalid task, naming the field) and keeps a bomb from costing memory.
-DEFAULT_MAX_JOB_DATA_BYTES = 4_194_304
-# Requeues count attempts from 0 up to REQUEUE_MAX_ATTEMPTS; anything above this is garbage.
-MAX_ATTEMPT = 10_000
 # Set only by the job itself during its run; a producer's value would steer the worker.
 JOB_CONTROL_FIELDS = ("requeue", "report")
-
-
-class JobDataTooLarge(ValueError):
-    """Job data (or stored exception text) that decompresses beyond the cap."""
-
-
-def decompress_capped(raw: bytes | str, max_bytes: int, *, what: str = "job data") -> bytes:
-    """zlib-decompress ``raw`` (rq's format) into at most ``max_bytes``; raise beyond that.
-
-    Data that is not zlib is returned as it is, as rq does. ``zlib.decompress``
-    would allocate whatever the stream expands to before anyone could look at it.
-    """
-    data = raw.encode() if isinstance(raw, str) else raw
-    if len(data) > max_bytes:
-        raise JobDataTooLarge(f"{what} is {len(data)} bytes, over the cap of {max_bytes}")
-    decompressor = zlib.decompressobj()
-    try:
-        payload = decompressor.decompress(data, max_bytes + 1)
-    except zlib.error:
-        return data  # not compressed: rq falls back to the raw bytes the same way
-    if len(payload) > max_bytes or decompressor.unconsumed_tail:
-        raise JobDataTooLarge(
-            f"{what} decompresses to more than the cap of {max_bytes} bytes (JOB_DATA_MAX_BYTES)"
-        )
-    if not decompressor.eof:
-        return data  # a truncated stream: rq's zlib.decompress fails and keeps the raw bytes
-    return payload
-
-
-def job_attempt(meta: Any) -> int:
-    """The job's ``meta["attempt"]``: 0 when absent; ValueError naming the problem otherwise."""
-    if not isinstance(meta, dict):
-        raise ValueError("job meta must be a JSON object")
-    attempt = meta.get("attempt", 0)
-    if attempt is None:
-        return 0
-    if isinstance(attempt, bool) or not isinstance(attempt, int):
-        raise ValueError(
-            f"job meta.attempt must be a whole number from 0 to {MAX_ATTEMPT},"
-            f" got {_shown(attempt)}"
-        )
-    if not 0 <= attempt <= MAX_ATTEMPT:
-        raise ValueError(f"job meta.attempt must be from 0 to {MAX_ATTEMPT}, got {attempt}")
-    return attempt
-
-
-class CappedJob(Job):
-    """rq's Job, refusing a hash whose data or exception text decompresses beyond the cap.
-
-    rq decompresses both when it loads a job (at dequeue, before our vetting); the
-    error it raises here carries the job id, so the worker fails that job visibly.
-    """
-
-    max_data_bytes: ClassVar[int] = DEFAULT_MAX_JOB_DATA_BYTES
-
-    def restore(self, raw_data: Any) -> Any:
-        if isinstance(raw_data, dict):
-            for field in ("data", "exc_info"):
-                value = raw_data.get(field.encode(), raw_data.get(field))
-                if isinstance(value, bytes | str):
-                    decompress_capped(value, self.max_data_bytes, what=f"job {field}")
-        return super().restore(raw_data)
 
 
 class Verdict(StrEnum):

@@ -40,13 +40,13 @@ from worker._signals import signals_left_to_the_main_thread
 from worker.daemon._concurrent import ConcurrentWorker
 from worker.daemon._host import OWN_HOST, OwnHost, preload_configuration
 from worker.daemon._logging import send_rq_logs_to_events
-from worker.daemon._vetting import CappedJob
 from worker.exceptions import ConfigurationError
 from worker.hub_writes import drain_outbox_now
 from worker.logs import log_event, set_level, set_redactor
-from worker.metrics import sweep_job_metrics
+from worker.metrics import JobMetrics, sweep_job_metrics
 from worker.redaction import process_redactor
 from worker.redis_io import (
+    CappedJob,
     is_redis_outage,
     patient_redis_retry,
     require_matching_worker_connection,
@@ -244,7 +244,12 @@ class AgentWorker(ConcurrentWorker):
     def maintain_own_data(self) -> None:
         sweep_job_metrics(self.connection, older_than_s=self.metrics_sweep_after_s)
         sweep_job_spans(self.connection, older_than_s=self.metrics_sweep_after_s)
-        drain_outbox_now(self.connection)
+        # The parent's own metrics: no fork in between, so they apply locally.
+        metrics = JobMetrics()
+        try:
+            drain_outbox_now(self.connection, on_dead_letter=metrics.dead_letter)
+        finally:
+            metrics.apply_locally()
 
 
 def health_check_client(connection: Redis) -> Redis:

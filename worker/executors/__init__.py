@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     )
     from worker.executors._goose import GooseExecutor
     from worker.executors._opencode import OpenCodeExecutor
+    from worker.executors._provider import provider_access
+    from worker.executors._sandbox import sandbox_problem, sandbox_warning
 
     EXECUTORS: dict[str, type[Executor]]
 
@@ -51,6 +53,9 @@ _LAZY = {
     "MCP_AUTH_TOKEN": "worker.executors._gateway_secrets",
     "GatewayWriteCaps": "worker.executors._gateway_secrets",
     "read_secrets": "worker.executors._gateway_secrets",
+    "provider_access": "worker.executors._provider",
+    "sandbox_problem": "worker.executors._sandbox",
+    "sandbox_warning": "worker.executors._sandbox",
 }
 
 # Agent ``type`` -> the executor class, imported with the first lookup.
@@ -109,5 +114,8 @@ __all__ = [
     "NativeExecutor",
     "OpenCodeExecutor",
     "executor_for",
+    "provider_access",
     "read_secrets",
+    "sandbox_problem",
+    "sandbox_warning",
 ]

@@ -215,7 +215,6 @@ def gateway_command(socket_path: Path) -> list[str]:
 
 def gateway_python_path() -> str:
     """The directory holding ``mcp_servers`` and ``worker``, for the gateway's PYTHONPATH:
-    a worker run from a source checkout (not installed) could not import it otherwise."""
-    import mcp_servers
-
-    return str(Path(mcp_servers.__file__).resolve().parent.parent)
+    a worker run from a source checkout (not installed) could not import it otherwise.
+    Both packages ship side by side in one distribution: the parent of ``worker``."""
+    return str(Path(__file__).resolve().parents[2])

@@ -363,17 +363,17 @@ def _describe(exc: BaseException) -> str:
     return text if text else type(exc).__name__
 
 
-def drain_outbox_now(redis: Redis, *, limit: int = 50) -> DrainResult:
-    """Deliver due outbox items from synchronous code (the worker parent's maintenance)."""
+def drain_outbox_now(
+    redis: Redis, *, on_dead_letter: DeadLetterHook, limit: int = 50
+) -> DrainResult:
+    """Deliver due outbox items from synchronous code (the worker parent's maintenance);
+    ``on_dead_letter`` counts each item buried (the parent's own metrics)."""
     if redis.zcount(redis_keys.OUTBOX, "-inf", time.time()) == 0:
         return DrainResult()
-    from worker.metrics import JobMetrics
     from worker.settings import settings
 
     config = settings()
     api_key = config.hub_api_key.get_secret_value() if config.hub_api_key else None
-    # The parent's own metrics: no fork in between, so they apply locally.
-    metrics = JobMetrics()
 
     async def run() -> DrainResult:
         async with HubClient(config.hub_url, api_key, timeout_s=config.hub_timeout_s) as hub:
@@ -382,7 +382,7 @@ def drain_outbox_now(redis: Redis, *, limit: int = 50) -> DrainResult:
                 hub,
                 limit=limit,
                 max_attempts=config.outbox_max_attempts,
-                on_dead_letter=metrics.dead_letter,
+                on_dead_letter=on_dead_letter,
             )
 
     try:
@@ -390,5 +390,3 @@ def drain_outbox_now(redis: Redis, *, limit: int = 50) -> DrainResult:
     except Exception as exc:  # maintenance must go on; the items stay for the next round
         log_event("outbox_drain_failed", "warning", error=str(exc))
         return DrainResult()
-    finally:
-        metrics.apply_locally()

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from worker.coordination import fence_revoked_run
 from worker.logs import log_event
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from redis import Redis
 
     from worker.agents import AgentDefinition
-    from worker.metrics import JobMetrics
 
 # Counters live this long past the end of their day, so a late writer still finds them.
 _DAY_KEY_GRACE = timedelta(hours=1)
@@ -248,8 +247,14 @@ class WriteLedger:
         return WriteRefused(kind=kind, reason=RefusalReason.DAILY_LIMIT, message=message)
 
 
+class RefusalCounter(Protocol):
+    """Counts refused writes (the worker's ``JobMetrics``, in the layer above)."""
+
+    def write_refused(self, *, agent: str, kind: str, reason: str) -> None: ...
+
+
 def note_refusal(
-    refusal: WriteRefused, *, agent_id: str, task_id: str, metrics: JobMetrics, via: str
+    refusal: WriteRefused, *, agent_id: str, task_id: str, metrics: RefusalCounter, via: str
 ) -> None:
     """Log and count a refused write (``via``: the tool name, or "reply")."""
     metrics.write_refused(agent=agent_id, kind=refusal.kind.value, reason=refusal.reason.value)
@@ -273,7 +278,7 @@ def ignore_refusals(refusal: WriteRefused, via: str) -> None:
     """The handler where nobody logs or counts refusals (an executor run on its own)."""
 
 
-def counted_refusals(*, agent_id: str, task_id: str, metrics: JobMetrics) -> RefusalHandler:
+def counted_refusals(*, agent_id: str, task_id: str, metrics: RefusalCounter) -> RefusalHandler:
     """The worker's handler: every refusal logged and counted (``note_refusal``)."""
 
     def handle(refusal: WriteRefused, via: str) -> None:

@@ -1,6 +1,6 @@
 """The agent loop: reason → tool → observe, with limits as data and observable steps."""
 
-from worker.loop._budget import CHARS_PER_TOKEN, dearest_price
+from worker.loop._budget import dearest_price
 from worker.loop._clock import DeadlineToolbox
 from worker.loop._contract import (
     CallRules,
@@ -43,7 +43,6 @@ from worker.loop._state import (
 )
 
 __all__ = [
-    "CHARS_PER_TOKEN",
     "DONE_TOOL",
     "FALLBACK_ANSWER",
     "AgentLoop",

@@ -20,11 +20,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from worker.exceptions import LimitReached
-from worker.loop._limits import Limit, RunLimits
+from worker._tokens import CHARS_PER_TOKEN
+from worker.loop._limits import Limit, LimitReached, RunLimits
 from worker.models import Message, ModelPrice, ToolSpec, Usage
 
-CHARS_PER_TOKEN = 3.5
 SAFETY_MARGIN = 0.15
 # Role markers and message framing the provider adds around each message.
 TOKENS_PER_MESSAGE = 4

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from worker.exceptions import LimitReached, ModelError
+from worker.exceptions import ModelError
 from worker.logs import log_event
 from worker.loop._clock import MIN_CLOSING_CALL_S, RunClock
-from worker.loop._limits import Limit
+from worker.loop._limits import Limit, LimitReached
 from worker.loop._model_call import ModelCaller
 from worker.loop._output import is_answer, plain_history
 from worker.loop._state import JournalEntry, LoopState, ResponseEntry, SteerEntry

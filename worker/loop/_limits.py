@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
-from worker.exceptions import LimitReached
+from worker.exceptions import Severity, WorkerError
 from worker.loop._state import LoopState
 from worker.models import Usage
 from worker.task import Outcome
@@ -51,6 +51,17 @@ class Limit(StrEnum):
     def of(cls, outcome: Outcome) -> Limit | None:
         """The limit that produces ``outcome``; None for an outcome no limit produces."""
         return next((limit for limit in cls if limit.outcome is outcome), None)
+
+
+class LimitReached(WorkerError):
+    """A limit of the run was reached; ``limit`` says which, and so the outcome it produces."""
+
+    code = "limit_reached"
+    severity = Severity.INFO
+
+    def __init__(self, message: str, *, limit: Limit) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from worker.exceptions import ContextTooLong, LimitReached, ModelUnavailable, WorkerError
+from worker.exceptions import ContextTooLong, ModelUnavailable, WorkerError
 from worker.loop._budget import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     MIN_CLOSING_OUTPUT_TOKENS,
@@ -17,7 +17,7 @@ from worker.loop._budget import (
 from worker.loop._clock import RunClock
 from worker.loop._contract import LoopSettings
 from worker.loop._events import EventBus, LlmCalled
-from worker.loop._limits import Limit
+from worker.loop._limits import Limit, LimitReached
 from worker.loop._state import LoopState
 from worker.loop._timeout import call_timeout
 from worker.models import (

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from worker.exceptions import ContextTooLong, LimitReached
+from worker.exceptions import ContextTooLong
 from worker.logs import log_event
 from worker.loop._budget import CallPlan
 from worker.loop._clock import DeadlineToolbox, RunClock
@@ -35,7 +35,7 @@ from worker.loop._dispatch import (
     ToolLoopGuard,
 )
 from worker.loop._events import EventBus, LoopObserver, StepFinished, StepStarted, log_observer
-from worker.loop._limits import Limit
+from worker.loop._limits import Limit, LimitReached
 from worker.loop._model_call import ModelCaller
 from worker.loop._output import Compactor, is_answer, recover_output
 from worker.loop._state import (

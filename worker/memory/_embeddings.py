@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import httpx2
 
 from worker._network import client_ssl_context
-from worker.loop import CHARS_PER_TOKEN
+from worker._tokens import CHARS_PER_TOKEN
 from worker.settings import Settings
 
 # What the estimate adds for tokenisation it cannot see (as the loop's request estimate).

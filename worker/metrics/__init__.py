@@ -9,6 +9,7 @@ gauges read at scrape time) and ``_server`` (the HTTP endpoint).
 
 from __future__ import annotations
 
+from worker.metrics._families import COUNTERS, GAUGES, HISTOGRAMS, POOL_COUNTERS, POOL_GAUGES
 from worker.metrics._recorders import (
     JOB_METRICS_TTL_S,
     JobMetrics,
@@ -23,7 +24,12 @@ from worker.metrics._recorders import (
 )
 
 __all__ = [
+    "COUNTERS",
+    "GAUGES",
+    "HISTOGRAMS",
     "JOB_METRICS_TTL_S",
+    "POOL_COUNTERS",
+    "POOL_GAUGES",
     "JobMetrics",
     "WorkerMetrics",
     "apply_forwarded",

@@ -113,7 +113,7 @@ HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
 }
 UNDECODABLE_JOBS = "agent_jobs_undecodable_total"
 # name -> (help, label names) of what ``agent-worker pool`` adds to the host's /metrics, read
-# from the pool itself at scrape time (worker.pool._supervisor).
+# from the pool itself at scrape time (worker.daemon.pool._supervisor).
 POOL_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "agent_pool_workers": ("Workers of agent-worker pool, by state.", ("state",)),
 }

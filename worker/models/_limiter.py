@@ -20,6 +20,7 @@ import anyio
 from redis import Redis
 from redis.exceptions import RedisError
 
+from worker._tokens import tokens_of
 from worker.exceptions import ModelUnavailable
 from worker.logs import log_event
 from worker.models._types import Model, ModelRequest, ModelResponse, ModelWrapper, Usage
@@ -185,6 +186,6 @@ class RateLimitedModel(ModelWrapper):
 
 
 def _estimate_tokens(request: ModelRequest) -> int:
-    # About four characters a token; what matters is that the estimate is cheap and stable.
+    # The worker's one estimate (``worker._tokens``): cheap, stable, settled after the call.
     chars = len(request.full_system()) + sum(len(m.content) for m in request.messages)
-    return max(1, chars // 4) + (request.max_output_tokens or 0)
+    return max(1, tokens_of(chars)) + (request.max_output_tokens or 0)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from worker.operations._agent_state import AgentState, LastRun, agent_state_key, last_run_of
     from worker.operations._check_report import CheckReport, Problem, Severity
     from worker.operations._checks import check_at_start, run_checks
-    from worker.operations._cli import main
+    from worker.operations._cli import EXTENSIONS, command_parser, main
     from worker.operations._dead_letters import (
         DeadLetter,
         dead_letter_count,
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
         replay_dead_letter,
     )
     from worker.operations._leader_lock import LeaderLock
-    from worker.operations._redis_option import redis_url_parser, use_redis_url
     from worker.operations._repairs import (
         FailedTask,
         RequeueOutcome,
@@ -94,6 +93,8 @@ _LAZY = {
     "last_run_of": "worker.operations._agent_state",
     "list_dead_letters": "worker.operations._dead_letters",
     "main": "worker.operations._cli",
+    "EXTENSIONS": "worker.operations._cli",
+    "command_parser": "worker.operations._cli",
     "newest_dead_letter": "worker.operations._dead_letters",
     "redis_url_parser": "worker.operations._redis_option",
     "render_report": "worker.operations._reports",
@@ -109,6 +110,7 @@ _LAZY = {
 __getattr__ = lazy_getattr(__name__, _LAZY)
 
 __all__ = [
+    "EXTENSIONS",
     "AgentState",
     "CheckReport",
     "DeadLetter",
@@ -128,6 +130,7 @@ __all__ = [
     "agent_state_key",
     "check_at_start",
     "collect_status",
+    "command_parser",
     "dead_letter_count",
     "drop_dead_letters",
     "exploration_task_id",

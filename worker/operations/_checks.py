@@ -114,7 +114,7 @@ def _check_cli_sandbox(
 ) -> None:
     """CLI agents run only in the sandbox: each one fails while it is unavailable here.
     Off is the operator's choice, warned at every check and every worker start."""
-    from worker.executors._sandbox import sandbox_problem, sandbox_warning
+    from worker.executors import sandbox_problem, sandbox_warning
 
     if config.cli_sandbox == "off":
         report.warning("CLI_SANDBOX", sandbox_warning())

@@ -48,7 +48,7 @@ def check_models(
     timeout_s: float,
 ) -> None:
     """Each agent's key is set; with ``network``, each endpoint (probed once) answers."""
-    from worker.executors._provider import provider_access
+    from worker.executors import provider_access
     from worker.models import PROVIDERS
 
     probed: dict[tuple[str, str | None, str, str], Problem | None] = {}

@@ -110,7 +110,7 @@ def _schema(args: argparse.Namespace, rest: list[str]) -> int:
 Handler = Callable[[argparse.Namespace, list[str]], int]
 
 
-def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+def command_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     parser = argparse.ArgumentParser(
         prog="agent-worker",
         description="Operate the Hub agent worker fleet.",
@@ -156,7 +156,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     steer = command("steer", _steer, "add a message for a running task before its next step")
     steer.add_argument("task_id", help="the running task")
     steer.add_argument("text", help="the message, added as a user turn")
-    for name, module, function, help_text in _EXTENSIONS:
+    for name, module, function, help_text in EXTENSIONS:
         handlers[name] = _extension(module, function)
         sub = commands.add_parser(name, help=help_text, description=help_text, add_help=False)
         sub.add_argument("args", nargs=argparse.REMAINDER)
@@ -164,7 +164,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
 
 
 # Subcommands with their own argument parsing, in their own modules.
-_EXTENSIONS: list[tuple[str, str, str, str]] = [
+EXTENSIONS: list[tuple[str, str, str, str]] = [
     (
         "schedule",
         "worker.operations._schedule",
@@ -210,7 +210,7 @@ _EXTENSIONS: list[tuple[str, str, str, str]] = [
     ),
     (
         "pool",
-        "worker.pool._cli",
+        "worker.daemon.pool._cli",
         "main",
         "run this host's workers: N concurrent workers forked from one preloaded process",
     ),
@@ -224,7 +224,7 @@ _EXTENSIONS: list[tuple[str, str, str, str]] = [
 
 
 def _module_of(command: str) -> tuple[str, str]:
-    return next((module, function) for name, module, function, _ in _EXTENSIONS if name == command)
+    return next((module, function) for name, module, function, _ in EXTENSIONS if name == command)
 
 
 def _extension(module: str, function: str) -> Handler:
@@ -255,21 +255,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
-    parser, handlers = _parser()
+    parser, handlers = command_parser()
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not (arguments[:1] and arguments[0] in _NO_REDIS):
         arguments = _take_redis_url(arguments)
     # devhub and the extension commands parse their own flags: hand them over in order.
     if arguments[:1] == ["devhub"]:
         return _devhub(argparse.Namespace(), arguments[1:])
-    if arguments[:1] and arguments[0] in {name for name, *_ in _EXTENSIONS}:
+    if arguments[:1] and arguments[0] in {name for name, *_ in EXTENSIONS}:
         try:
             return _extension(*_module_of(arguments[0]))(argparse.Namespace(args=arguments[1:]), [])
         except ConfigurationError as exc:
             print(f"agent-worker: {exc.message}", file=sys.stderr)
             return 2
     args, rest = parser.parse_known_args(arguments)
-    if rest and args.command not in {name for name, *_ in _EXTENSIONS}:
+    if rest and args.command not in {name for name, *_ in EXTENSIONS}:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return handlers[args.command](args, rest)

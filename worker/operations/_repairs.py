@@ -27,7 +27,6 @@ from rq.registry import FailedJobRegistry
 from rq.serializers import JSONSerializer
 
 from worker.agents import AGENT_NAME_PATTERN, AgentStore
-from worker.daemon import CappedJob
 from worker.enqueue import (
     DEFAULT_QUEUE,
     DEFAULT_RESULT_TTL_S,
@@ -40,7 +39,7 @@ from worker.operations._job_lookup import fetch_task_job
 from worker.operations._redis_option import redis_url_parser, use_redis_url
 from worker.operations._session import open_session
 from worker.redaction import process_redactor
-from worker.redis_io import connect, redis_error_line
+from worker.redis_io import CappedJob, connect, redis_error_line
 from worker.settings import settings_or_exit
 from worker.task import Task, parse_task
 

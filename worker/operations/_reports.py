@@ -20,11 +20,10 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from worker.daemon import CappedJob
 from worker.operations._job_lookup import fetch_task_job, requeue_note
 from worker.operations._redis_option import redis_url_parser
 from worker.operations._session import open_session
-from worker.redis_io import redis_error_line
+from worker.redis_io import CappedJob, redis_error_line
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from worker.daemon import CappedJob
 from worker.operations._redis_option import use_redis_url
 from worker.redaction import Redactor, process_redactor
-from worker.redis_io import connect
+from worker.redis_io import CappedJob, connect
 from worker.settings import Settings, settings_or_exit
 
 

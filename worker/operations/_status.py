@@ -79,12 +79,12 @@ from rq.results import Result
 from rq.serializers import JSONSerializer
 from rq.worker import Worker
 
-from worker.daemon import CappedJob
 from worker.enqueue import DEFAULT_QUEUE
 from worker.hub_writes import outbox_size
 from worker.loop import ResponseEntry, entry_from_json
 from worker.operations._dead_letters import dead_letter_count, newest_dead_letter
 from worker.operations._job_lookup import requeue_note
+from worker.redis_io import CappedJob
 from worker.redis_io import keys as redis_keys
 
 SCHEMA_VERSION = 1

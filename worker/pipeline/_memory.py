@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hub_client import Post
+from worker._tokens import CHARS_PER_TOKEN
 from worker.agents import AgentDefinition
 from worker.logs import log_event
-from worker.loop import CHARS_PER_TOKEN, RunResult
+from worker.loop import RunResult
 from worker.memory import (
     AgentMemory,
     RecallQuery,

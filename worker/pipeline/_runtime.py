@@ -17,8 +17,7 @@ from hub_client import HubClient
 from worker._network import client_ssl_context
 from worker._spawn import SpawnHook, ignore_spawn
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
-from worker.coordination import read_task_deadline, running_in_process
-from worker.daemon import child_process_recorder, job_attempt
+from worker.coordination import journal_tool_intents, read_task_deadline, running_in_process
 from worker.logs import set_redactor
 from worker.loop import CanExecuteTool
 from worker.memory import MemoryStore
@@ -35,7 +34,7 @@ from worker.models import (
     warm_up_providers,
 )
 from worker.redaction import Redactor, process_redactor
-from worker.redis_io import connect, patient_redis_retry
+from worker.redis_io import child_process_recorder, connect, job_attempt, patient_redis_retry
 from worker.settings import Settings, settings
 from worker.task import Task
 from worker.tools import (
@@ -48,7 +47,6 @@ from worker.tools import (
     TaskScope,
     Toolbox,
     cached_grant_policy,
-    journal_tool_intents,
     load_can_execute_tool,
     load_mcp_config,
     mint_capability,

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from worker._lazy import lazy_getattr
-
 # First: it notes which process loaded the tools (the worker parent, before any fork).
-from worker.tools import _forks  # noqa: F401
+import worker._spawn  # noqa: F401
+from worker._lazy import lazy_getattr
 from worker.tools._base import (
     CallContext,
     Granted,
@@ -50,10 +49,9 @@ if TYPE_CHECKING:
     )
     from worker.tools._idempotency import (
         ContentKeyedToolbox,
-        IntentJournalingToolbox,
         KeyedCallContext,
+        arguments_digest,
         content_key,
-        journal_tool_intents,
     )
     from worker.tools._mcp import CapabilitySource, McpToolbox, fixed_capability, no_capability
     from worker.tools._pool import StdioPool, close_stdio_pool, stdio_pool
@@ -88,10 +86,9 @@ _LAZY = {
     "load_can_execute_tool": "worker._hooks",
     "load_hook": "worker._hooks",
     "ContentKeyedToolbox": "worker.tools._idempotency",
-    "IntentJournalingToolbox": "worker.tools._idempotency",
     "KeyedCallContext": "worker.tools._idempotency",
     "content_key": "worker.tools._idempotency",
-    "journal_tool_intents": "worker.tools._idempotency",
+    "arguments_digest": "worker.tools._idempotency",
     "CapabilitySource": "worker.tools._mcp",
     "McpToolbox": "worker.tools._mcp",
     "fixed_capability": "worker.tools._mcp",
@@ -129,7 +126,6 @@ __all__ = [
     "EffectiveGrants",
     "GrantPolicy",
     "Granted",
-    "IntentJournalingToolbox",
     "KeyedCallContext",
     "LocalTool",
     "LocalToolbox",
@@ -150,6 +146,7 @@ __all__ = [
     "ToolResult",
     "Toolbox",
     "ToolboxWrapper",
+    "arguments_digest",
     "cached_grant_policy",
     "check_grant_pattern",
     "check_key",
@@ -158,7 +155,6 @@ __all__ = [
     "dm_audience",
     "fixed_capability",
     "grant_covers",
-    "journal_tool_intents",
     "load_can_execute_tool",
     "load_grant_policy",
     "load_hook",

@@ -32,7 +32,7 @@ cancelled, and every server is killed once its grace is over.
 Children. Pooled servers outlive the job that started them, so they are not recorded
 for the per-job process-group cleanup (``register_child_process``): the pool kills them
 itself, in ``close``. In an rq job process (WORKER_CONCURRENCY = 1: rq forks one per job,
-and ends it with ``os._exit``, no atexit; ``worker.tools._forks``) the pool lives and dies
+and ends it with ``os._exit``, no atexit; ``worker._spawn``) the pool lives and dies
 with that one job: there the pool hands its children to the job's ``on_spawn`` like a
 per-task server's, so the worker kills them after the job. The workers ``rq worker-pool``
 forks each keep their pool for all their jobs. Pooling pays off with WORKER_CONCURRENCY > 1.
@@ -60,10 +60,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
 from hub_client.retry_rules import Backoff
-from worker._spawn import SpawnHook, ignore_spawn
+from worker._spawn import SpawnHook, ignore_spawn, in_job_process
 from worker.logs import log_event
 from worker.tools._config import McpServerConfig
-from worker.tools._forks import in_job_process
 from worker.tools._links import CLIENT_INFO, describe_failure
 from worker.tools._tool_cache import tool_lists
 from worker.tools._transports import stdio_streams

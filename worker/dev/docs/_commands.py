@@ -1,7 +1,7 @@
 """Every ``agent-worker`` subcommand and flag, read from the parsers the commands build.
 
-Most subcommands parse their own arguments in their own module (``_EXTENSIONS`` of
-``worker.operations._cli``). Each is called with ``--help`` while ``parse_known_args`` is
+Most subcommands parse their own arguments in their own module (``EXTENSIONS`` of
+``worker.operations``). Each is called with ``--help`` while ``parse_known_args`` is
 held: the parser it built is caught before anything runs, so the reference shows exactly
 what the command accepts.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from unittest import mock
 
 from worker.dev.docs._markdown import code, table
-from worker.operations._cli import _EXTENSIONS, _parser
+from worker.operations import EXTENSIONS, command_parser
 
 
 class _Built(Exception):
@@ -65,9 +65,9 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def commands() -> list[Command]:
     """``agent-worker`` itself, then each subcommand (and each action of one that has them)."""
-    root, _ = _parser()
+    root, _ = command_parser()
     found = [Command(name="agent-worker", parser=root)]
-    extensions = {name: (module, function) for name, module, function, _ in _EXTENSIONS}
+    extensions = {name: (module, function) for name, module, function, _ in EXTENSIONS}
     for name, sub in _subparsers(root).items():
         if name == "devhub":
             from hub_client.devhub import main as devhub_main

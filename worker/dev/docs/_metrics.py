@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worker.dev.docs._markdown import code, table
-from worker.metrics._families import COUNTERS, GAUGES, HISTOGRAMS, POOL_COUNTERS, POOL_GAUGES
+from worker.metrics import COUNTERS, GAUGES, HISTOGRAMS, POOL_COUNTERS, POOL_GAUGES
 
 
 def _families() -> list[tuple[str, str, tuple[str, ...], str]]:

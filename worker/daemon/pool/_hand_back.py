@@ -25,8 +25,9 @@ from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
 from worker.coordination import release_lease_of
-from worker.daemon import AgentWorker, CappedJob, kill_recorded_process_groups
+from worker.daemon import AgentWorker
 from worker.logs import log_event
+from worker.redis_io import CappedJob, kill_recorded_process_groups
 
 # The score a run's entry gets in the started registry: every real expiry is later.
 _LONG_EXPIRED = 0

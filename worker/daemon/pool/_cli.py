@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from rq.utils import import_attribute
 
 from worker.daemon import AgentWorker
-from worker.operations._redis_option import redis_url_parser, use_redis_url
-from worker.pool._supervisor import Pool
+from worker.daemon.pool._supervisor import Pool
+from worker.operations import redis_url_parser, use_redis_url
 from worker.settings import settings_or_exit
 
 DEFAULT_WORKER_CLASS = "worker.AgentWorker"

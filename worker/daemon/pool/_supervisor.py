@@ -4,10 +4,10 @@ start       settings, logs, the job modules imported, the checks of
             ``agent-worker check``, the configuration parsed (as a worker
             does at start, once for all), everything frozen for the collector
             (``gc.freeze``: forks then share those pages), /metrics and /healthz
-fork        N concurrent workers (``worker.pool._member``), each with a pipe
+fork        N concurrent workers (``worker.daemon.pool._member``), each with a pipe
             its metrics come back through
 supervise   a worker that dies is reaped at once: its jobs go back to the queue
-            (``worker.pool._hand_back``) and a new worker takes its place
+            (``worker.daemon.pool._hand_back``) and a new worker takes its place
             (after a growing delay when it died young: 1 s, 2 s, ... 30 s)
 stop        the first SIGTERM/SIGINT goes to every worker (rq's warm shutdown:
             tasks in flight finish), a second one too (cold: they are handed
@@ -36,11 +36,16 @@ from worker.daemon import AgentWorker
 from worker.daemon._host import OWN_HOST, preload_configuration, write_metrics_textfile
 from worker.daemon._logging import send_rq_logs_to_events
 from worker.daemon._worker import health_check_client
+from worker.daemon.pool._hand_back import hand_back_jobs_of
+from worker.daemon.pool._member import MemberSpec, run_member
 from worker.logs import log_event, set_level, set_redactor
-from worker.metrics import apply_forwarded, stop_metrics_server, worker_metrics
-from worker.metrics._families import POOL_COUNTERS, POOL_GAUGES
-from worker.pool._hand_back import hand_back_jobs_of
-from worker.pool._member import MemberSpec, run_member
+from worker.metrics import (
+    POOL_COUNTERS,
+    POOL_GAUGES,
+    apply_forwarded,
+    stop_metrics_server,
+    worker_metrics,
+)
 from worker.redaction import process_redactor
 from worker.redis_io import connect
 from worker.settings import Settings
