@@ -31,29 +31,12 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.daemon import AgentWorker
-    from worker.enqueue import EnqueueResult, enqueue_task
-    from worker.operations import CheckReport, run_checks
-    from worker.redis_io import register_child_process
-
-_LAZY = {
-    "AgentWorker": "worker.daemon",
-    "CheckReport": "worker.operations",
-    "EnqueueResult": "worker.enqueue",
-    "enqueue_task": "worker.enqueue",
-    "register_child_process": "worker.redis_io",
-    "run_checks": "worker.operations",
-}
+    from worker.daemon import AgentWorker as AgentWorker
+    from worker.enqueue import EnqueueResult as EnqueueResult
+    from worker.enqueue import enqueue_task as enqueue_task
+    from worker.operations import CheckReport as CheckReport
+    from worker.operations import run_checks as run_checks
+    from worker.redis_io import register_child_process as register_child_process
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
-
-
-__all__ = [
-    "AgentWorker",
-    "CheckReport",
-    "EnqueueResult",
-    "enqueue_task",
-    "register_child_process",
-    "run_checks",
-]
+__getattr__ = lazy_getattr(__name__)

@@ -19,44 +19,26 @@ from typing import TYPE_CHECKING, Any
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.executors._aider import AiderExecutor
-    from worker.executors._base import ExecutionRequest, Executor, NativeExecutor
-    from worker.executors._call_log import CallLogWriter
-    from worker.executors._claude import ClaudeCodeExecutor
-    from worker.executors._cli import CliExecutor
-    from worker.executors._gateway_link import GatewaySpec
-    from worker.executors._gateway_secrets import (
-        CAPABILITY,
-        MCP_AUTH_TOKEN,
-        GatewayWriteCaps,
-        read_secrets,
-    )
-    from worker.executors._goose import GooseExecutor
-    from worker.executors._opencode import OpenCodeExecutor
-    from worker.executors._provider import provider_access
-    from worker.executors._sandbox import sandbox_problem, sandbox_warning
+    from worker.executors._aider import AiderExecutor as AiderExecutor
+    from worker.executors._base import ExecutionRequest as ExecutionRequest
+    from worker.executors._base import Executor as Executor
+    from worker.executors._base import NativeExecutor as NativeExecutor
+    from worker.executors._call_log import CallLogWriter as CallLogWriter
+    from worker.executors._claude import ClaudeCodeExecutor as ClaudeCodeExecutor
+    from worker.executors._cli import CliExecutor as CliExecutor
+    from worker.executors._gateway_link import GatewaySpec as GatewaySpec
+    from worker.executors._gateway_secrets import CAPABILITY as CAPABILITY
+    from worker.executors._gateway_secrets import MCP_AUTH_TOKEN as MCP_AUTH_TOKEN
+    from worker.executors._gateway_secrets import GatewayWriteCaps as GatewayWriteCaps
+    from worker.executors._gateway_secrets import read_secrets as read_secrets
+    from worker.executors._goose import GooseExecutor as GooseExecutor
+    from worker.executors._opencode import OpenCodeExecutor as OpenCodeExecutor
+    from worker.executors._provider import provider_access as provider_access
+    from worker.executors._sandbox import sandbox_problem as sandbox_problem
+    from worker.executors._sandbox import sandbox_warning as sandbox_warning
 
     EXECUTORS: dict[str, type[Executor]]
 
-_LAZY = {
-    "AiderExecutor": "worker.executors._aider",
-    "ExecutionRequest": "worker.executors._base",
-    "Executor": "worker.executors._base",
-    "NativeExecutor": "worker.executors._base",
-    "ClaudeCodeExecutor": "worker.executors._claude",
-    "CliExecutor": "worker.executors._cli",
-    "GooseExecutor": "worker.executors._goose",
-    "OpenCodeExecutor": "worker.executors._opencode",
-    "CallLogWriter": "worker.executors._call_log",
-    "GatewaySpec": "worker.executors._gateway_link",
-    "CAPABILITY": "worker.executors._gateway_secrets",
-    "MCP_AUTH_TOKEN": "worker.executors._gateway_secrets",
-    "GatewayWriteCaps": "worker.executors._gateway_secrets",
-    "read_secrets": "worker.executors._gateway_secrets",
-    "provider_access": "worker.executors._provider",
-    "sandbox_problem": "worker.executors._sandbox",
-    "sandbox_warning": "worker.executors._sandbox",
-}
 
 # Agent ``type`` -> the executor class, imported with the first lookup.
 _EXECUTOR_CLASSES = {
@@ -89,33 +71,10 @@ def executor_for(agent_type: str) -> Executor:
         ) from None
 
 
-_lazy_name = lazy_getattr(__name__, _LAZY)
+_lazy_name = lazy_getattr(__name__)
 
 
 def __getattr__(name: str) -> Any:
     if name == "EXECUTORS":
         return _executors()
     return _lazy_name(name)
-
-
-__all__ = [
-    "CAPABILITY",
-    "EXECUTORS",
-    "MCP_AUTH_TOKEN",
-    "AiderExecutor",
-    "CallLogWriter",
-    "ClaudeCodeExecutor",
-    "CliExecutor",
-    "ExecutionRequest",
-    "Executor",
-    "GatewaySpec",
-    "GatewayWriteCaps",
-    "GooseExecutor",
-    "NativeExecutor",
-    "OpenCodeExecutor",
-    "executor_for",
-    "provider_access",
-    "read_secrets",
-    "sandbox_problem",
-    "sandbox_warning",
-]

@@ -15,89 +15,29 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.hub_writes._outbox import (
-        CLAIM_LEASE_S,
-        DEAD_LETTER_KINDS,
-        DEFAULT_MAX_ATTEMPTS,
-        MAX_BACKOFF_S,
-        DrainResult,
-        HubWriter,
-        OutboxItem,
-        bury,
-        drain,
-        drain_outbox_now,
-        outbox_size,
-        park,
-        send,
-    )
-    from worker.hub_writes._write_caps import (
-        CappedToolbox,
-        RefusalHandler,
-        RefusalReason,
-        Reservation,
-        WriteCaps,
-        WriteKind,
-        WriteLedger,
-        WriteRefused,
-        counted_refusals,
-        ignore_refusals,
-        note_refusal,
-    )
+    from worker.hub_writes._outbox import CLAIM_LEASE_S as CLAIM_LEASE_S
+    from worker.hub_writes._outbox import DEAD_LETTER_KINDS as DEAD_LETTER_KINDS
+    from worker.hub_writes._outbox import DEFAULT_MAX_ATTEMPTS as DEFAULT_MAX_ATTEMPTS
+    from worker.hub_writes._outbox import MAX_BACKOFF_S as MAX_BACKOFF_S
+    from worker.hub_writes._outbox import DrainResult as DrainResult
+    from worker.hub_writes._outbox import HubWriter as HubWriter
+    from worker.hub_writes._outbox import OutboxItem as OutboxItem
+    from worker.hub_writes._outbox import bury as bury
+    from worker.hub_writes._outbox import drain as drain
+    from worker.hub_writes._outbox import drain_outbox_now as drain_outbox_now
+    from worker.hub_writes._outbox import outbox_size as outbox_size
+    from worker.hub_writes._outbox import park as park
+    from worker.hub_writes._outbox import send as send
+    from worker.hub_writes._write_caps import CappedToolbox as CappedToolbox
+    from worker.hub_writes._write_caps import RefusalHandler as RefusalHandler
+    from worker.hub_writes._write_caps import RefusalReason as RefusalReason
+    from worker.hub_writes._write_caps import Reservation as Reservation
+    from worker.hub_writes._write_caps import WriteCaps as WriteCaps
+    from worker.hub_writes._write_caps import WriteKind as WriteKind
+    from worker.hub_writes._write_caps import WriteLedger as WriteLedger
+    from worker.hub_writes._write_caps import WriteRefused as WriteRefused
+    from worker.hub_writes._write_caps import counted_refusals as counted_refusals
+    from worker.hub_writes._write_caps import ignore_refusals as ignore_refusals
+    from worker.hub_writes._write_caps import note_refusal as note_refusal
 
-_OUTBOX = "worker.hub_writes._outbox"
-_WRITE_CAPS = "worker.hub_writes._write_caps"
-_LAZY = {
-    "CLAIM_LEASE_S": _OUTBOX,
-    "DEAD_LETTER_KINDS": _OUTBOX,
-    "DEFAULT_MAX_ATTEMPTS": _OUTBOX,
-    "MAX_BACKOFF_S": _OUTBOX,
-    "DrainResult": _OUTBOX,
-    "HubWriter": _OUTBOX,
-    "OutboxItem": _OUTBOX,
-    "bury": _OUTBOX,
-    "drain": _OUTBOX,
-    "drain_outbox_now": _OUTBOX,
-    "outbox_size": _OUTBOX,
-    "park": _OUTBOX,
-    "send": _OUTBOX,
-    "CappedToolbox": _WRITE_CAPS,
-    "RefusalHandler": _WRITE_CAPS,
-    "RefusalReason": _WRITE_CAPS,
-    "Reservation": _WRITE_CAPS,
-    "WriteCaps": _WRITE_CAPS,
-    "WriteKind": _WRITE_CAPS,
-    "WriteLedger": _WRITE_CAPS,
-    "WriteRefused": _WRITE_CAPS,
-    "counted_refusals": _WRITE_CAPS,
-    "ignore_refusals": _WRITE_CAPS,
-    "note_refusal": _WRITE_CAPS,
-}
-
-__getattr__ = lazy_getattr(__name__, _LAZY)
-
-__all__ = [
-    "CLAIM_LEASE_S",
-    "DEAD_LETTER_KINDS",
-    "DEFAULT_MAX_ATTEMPTS",
-    "MAX_BACKOFF_S",
-    "CappedToolbox",
-    "DrainResult",
-    "HubWriter",
-    "OutboxItem",
-    "RefusalHandler",
-    "RefusalReason",
-    "Reservation",
-    "WriteCaps",
-    "WriteKind",
-    "WriteLedger",
-    "WriteRefused",
-    "bury",
-    "counted_refusals",
-    "drain",
-    "drain_outbox_now",
-    "ignore_refusals",
-    "note_refusal",
-    "outbox_size",
-    "park",
-    "send",
-]
+__getattr__ = lazy_getattr(__name__)

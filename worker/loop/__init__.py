@@ -1,87 +1,43 @@
 """The agent loop: reason → tool → observe, with limits as data and observable steps."""
 
-from worker.loop._budget import dearest_price
-from worker.loop._clock import DeadlineToolbox
-from worker.loop._contract import (
-    CallRules,
-    Closing,
-    Control,
-    ControlSource,
-    LoopSettings,
-    RunResult,
-    expired_result,
-)
-from worker.loop._dispatch import DONE_TOOL, CanExecuteTool, ToolDispatcher
-from worker.loop._entry_json import entry_from_json, entry_to_json
-from worker.loop._events import (
-    EventBus,
-    GrantDenied,
-    LlmCalled,
-    LoopEvent,
-    LoopObserver,
-    StepFinished,
-    StepStarted,
-    ToolCalled,
-    log_observer,
-    observing,
-)
-from worker.loop._limits import FALLBACK_ANSWER, Limit, RunLimits
-from worker.loop._output import truncate
-from worker.loop._redacting import ArgumentRedactingToolbox, redacting_arguments
-from worker.loop._run import AgentLoop
-from worker.loop._state import (
-    Journal,
-    JournalEntry,
-    LoopState,
-    MemoryJournal,
-    ResponseEntry,
-    SteerEntry,
-    StepRecord,
-    ToolCallRecord,
-    ToolEntry,
-    ToolOutcome,
-)
-
-__all__ = [
-    "DONE_TOOL",
-    "FALLBACK_ANSWER",
-    "AgentLoop",
-    "ArgumentRedactingToolbox",
-    "CallRules",
-    "CanExecuteTool",
-    "Closing",
-    "Control",
-    "ControlSource",
-    "DeadlineToolbox",
-    "EventBus",
-    "GrantDenied",
-    "Journal",
-    "JournalEntry",
-    "Limit",
-    "LlmCalled",
-    "LoopEvent",
-    "LoopObserver",
-    "LoopSettings",
-    "LoopState",
-    "MemoryJournal",
-    "ResponseEntry",
-    "RunLimits",
-    "RunResult",
-    "SteerEntry",
-    "StepFinished",
-    "StepRecord",
-    "StepStarted",
-    "ToolCallRecord",
-    "ToolCalled",
-    "ToolDispatcher",
-    "ToolEntry",
-    "ToolOutcome",
-    "dearest_price",
-    "entry_from_json",
-    "entry_to_json",
-    "expired_result",
-    "log_observer",
-    "observing",
-    "redacting_arguments",
-    "truncate",
-]
+from worker.loop._budget import dearest_price as dearest_price
+from worker.loop._clock import DeadlineToolbox as DeadlineToolbox
+from worker.loop._contract import CallRules as CallRules
+from worker.loop._contract import Closing as Closing
+from worker.loop._contract import Control as Control
+from worker.loop._contract import ControlSource as ControlSource
+from worker.loop._contract import LoopSettings as LoopSettings
+from worker.loop._contract import RunResult as RunResult
+from worker.loop._contract import expired_result as expired_result
+from worker.loop._dispatch import DONE_TOOL as DONE_TOOL
+from worker.loop._dispatch import CanExecuteTool as CanExecuteTool
+from worker.loop._dispatch import ToolDispatcher as ToolDispatcher
+from worker.loop._entry_json import entry_from_json as entry_from_json
+from worker.loop._entry_json import entry_to_json as entry_to_json
+from worker.loop._events import EventBus as EventBus
+from worker.loop._events import GrantDenied as GrantDenied
+from worker.loop._events import LlmCalled as LlmCalled
+from worker.loop._events import LoopEvent as LoopEvent
+from worker.loop._events import LoopObserver as LoopObserver
+from worker.loop._events import StepFinished as StepFinished
+from worker.loop._events import StepStarted as StepStarted
+from worker.loop._events import ToolCalled as ToolCalled
+from worker.loop._events import log_observer as log_observer
+from worker.loop._events import observing as observing
+from worker.loop._limits import FALLBACK_ANSWER as FALLBACK_ANSWER
+from worker.loop._limits import Limit as Limit
+from worker.loop._limits import RunLimits as RunLimits
+from worker.loop._output import truncate as truncate
+from worker.loop._redacting import ArgumentRedactingToolbox as ArgumentRedactingToolbox
+from worker.loop._redacting import redacting_arguments as redacting_arguments
+from worker.loop._run import AgentLoop as AgentLoop
+from worker.loop._state import Journal as Journal
+from worker.loop._state import JournalEntry as JournalEntry
+from worker.loop._state import LoopState as LoopState
+from worker.loop._state import MemoryJournal as MemoryJournal
+from worker.loop._state import ResponseEntry as ResponseEntry
+from worker.loop._state import SteerEntry as SteerEntry
+from worker.loop._state import StepRecord as StepRecord
+from worker.loop._state import ToolCallRecord as ToolCallRecord
+from worker.loop._state import ToolEntry as ToolEntry
+from worker.loop._state import ToolOutcome as ToolOutcome

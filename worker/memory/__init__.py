@@ -13,62 +13,35 @@ The pipeline builds an ``AgentMemory`` for the task's own agent, recalls into th
 message, and remembers after the answer is delivered.
 """
 
-from worker.memory._agent_memory import BYTES_PER_MB, AgentMemory, Recall
-from worker.memory._embeddings import (
-    Embedded,
-    Embedder,
-    EmbeddingsUnavailable,
-    OpenAIEmbeddings,
-    cosine,
-    dot,
-    embedder_from_settings,
-    estimated_tokens,
-    unit,
-)
-from worker.memory._extract import TaskExchange, decision_sentences, extract_memories
-from worker.memory._recall import (
-    Recalled,
-    RecallQuery,
-    rank_by_keywords,
-    rank_by_similarity,
-    rank_recent,
-    words,
-)
-from worker.memory._records import MemoryKind, MemoryRecord, Provenance, memory_id
-from worker.memory._render import MEMORY_INTRO, memory_block
-from worker.memory._store import SEARCH_WINDOW, MemoryStore, MemoryUsage, RedisMemoryStore, Written
-
-__all__ = [
-    "BYTES_PER_MB",
-    "MEMORY_INTRO",
-    "SEARCH_WINDOW",
-    "AgentMemory",
-    "Embedded",
-    "Embedder",
-    "EmbeddingsUnavailable",
-    "MemoryKind",
-    "MemoryRecord",
-    "MemoryStore",
-    "MemoryUsage",
-    "OpenAIEmbeddings",
-    "Provenance",
-    "Recall",
-    "RecallQuery",
-    "Recalled",
-    "RedisMemoryStore",
-    "TaskExchange",
-    "Written",
-    "cosine",
-    "decision_sentences",
-    "dot",
-    "embedder_from_settings",
-    "estimated_tokens",
-    "extract_memories",
-    "memory_block",
-    "memory_id",
-    "rank_by_keywords",
-    "rank_by_similarity",
-    "rank_recent",
-    "unit",
-    "words",
-]
+from worker.memory._agent_memory import BYTES_PER_MB as BYTES_PER_MB
+from worker.memory._agent_memory import AgentMemory as AgentMemory
+from worker.memory._agent_memory import Recall as Recall
+from worker.memory._embeddings import Embedded as Embedded
+from worker.memory._embeddings import Embedder as Embedder
+from worker.memory._embeddings import EmbeddingsUnavailable as EmbeddingsUnavailable
+from worker.memory._embeddings import OpenAIEmbeddings as OpenAIEmbeddings
+from worker.memory._embeddings import cosine as cosine
+from worker.memory._embeddings import dot as dot
+from worker.memory._embeddings import embedder_from_settings as embedder_from_settings
+from worker.memory._embeddings import estimated_tokens as estimated_tokens
+from worker.memory._embeddings import unit as unit
+from worker.memory._extract import TaskExchange as TaskExchange
+from worker.memory._extract import decision_sentences as decision_sentences
+from worker.memory._extract import extract_memories as extract_memories
+from worker.memory._recall import Recalled as Recalled
+from worker.memory._recall import RecallQuery as RecallQuery
+from worker.memory._recall import rank_by_keywords as rank_by_keywords
+from worker.memory._recall import rank_by_similarity as rank_by_similarity
+from worker.memory._recall import rank_recent as rank_recent
+from worker.memory._recall import words as words
+from worker.memory._records import MemoryKind as MemoryKind
+from worker.memory._records import MemoryRecord as MemoryRecord
+from worker.memory._records import Provenance as Provenance
+from worker.memory._records import memory_id as memory_id
+from worker.memory._render import MEMORY_INTRO as MEMORY_INTRO
+from worker.memory._render import memory_block as memory_block
+from worker.memory._store import SEARCH_WINDOW as SEARCH_WINDOW
+from worker.memory._store import MemoryStore as MemoryStore
+from worker.memory._store import MemoryUsage as MemoryUsage
+from worker.memory._store import RedisMemoryStore as RedisMemoryStore
+from worker.memory._store import Written as Written

@@ -9,34 +9,18 @@ gauges read at scrape time) and ``_server`` (the HTTP endpoint).
 
 from __future__ import annotations
 
-from worker.metrics._families import COUNTERS, GAUGES, HISTOGRAMS, POOL_COUNTERS, POOL_GAUGES
-from worker.metrics._recorders import (
-    JOB_METRICS_TTL_S,
-    JobMetrics,
-    WorkerMetrics,
-    apply_forwarded,
-    apply_job_metrics,
-    forward_metrics,
-    start_metrics_server,
-    stop_metrics_server,
-    sweep_job_metrics,
-    worker_metrics,
-)
-
-__all__ = [
-    "COUNTERS",
-    "GAUGES",
-    "HISTOGRAMS",
-    "JOB_METRICS_TTL_S",
-    "POOL_COUNTERS",
-    "POOL_GAUGES",
-    "JobMetrics",
-    "WorkerMetrics",
-    "apply_forwarded",
-    "apply_job_metrics",
-    "forward_metrics",
-    "start_metrics_server",
-    "stop_metrics_server",
-    "sweep_job_metrics",
-    "worker_metrics",
-]
+from worker.metrics._families import COUNTERS as COUNTERS
+from worker.metrics._families import GAUGES as GAUGES
+from worker.metrics._families import HISTOGRAMS as HISTOGRAMS
+from worker.metrics._families import POOL_COUNTERS as POOL_COUNTERS
+from worker.metrics._families import POOL_GAUGES as POOL_GAUGES
+from worker.metrics._recorders import JOB_METRICS_TTL_S as JOB_METRICS_TTL_S
+from worker.metrics._recorders import JobMetrics as JobMetrics
+from worker.metrics._recorders import WorkerMetrics as WorkerMetrics
+from worker.metrics._recorders import apply_forwarded as apply_forwarded
+from worker.metrics._recorders import apply_job_metrics as apply_job_metrics
+from worker.metrics._recorders import forward_metrics as forward_metrics
+from worker.metrics._recorders import start_metrics_server as start_metrics_server
+from worker.metrics._recorders import stop_metrics_server as stop_metrics_server
+from worker.metrics._recorders import sweep_job_metrics as sweep_job_metrics
+from worker.metrics._recorders import worker_metrics as worker_metrics

@@ -12,113 +12,48 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from worker._lazy import lazy_getattr
-from worker.models._boundary import ModelBoundary
-from worker.models._cache import PromptCache, agent_cache_key
-from worker.models._scripted import ScriptedModel, Turn
-from worker.models._text_calls import calls_in_text, with_text_calls
-from worker.models._types import (
-    Message,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    ModelWrapper,
-    StopReason,
-    ToolCall,
-    ToolSpec,
-    Usage,
-    joined_system,
-)
-from worker.models._untrusted import UNTRUSTED_TAG, UntrustedBlocks
+from worker.models._boundary import ModelBoundary as ModelBoundary
+from worker.models._cache import PromptCache as PromptCache
+from worker.models._cache import agent_cache_key as agent_cache_key
+from worker.models._scripted import ScriptedModel as ScriptedModel
+from worker.models._scripted import Turn as Turn
+from worker.models._text_calls import calls_in_text as calls_in_text
+from worker.models._text_calls import with_text_calls as with_text_calls
+from worker.models._types import Message as Message
+from worker.models._types import Model as Model
+from worker.models._types import ModelRequest as ModelRequest
+from worker.models._types import ModelResponse as ModelResponse
+from worker.models._types import ModelWrapper as ModelWrapper
+from worker.models._types import StopReason as StopReason
+from worker.models._types import ToolCall as ToolCall
+from worker.models._types import ToolSpec as ToolSpec
+from worker.models._types import Usage as Usage
+from worker.models._types import joined_system as joined_system
+from worker.models._untrusted import UNTRUSTED_TAG as UNTRUSTED_TAG
+from worker.models._untrusted import UntrustedBlocks as UntrustedBlocks
 
 if TYPE_CHECKING:
-    from worker.models._anthropic import AnthropicModel
-    from worker.models._factory import (
-        PROVIDERS,
-        aclose_shared_http_clients,
-        create_model,
-        load_price_table,
-        provider_credentials,
-    )
-    from worker.models._fallback import FallbackModel
-    from worker.models._limiter import FleetLimiter, RateLimitedModel, RateLimits
-    from worker.models._openai import OpenAIModel
-    from worker.models._prices import ModelPrice, PriceTable
-    from worker.models._retry import AttemptGate, RetryingModel, RetryPolicy
-    from worker.models._structured import (
-        generate,
-        parse_structured,
-        parse_structured_text,
-        strict_json_schema,
-    )
-    from worker.models._warmup import warm_up_providers
-
-_LAZY = {
-    "AnthropicModel": "worker.models._anthropic",
-    "FallbackModel": "worker.models._fallback",
-    "FleetLimiter": "worker.models._limiter",
-    "RateLimitedModel": "worker.models._limiter",
-    "RateLimits": "worker.models._limiter",
-    "ModelPrice": "worker.models._prices",
-    "PROVIDERS": "worker.models._factory",
-    "OpenAIModel": "worker.models._openai",
-    "PriceTable": "worker.models._prices",
-    "AttemptGate": "worker.models._retry",
-    "RetryPolicy": "worker.models._retry",
-    "RetryingModel": "worker.models._retry",
-    "aclose_shared_http_clients": "worker.models._factory",
-    "create_model": "worker.models._factory",
-    "generate": "worker.models._structured",
-    "load_price_table": "worker.models._factory",
-    "parse_structured": "worker.models._structured",
-    "parse_structured_text": "worker.models._structured",
-    "provider_credentials": "worker.models._factory",
-    "strict_json_schema": "worker.models._structured",
-    "warm_up_providers": "worker.models._warmup",
-}
+    from worker.models._anthropic import AnthropicModel as AnthropicModel
+    from worker.models._factory import PROVIDERS as PROVIDERS
+    from worker.models._factory import aclose_shared_http_clients as aclose_shared_http_clients
+    from worker.models._factory import create_model as create_model
+    from worker.models._factory import load_price_table as load_price_table
+    from worker.models._factory import provider_credentials as provider_credentials
+    from worker.models._fallback import FallbackModel as FallbackModel
+    from worker.models._limiter import FleetLimiter as FleetLimiter
+    from worker.models._limiter import RateLimitedModel as RateLimitedModel
+    from worker.models._limiter import RateLimits as RateLimits
+    from worker.models._openai import OpenAIModel as OpenAIModel
+    from worker.models._prices import ModelPrice as ModelPrice
+    from worker.models._prices import PriceTable as PriceTable
+    from worker.models._retry import AttemptGate as AttemptGate
+    from worker.models._retry import RetryingModel as RetryingModel
+    from worker.models._retry import RetryPolicy as RetryPolicy
+    from worker.models._structured import generate as generate
+    from worker.models._structured import parse_structured as parse_structured
+    from worker.models._structured import parse_structured_text as parse_structured_text
+    from worker.models._structured import strict_json_schema as strict_json_schema
+    from worker.models._warmup import warm_up_providers as warm_up_providers
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
-
-
-__all__ = [
-    "PROVIDERS",
-    "UNTRUSTED_TAG",
-    "AnthropicModel",
-    "AttemptGate",
-    "FallbackModel",
-    "FleetLimiter",
-    "Message",
-    "Model",
-    "ModelBoundary",
-    "ModelPrice",
-    "ModelRequest",
-    "ModelResponse",
-    "ModelWrapper",
-    "OpenAIModel",
-    "PriceTable",
-    "PromptCache",
-    "RateLimitedModel",
-    "RateLimits",
-    "RetryPolicy",
-    "RetryingModel",
-    "ScriptedModel",
-    "StopReason",
-    "ToolCall",
-    "ToolSpec",
-    "Turn",
-    "UntrustedBlocks",
-    "Usage",
-    "aclose_shared_http_clients",
-    "agent_cache_key",
-    "calls_in_text",
-    "create_model",
-    "generate",
-    "joined_system",
-    "load_price_table",
-    "parse_structured",
-    "parse_structured_text",
-    "provider_credentials",
-    "strict_json_schema",
-    "warm_up_providers",
-    "with_text_calls",
-]
+__getattr__ = lazy_getattr(__name__)

@@ -31,123 +31,46 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.operations._agent_state import AgentState, LastRun, agent_state_key, last_run_of
-    from worker.operations._check_report import CheckReport, Problem, Severity
-    from worker.operations._checks import check_at_start, run_checks
-    from worker.operations._cli import EXTENSIONS, command_parser, main
-    from worker.operations._dead_letters import (
-        DeadLetter,
-        dead_letter_count,
-        drop_dead_letters,
-        list_dead_letters,
-        newest_dead_letter,
-        replay_dead_letter,
-    )
-    from worker.operations._leader_lock import LeaderLock
-    from worker.operations._repairs import (
-        FailedTask,
-        RequeueOutcome,
-        failed_task_ids,
-        find_failed_task,
-        requeue_failed,
-    )
-    from worker.operations._reports import StoredReport, find_report, render_report
-    from worker.operations._schedule import run_forever, run_once
-    from worker.operations._scheduler import (
-        Decision,
-        HubStaleAgents,
-        RoundResult,
-        ScheduleConfig,
-        Scheduler,
-        exploration_task_id,
-    )
-    from worker.operations._status import FleetStatus, collect_status
-    from worker.operations._status_view import render_table
+    from worker.operations._agent_state import AgentState as AgentState
+    from worker.operations._agent_state import LastRun as LastRun
+    from worker.operations._agent_state import agent_state_key as agent_state_key
+    from worker.operations._agent_state import last_run_of as last_run_of
+    from worker.operations._check_report import CheckReport as CheckReport
+    from worker.operations._check_report import Problem as Problem
+    from worker.operations._check_report import Severity as Severity
+    from worker.operations._checks import check_at_start as check_at_start
+    from worker.operations._checks import run_checks as run_checks
+    from worker.operations._cli import EXTENSIONS as EXTENSIONS
+    from worker.operations._cli import command_parser as command_parser
+    from worker.operations._cli import main as main
+    from worker.operations._dead_letters import DeadLetter as DeadLetter
+    from worker.operations._dead_letters import dead_letter_count as dead_letter_count
+    from worker.operations._dead_letters import drop_dead_letters as drop_dead_letters
+    from worker.operations._dead_letters import list_dead_letters as list_dead_letters
+    from worker.operations._dead_letters import newest_dead_letter as newest_dead_letter
+    from worker.operations._dead_letters import replay_dead_letter as replay_dead_letter
+    from worker.operations._leader_lock import LeaderLock as LeaderLock
+    from worker.operations._redis_option import redis_url_parser as redis_url_parser
+    from worker.operations._redis_option import use_redis_url as use_redis_url
+    from worker.operations._repairs import FailedTask as FailedTask
+    from worker.operations._repairs import RequeueOutcome as RequeueOutcome
+    from worker.operations._repairs import failed_task_ids as failed_task_ids
+    from worker.operations._repairs import find_failed_task as find_failed_task
+    from worker.operations._repairs import requeue_failed as requeue_failed
+    from worker.operations._reports import StoredReport as StoredReport
+    from worker.operations._reports import find_report as find_report
+    from worker.operations._reports import render_report as render_report
+    from worker.operations._schedule import run_forever as run_forever
+    from worker.operations._schedule import run_once as run_once
+    from worker.operations._scheduler import Decision as Decision
+    from worker.operations._scheduler import HubStaleAgents as HubStaleAgents
+    from worker.operations._scheduler import RoundResult as RoundResult
+    from worker.operations._scheduler import ScheduleConfig as ScheduleConfig
+    from worker.operations._scheduler import Scheduler as Scheduler
+    from worker.operations._scheduler import exploration_task_id as exploration_task_id
+    from worker.operations._status import FleetStatus as FleetStatus
+    from worker.operations._status import collect_status as collect_status
+    from worker.operations._status_view import render_table as render_table
 
-_LAZY = {
-    "AgentState": "worker.operations._agent_state",
-    "CheckReport": "worker.operations._check_report",
-    "DeadLetter": "worker.operations._dead_letters",
-    "Decision": "worker.operations._scheduler",
-    "FailedTask": "worker.operations._repairs",
-    "FleetStatus": "worker.operations._status",
-    "HubStaleAgents": "worker.operations._scheduler",
-    "LastRun": "worker.operations._agent_state",
-    "LeaderLock": "worker.operations._leader_lock",
-    "Problem": "worker.operations._check_report",
-    "RequeueOutcome": "worker.operations._repairs",
-    "RoundResult": "worker.operations._scheduler",
-    "ScheduleConfig": "worker.operations._scheduler",
-    "Scheduler": "worker.operations._scheduler",
-    "Severity": "worker.operations._check_report",
-    "StoredReport": "worker.operations._reports",
-    "agent_state_key": "worker.operations._agent_state",
-    "check_at_start": "worker.operations._checks",
-    "collect_status": "worker.operations._status",
-    "dead_letter_count": "worker.operations._dead_letters",
-    "drop_dead_letters": "worker.operations._dead_letters",
-    "exploration_task_id": "worker.operations._scheduler",
-    "failed_task_ids": "worker.operations._repairs",
-    "find_failed_task": "worker.operations._repairs",
-    "find_report": "worker.operations._reports",
-    "last_run_of": "worker.operations._agent_state",
-    "list_dead_letters": "worker.operations._dead_letters",
-    "main": "worker.operations._cli",
-    "EXTENSIONS": "worker.operations._cli",
-    "command_parser": "worker.operations._cli",
-    "newest_dead_letter": "worker.operations._dead_letters",
-    "redis_url_parser": "worker.operations._redis_option",
-    "render_report": "worker.operations._reports",
-    "render_table": "worker.operations._status_view",
-    "replay_dead_letter": "worker.operations._dead_letters",
-    "requeue_failed": "worker.operations._repairs",
-    "run_checks": "worker.operations._checks",
-    "run_forever": "worker.operations._schedule",
-    "run_once": "worker.operations._schedule",
-    "use_redis_url": "worker.operations._redis_option",
-}
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
-
-__all__ = [
-    "EXTENSIONS",
-    "AgentState",
-    "CheckReport",
-    "DeadLetter",
-    "Decision",
-    "FailedTask",
-    "FleetStatus",
-    "HubStaleAgents",
-    "LastRun",
-    "LeaderLock",
-    "Problem",
-    "RequeueOutcome",
-    "RoundResult",
-    "ScheduleConfig",
-    "Scheduler",
-    "Severity",
-    "StoredReport",
-    "agent_state_key",
-    "check_at_start",
-    "collect_status",
-    "command_parser",
-    "dead_letter_count",
-    "drop_dead_letters",
-    "exploration_task_id",
-    "failed_task_ids",
-    "find_failed_task",
-    "find_report",
-    "last_run_of",
-    "list_dead_letters",
-    "main",
-    "newest_dead_letter",
-    "redis_url_parser",
-    "render_report",
-    "render_table",
-    "replay_dead_letter",
-    "requeue_failed",
-    "run_checks",
-    "run_forever",
-    "run_once",
-    "use_redis_url",
-]
+__getattr__ = lazy_getattr(__name__)

@@ -15,119 +15,44 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
+    from worker.redis_io._children import child_process_recorder as child_process_recorder
     from worker.redis_io._children import (
-        child_process_recorder,
-        kill_recorded_process_groups,
-        recording_children_of,
-        register_child_process,
+        kill_recorded_process_groups as kill_recorded_process_groups,
     )
+    from worker.redis_io._children import recording_children_of as recording_children_of
+    from worker.redis_io._children import register_child_process as register_child_process
+    from worker.redis_io._connection import FREE_CONNECTION_WAIT_S as FREE_CONNECTION_WAIT_S
+    from worker.redis_io._connection import RQ_CONFIG_MODULE as RQ_CONFIG_MODULE
+    from worker.redis_io._connection import SentinelPrimaryConnection as SentinelPrimaryConnection
     from worker.redis_io._connection import (
-        FREE_CONNECTION_WAIT_S,
-        RQ_CONFIG_MODULE,
-        SentinelPrimaryConnection,
-        SentinelPrimarySSLConnection,
-        connect,
-        is_sentinel_managed,
-        parse_sentinel_addresses,
-        require_matching_worker_connection,
-        rq_connection_settings,
-        share_between_threads,
+        SentinelPrimarySSLConnection as SentinelPrimarySSLConnection,
     )
-    from worker.redis_io._faults import (
-        DEFAULT_REDIS_PATIENCE_S,
-        OUTAGE_KINDS,
-        REDIS_UNAVAILABLE,
-        PatientRetry,
-        RedisOutage,
-        access_refusal,
-        check_redis_access,
-        is_redis_outage,
-        outage_kind,
-        patient_redis_retry,
-        redis_error_line,
-        until_redis_answers,
+    from worker.redis_io._connection import connect as connect
+    from worker.redis_io._connection import is_sentinel_managed as is_sentinel_managed
+    from worker.redis_io._connection import parse_sentinel_addresses as parse_sentinel_addresses
+    from worker.redis_io._connection import (
+        require_matching_worker_connection as require_matching_worker_connection,
     )
-    from worker.redis_io._handover import take_job_list
-    from worker.redis_io._jobs import (
-        DEFAULT_MAX_JOB_DATA_BYTES,
-        CappedJob,
-        JobDataTooLarge,
-        decompress_capped,
-        job_attempt,
-    )
+    from worker.redis_io._connection import rq_connection_settings as rq_connection_settings
+    from worker.redis_io._connection import share_between_threads as share_between_threads
+    from worker.redis_io._faults import DEFAULT_REDIS_PATIENCE_S as DEFAULT_REDIS_PATIENCE_S
+    from worker.redis_io._faults import OUTAGE_KINDS as OUTAGE_KINDS
+    from worker.redis_io._faults import REDIS_UNAVAILABLE as REDIS_UNAVAILABLE
+    from worker.redis_io._faults import PatientRetry as PatientRetry
+    from worker.redis_io._faults import RedisOutage as RedisOutage
+    from worker.redis_io._faults import access_refusal as access_refusal
+    from worker.redis_io._faults import check_redis_access as check_redis_access
+    from worker.redis_io._faults import is_redis_outage as is_redis_outage
+    from worker.redis_io._faults import outage_kind as outage_kind
+    from worker.redis_io._faults import patient_redis_retry as patient_redis_retry
+    from worker.redis_io._faults import redis_error_line as redis_error_line
+    from worker.redis_io._faults import until_redis_answers as until_redis_answers
+    from worker.redis_io._handover import take_job_list as take_job_list
+    from worker.redis_io._jobs import DEFAULT_MAX_JOB_DATA_BYTES as DEFAULT_MAX_JOB_DATA_BYTES
+    from worker.redis_io._jobs import CappedJob as CappedJob
+    from worker.redis_io._jobs import JobDataTooLarge as JobDataTooLarge
+    from worker.redis_io._jobs import decompress_capped as decompress_capped
+    from worker.redis_io._jobs import job_attempt as job_attempt
 
-_CONNECTION = "worker.redis_io._connection"
-_FAULTS = "worker.redis_io._faults"
-_CHILDREN = "worker.redis_io._children"
-_JOBS = "worker.redis_io._jobs"
-_LAZY = {
-    "child_process_recorder": _CHILDREN,
-    "kill_recorded_process_groups": _CHILDREN,
-    "recording_children_of": _CHILDREN,
-    "register_child_process": _CHILDREN,
-    "DEFAULT_MAX_JOB_DATA_BYTES": _JOBS,
-    "CappedJob": _JOBS,
-    "JobDataTooLarge": _JOBS,
-    "decompress_capped": _JOBS,
-    "job_attempt": _JOBS,
-    "FREE_CONNECTION_WAIT_S": _CONNECTION,
-    "RQ_CONFIG_MODULE": _CONNECTION,
-    "SentinelPrimaryConnection": _CONNECTION,
-    "SentinelPrimarySSLConnection": _CONNECTION,
-    "connect": _CONNECTION,
-    "is_sentinel_managed": _CONNECTION,
-    "parse_sentinel_addresses": _CONNECTION,
-    "require_matching_worker_connection": _CONNECTION,
-    "rq_connection_settings": _CONNECTION,
-    "share_between_threads": _CONNECTION,
-    "DEFAULT_REDIS_PATIENCE_S": _FAULTS,
-    "REDIS_UNAVAILABLE": _FAULTS,
-    "PatientRetry": _FAULTS,
-    "RedisOutage": _FAULTS,
-    "access_refusal": _FAULTS,
-    "check_redis_access": _FAULTS,
-    "redis_error_line": _FAULTS,
-    "is_redis_outage": _FAULTS,
-    "OUTAGE_KINDS": _FAULTS,
-    "outage_kind": _FAULTS,
-    "patient_redis_retry": _FAULTS,
-    "until_redis_answers": _FAULTS,
-    "take_job_list": "worker.redis_io._handover",
-}
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
-
-__all__ = [
-    "DEFAULT_MAX_JOB_DATA_BYTES",
-    "DEFAULT_REDIS_PATIENCE_S",
-    "FREE_CONNECTION_WAIT_S",
-    "OUTAGE_KINDS",
-    "REDIS_UNAVAILABLE",
-    "RQ_CONFIG_MODULE",
-    "CappedJob",
-    "JobDataTooLarge",
-    "PatientRetry",
-    "RedisOutage",
-    "SentinelPrimaryConnection",
-    "SentinelPrimarySSLConnection",
-    "access_refusal",
-    "check_redis_access",
-    "child_process_recorder",
-    "connect",
-    "decompress_capped",
-    "is_redis_outage",
-    "is_sentinel_managed",
-    "job_attempt",
-    "kill_recorded_process_groups",
-    "outage_kind",
-    "parse_sentinel_addresses",
-    "patient_redis_retry",
-    "recording_children_of",
-    "redis_error_line",
-    "register_child_process",
-    "require_matching_worker_connection",
-    "rq_connection_settings",
-    "share_between_threads",
-    "take_job_list",
-    "until_redis_answers",
-]
+__getattr__ = lazy_getattr(__name__)

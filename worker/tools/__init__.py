@@ -15,155 +15,59 @@ from typing import TYPE_CHECKING
 # First: it notes which process loaded the tools (the worker parent, before any fork).
 import worker._spawn  # noqa: F401
 from worker._lazy import lazy_getattr
-from worker.tools._base import (
-    CallContext,
-    Granted,
-    MissingGrant,
-    NotAllowed,
-    Resolution,
-    Toolbox,
-    ToolboxWrapper,
-    ToolResult,
-)
-from worker.tools._local import LocalTool, LocalToolbox
+from worker.tools._base import CallContext as CallContext
+from worker.tools._base import Granted as Granted
+from worker.tools._base import MissingGrant as MissingGrant
+from worker.tools._base import NotAllowed as NotAllowed
+from worker.tools._base import Resolution as Resolution
+from worker.tools._base import Toolbox as Toolbox
+from worker.tools._base import ToolboxWrapper as ToolboxWrapper
+from worker.tools._base import ToolResult as ToolResult
+from worker.tools._local import LocalTool as LocalTool
+from worker.tools._local import LocalToolbox as LocalToolbox
 
 if TYPE_CHECKING:
-    from worker._hooks import load_can_execute_tool, load_hook
-    from worker.tools._capability import (
-        Capability,
-        CapabilityRefused,
-        check_key,
-        mint_capability,
-        read_capability,
-        verify_capability,
-    )
-    from worker.tools._config import McpConfig, McpServerConfig, load_mcp_config
-    from worker.tools._grants import (
-        ANY_COMMUNITY,
-        EffectiveGrants,
-        GrantPolicy,
-        cached_grant_policy,
-        check_grant_pattern,
-        grant_covers,
-        load_grant_policy,
-    )
-    from worker.tools._idempotency import (
-        ContentKeyedToolbox,
-        KeyedCallContext,
-        arguments_digest,
-        content_key,
-    )
-    from worker.tools._mcp import CapabilitySource, McpToolbox, fixed_capability, no_capability
-    from worker.tools._pool import StdioPool, close_stdio_pool, stdio_pool
-    from worker.tools._reach import Reach, origin_of, urls_in
-    from worker.tools._scope import (
-        PUBLIC,
-        ArgumentRule,
-        ScopeReason,
-        ScopeRefusal,
-        TaskScope,
-        dm_audience,
-    )
-    from worker.tools._scoped import ScopeCell, ScopedToolbox, ScopeRefusalHandler
-
-_LAZY = {
-    "Capability": "worker.tools._capability",
-    "CapabilityRefused": "worker.tools._capability",
-    "check_key": "worker.tools._capability",
-    "mint_capability": "worker.tools._capability",
-    "read_capability": "worker.tools._capability",
-    "verify_capability": "worker.tools._capability",
-    "McpConfig": "worker.tools._config",
-    "McpServerConfig": "worker.tools._config",
-    "load_mcp_config": "worker.tools._config",
-    "EffectiveGrants": "worker.tools._grants",
-    "ANY_COMMUNITY": "worker.tools._grants",
-    "GrantPolicy": "worker.tools._grants",
-    "check_grant_pattern": "worker.tools._grants",
-    "grant_covers": "worker.tools._grants",
-    "load_grant_policy": "worker.tools._grants",
-    "cached_grant_policy": "worker.tools._grants",
-    "load_can_execute_tool": "worker._hooks",
-    "load_hook": "worker._hooks",
-    "ContentKeyedToolbox": "worker.tools._idempotency",
-    "KeyedCallContext": "worker.tools._idempotency",
-    "content_key": "worker.tools._idempotency",
-    "arguments_digest": "worker.tools._idempotency",
-    "CapabilitySource": "worker.tools._mcp",
-    "McpToolbox": "worker.tools._mcp",
-    "fixed_capability": "worker.tools._mcp",
-    "no_capability": "worker.tools._mcp",
-    "StdioPool": "worker.tools._pool",
-    "close_stdio_pool": "worker.tools._pool",
-    "stdio_pool": "worker.tools._pool",
-    "Reach": "worker.tools._reach",
-    "origin_of": "worker.tools._reach",
-    "urls_in": "worker.tools._reach",
-    "PUBLIC": "worker.tools._scope",
-    "ArgumentRule": "worker.tools._scope",
-    "ScopeReason": "worker.tools._scope",
-    "ScopeRefusal": "worker.tools._scope",
-    "TaskScope": "worker.tools._scope",
-    "dm_audience": "worker.tools._scope",
-    "ScopeCell": "worker.tools._scoped",
-    "ScopedToolbox": "worker.tools._scoped",
-    "ScopeRefusalHandler": "worker.tools._scoped",
-}
+    from worker._hooks import load_can_execute_tool as load_can_execute_tool
+    from worker._hooks import load_hook as load_hook
+    from worker.tools._capability import Capability as Capability
+    from worker.tools._capability import CapabilityRefused as CapabilityRefused
+    from worker.tools._capability import check_key as check_key
+    from worker.tools._capability import mint_capability as mint_capability
+    from worker.tools._capability import read_capability as read_capability
+    from worker.tools._capability import verify_capability as verify_capability
+    from worker.tools._config import McpConfig as McpConfig
+    from worker.tools._config import McpServerConfig as McpServerConfig
+    from worker.tools._config import load_mcp_config as load_mcp_config
+    from worker.tools._grants import ANY_COMMUNITY as ANY_COMMUNITY
+    from worker.tools._grants import EffectiveGrants as EffectiveGrants
+    from worker.tools._grants import GrantPolicy as GrantPolicy
+    from worker.tools._grants import cached_grant_policy as cached_grant_policy
+    from worker.tools._grants import check_grant_pattern as check_grant_pattern
+    from worker.tools._grants import grant_covers as grant_covers
+    from worker.tools._grants import load_grant_policy as load_grant_policy
+    from worker.tools._idempotency import ContentKeyedToolbox as ContentKeyedToolbox
+    from worker.tools._idempotency import KeyedCallContext as KeyedCallContext
+    from worker.tools._idempotency import arguments_digest as arguments_digest
+    from worker.tools._idempotency import content_key as content_key
+    from worker.tools._mcp import CapabilitySource as CapabilitySource
+    from worker.tools._mcp import McpToolbox as McpToolbox
+    from worker.tools._mcp import fixed_capability as fixed_capability
+    from worker.tools._mcp import no_capability as no_capability
+    from worker.tools._pool import StdioPool as StdioPool
+    from worker.tools._pool import close_stdio_pool as close_stdio_pool
+    from worker.tools._pool import stdio_pool as stdio_pool
+    from worker.tools._reach import Reach as Reach
+    from worker.tools._reach import origin_of as origin_of
+    from worker.tools._reach import urls_in as urls_in
+    from worker.tools._scope import PUBLIC as PUBLIC
+    from worker.tools._scope import ArgumentRule as ArgumentRule
+    from worker.tools._scope import ScopeReason as ScopeReason
+    from worker.tools._scope import ScopeRefusal as ScopeRefusal
+    from worker.tools._scope import TaskScope as TaskScope
+    from worker.tools._scope import dm_audience as dm_audience
+    from worker.tools._scoped import ScopeCell as ScopeCell
+    from worker.tools._scoped import ScopedToolbox as ScopedToolbox
+    from worker.tools._scoped import ScopeRefusalHandler as ScopeRefusalHandler
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
-
-
-__all__ = [
-    "ANY_COMMUNITY",
-    "PUBLIC",
-    "ArgumentRule",
-    "CallContext",
-    "Capability",
-    "CapabilityRefused",
-    "CapabilitySource",
-    "ContentKeyedToolbox",
-    "EffectiveGrants",
-    "GrantPolicy",
-    "Granted",
-    "KeyedCallContext",
-    "LocalTool",
-    "LocalToolbox",
-    "McpConfig",
-    "McpServerConfig",
-    "McpToolbox",
-    "MissingGrant",
-    "NotAllowed",
-    "Reach",
-    "Resolution",
-    "ScopeCell",
-    "ScopeReason",
-    "ScopeRefusal",
-    "ScopeRefusalHandler",
-    "ScopedToolbox",
-    "StdioPool",
-    "TaskScope",
-    "ToolResult",
-    "Toolbox",
-    "ToolboxWrapper",
-    "arguments_digest",
-    "cached_grant_policy",
-    "check_grant_pattern",
-    "check_key",
-    "close_stdio_pool",
-    "content_key",
-    "dm_audience",
-    "fixed_capability",
-    "grant_covers",
-    "load_can_execute_tool",
-    "load_grant_policy",
-    "load_hook",
-    "load_mcp_config",
-    "mint_capability",
-    "no_capability",
-    "origin_of",
-    "read_capability",
-    "stdio_pool",
-    "urls_in",
-    "verify_capability",
-]
+__getattr__ = lazy_getattr(__name__)

@@ -7,8 +7,6 @@ queue at once (``_hand_back``), ``main`` the command line (``_cli``).
 
 from __future__ import annotations
 
-from worker.daemon.pool._cli import main
-from worker.daemon.pool._hand_back import hand_back_jobs_of
-from worker.daemon.pool._supervisor import Pool
-
-__all__ = ["Pool", "hand_back_jobs_of", "main"]
+from worker.daemon.pool._cli import main as main
+from worker.daemon.pool._hand_back import hand_back_jobs_of as hand_back_jobs_of
+from worker.daemon.pool._supervisor import Pool as Pool

@@ -22,8 +22,6 @@ from worker.dev.docs._metrics import metric_table, undocumented_metrics
 from worker.dev.docs._outcomes import outcome_table, undocumented_outcomes
 from worker.dev.docs._settings import settings_table, undocumented_settings
 
-__all__ = ["REFERENCES", "render", "undocumented"]
-
 REFERENCES: dict[str, Callable[[], str]] = {
     "settings": settings_table,
     "definition": definition_table,
