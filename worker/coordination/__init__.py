@@ -14,31 +14,24 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.coordination._checkpoints import CHECKPOINT_TTL_S as CHECKPOINT_TTL_S
     from worker.coordination._checkpoints import IntentJournalingToolbox as IntentJournalingToolbox
     from worker.coordination._checkpoints import RedisJournal as RedisJournal
-    from worker.coordination._checkpoints import ToolIntent as ToolIntent
     from worker.coordination._checkpoints import journal_tool_intents as journal_tool_intents
-    from worker.coordination._control import CONTROL_TTL_S as CONTROL_TTL_S
     from worker.coordination._control import RedisControl as RedisControl
     from worker.coordination._control import WorkerLost as WorkerLost
     from worker.coordination._control import cancel_task as cancel_task
     from worker.coordination._control import clear_control as clear_control
     from worker.coordination._control import request_cancel as request_cancel
-    from worker.coordination._control import request_steer as request_steer
     from worker.coordination._control import steer_task as steer_task
-    from worker.coordination._deadlines import DEADLINE_KEY_SLACK_S as DEADLINE_KEY_SLACK_S
     from worker.coordination._deadlines import TaskDeadline as TaskDeadline
     from worker.coordination._deadlines import fix_task_deadline as fix_task_deadline
     from worker.coordination._deadlines import forget_task_deadline as forget_task_deadline
     from worker.coordination._deadlines import read_task_deadline as read_task_deadline
     from worker.coordination._leases import AgentSlots as AgentSlots
-    from worker.coordination._leases import Renewal as Renewal
     from worker.coordination._leases import TaskLease as TaskLease
     from worker.coordination._leases import current_lease_holder as current_lease_holder
     from worker.coordination._leases import lease_holder as lease_holder
     from worker.coordination._leases import release_lease_of as release_lease_of
-    from worker.coordination._leases import run_of_holder as run_of_holder
     from worker.coordination._runs import LeaseLost as LeaseLost
     from worker.coordination._runs import fence_revoked_run as fence_revoked_run
     from worker.coordination._runs import in_process_run as in_process_run

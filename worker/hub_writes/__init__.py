@@ -15,11 +15,7 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.hub_writes._outbox import CLAIM_LEASE_S as CLAIM_LEASE_S
     from worker.hub_writes._outbox import DEAD_LETTER_KINDS as DEAD_LETTER_KINDS
-    from worker.hub_writes._outbox import DEFAULT_MAX_ATTEMPTS as DEFAULT_MAX_ATTEMPTS
-    from worker.hub_writes._outbox import MAX_BACKOFF_S as MAX_BACKOFF_S
-    from worker.hub_writes._outbox import DrainResult as DrainResult
     from worker.hub_writes._outbox import HubWriter as HubWriter
     from worker.hub_writes._outbox import OutboxItem as OutboxItem
     from worker.hub_writes._outbox import bury as bury

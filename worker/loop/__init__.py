@@ -1,15 +1,12 @@
 """The agent loop: reason → tool → observe, with limits as data and observable steps."""
 
 from worker.loop._budget import dearest_price as dearest_price
-from worker.loop._clock import DeadlineToolbox as DeadlineToolbox
-from worker.loop._contract import CallRules as CallRules
 from worker.loop._contract import Closing as Closing
 from worker.loop._contract import Control as Control
 from worker.loop._contract import ControlSource as ControlSource
 from worker.loop._contract import LoopSettings as LoopSettings
 from worker.loop._contract import RunResult as RunResult
 from worker.loop._contract import expired_result as expired_result
-from worker.loop._dispatch import DONE_TOOL as DONE_TOOL
 from worker.loop._dispatch import CanExecuteTool as CanExecuteTool
 from worker.loop._dispatch import ToolDispatcher as ToolDispatcher
 from worker.loop._entry_json import entry_from_json as entry_from_json
@@ -27,7 +24,6 @@ from worker.loop._events import observing as observing
 from worker.loop._limits import FALLBACK_ANSWER as FALLBACK_ANSWER
 from worker.loop._limits import Limit as Limit
 from worker.loop._limits import RunLimits as RunLimits
-from worker.loop._output import truncate as truncate
 from worker.loop._redacting import ArgumentRedactingToolbox as ArgumentRedactingToolbox
 from worker.loop._redacting import redacting_arguments as redacting_arguments
 from worker.loop._run import AgentLoop as AgentLoop

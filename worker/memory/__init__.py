@@ -17,11 +17,8 @@ from worker.memory._agent_memory import BYTES_PER_MB as BYTES_PER_MB
 from worker.memory._agent_memory import AgentMemory as AgentMemory
 from worker.memory._agent_memory import Recall as Recall
 from worker.memory._embeddings import Embedded as Embedded
-from worker.memory._embeddings import Embedder as Embedder
 from worker.memory._embeddings import EmbeddingsUnavailable as EmbeddingsUnavailable
 from worker.memory._embeddings import OpenAIEmbeddings as OpenAIEmbeddings
-from worker.memory._embeddings import cosine as cosine
-from worker.memory._embeddings import dot as dot
 from worker.memory._embeddings import embedder_from_settings as embedder_from_settings
 from worker.memory._embeddings import estimated_tokens as estimated_tokens
 from worker.memory._embeddings import unit as unit
@@ -33,15 +30,10 @@ from worker.memory._recall import RecallQuery as RecallQuery
 from worker.memory._recall import rank_by_keywords as rank_by_keywords
 from worker.memory._recall import rank_by_similarity as rank_by_similarity
 from worker.memory._recall import rank_recent as rank_recent
-from worker.memory._recall import words as words
 from worker.memory._records import MemoryKind as MemoryKind
 from worker.memory._records import MemoryRecord as MemoryRecord
 from worker.memory._records import Provenance as Provenance
 from worker.memory._records import memory_id as memory_id
-from worker.memory._render import MEMORY_INTRO as MEMORY_INTRO
 from worker.memory._render import memory_block as memory_block
-from worker.memory._store import SEARCH_WINDOW as SEARCH_WINDOW
 from worker.memory._store import MemoryStore as MemoryStore
-from worker.memory._store import MemoryUsage as MemoryUsage
 from worker.memory._store import RedisMemoryStore as RedisMemoryStore
-from worker.memory._store import Written as Written

@@ -14,7 +14,6 @@ from worker.metrics._families import GAUGES as GAUGES
 from worker.metrics._families import HISTOGRAMS as HISTOGRAMS
 from worker.metrics._families import POOL_COUNTERS as POOL_COUNTERS
 from worker.metrics._families import POOL_GAUGES as POOL_GAUGES
-from worker.metrics._recorders import JOB_METRICS_TTL_S as JOB_METRICS_TTL_S
 from worker.metrics._recorders import JobMetrics as JobMetrics
 from worker.metrics._recorders import WorkerMetrics as WorkerMetrics
 from worker.metrics._recorders import apply_forwarded as apply_forwarded

@@ -17,7 +17,6 @@ from worker.models._cache import PromptCache as PromptCache
 from worker.models._cache import agent_cache_key as agent_cache_key
 from worker.models._scripted import ScriptedModel as ScriptedModel
 from worker.models._scripted import Turn as Turn
-from worker.models._text_calls import calls_in_text as calls_in_text
 from worker.models._text_calls import with_text_calls as with_text_calls
 from worker.models._types import Message as Message
 from worker.models._types import Model as Model
@@ -29,11 +28,9 @@ from worker.models._types import ToolCall as ToolCall
 from worker.models._types import ToolSpec as ToolSpec
 from worker.models._types import Usage as Usage
 from worker.models._types import joined_system as joined_system
-from worker.models._untrusted import UNTRUSTED_TAG as UNTRUSTED_TAG
 from worker.models._untrusted import UntrustedBlocks as UntrustedBlocks
 
 if TYPE_CHECKING:
-    from worker.models._anthropic import AnthropicModel as AnthropicModel
     from worker.models._factory import PROVIDERS as PROVIDERS
     from worker.models._factory import aclose_shared_http_clients as aclose_shared_http_clients
     from worker.models._factory import create_model as create_model
@@ -46,11 +43,6 @@ if TYPE_CHECKING:
     from worker.models._openai import OpenAIModel as OpenAIModel
     from worker.models._prices import ModelPrice as ModelPrice
     from worker.models._prices import PriceTable as PriceTable
-    from worker.models._retry import AttemptGate as AttemptGate
-    from worker.models._retry import RetryingModel as RetryingModel
-    from worker.models._retry import RetryPolicy as RetryPolicy
-    from worker.models._structured import generate as generate
-    from worker.models._structured import parse_structured as parse_structured
     from worker.models._structured import parse_structured_text as parse_structured_text
     from worker.models._structured import strict_json_schema as strict_json_schema
     from worker.models._warmup import warm_up_providers as warm_up_providers

@@ -18,16 +18,10 @@
 """
 
 from worker.pipeline._observers import metrics_observer as metrics_observer
-from worker.pipeline._run import TaskRun as TaskRun
 from worker.pipeline._run import execute_task as execute_task
-from worker.pipeline._runtime import ModelMaker as ModelMaker
 from worker.pipeline._runtime import TaskRuntime as TaskRuntime
-from worker.pipeline._runtime import ToolboxOpener as ToolboxOpener
-from worker.pipeline._runtime import build_runtime as build_runtime
 from worker.pipeline._runtime import make_model as make_model
 from worker.pipeline._runtime import preload as preload
 from worker.pipeline._runtime import runtime_for_job as runtime_for_job
-from worker.pipeline._runtime import toolbox_opener as toolbox_opener
 from worker.pipeline._settle import error_post_content as error_post_content
-from worker.pipeline._state import Requeue as Requeue
 from worker.pipeline._state import TaskVerdict as TaskVerdict

@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     )
     from worker.redis_io._children import recording_children_of as recording_children_of
     from worker.redis_io._children import register_child_process as register_child_process
-    from worker.redis_io._connection import FREE_CONNECTION_WAIT_S as FREE_CONNECTION_WAIT_S
-    from worker.redis_io._connection import RQ_CONFIG_MODULE as RQ_CONFIG_MODULE
     from worker.redis_io._connection import SentinelPrimaryConnection as SentinelPrimaryConnection
     from worker.redis_io._connection import (
         SentinelPrimarySSLConnection as SentinelPrimarySSLConnection,
@@ -35,9 +33,7 @@ if TYPE_CHECKING:
     )
     from worker.redis_io._connection import rq_connection_settings as rq_connection_settings
     from worker.redis_io._connection import share_between_threads as share_between_threads
-    from worker.redis_io._faults import DEFAULT_REDIS_PATIENCE_S as DEFAULT_REDIS_PATIENCE_S
     from worker.redis_io._faults import OUTAGE_KINDS as OUTAGE_KINDS
-    from worker.redis_io._faults import REDIS_UNAVAILABLE as REDIS_UNAVAILABLE
     from worker.redis_io._faults import PatientRetry as PatientRetry
     from worker.redis_io._faults import RedisOutage as RedisOutage
     from worker.redis_io._faults import access_refusal as access_refusal

@@ -28,7 +28,6 @@ from worker.tools._local import LocalToolbox as LocalToolbox
 
 if TYPE_CHECKING:
     from worker._hooks import load_can_execute_tool as load_can_execute_tool
-    from worker._hooks import load_hook as load_hook
     from worker.tools._capability import Capability as Capability
     from worker.tools._capability import CapabilityRefused as CapabilityRefused
     from worker.tools._capability import check_key as check_key
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from worker.tools._grants import EffectiveGrants as EffectiveGrants
     from worker.tools._grants import GrantPolicy as GrantPolicy
     from worker.tools._grants import cached_grant_policy as cached_grant_policy
-    from worker.tools._grants import check_grant_pattern as check_grant_pattern
     from worker.tools._grants import grant_covers as grant_covers
     from worker.tools._grants import load_grant_policy as load_grant_policy
     from worker.tools._idempotency import ContentKeyedToolbox as ContentKeyedToolbox
@@ -60,7 +58,6 @@ if TYPE_CHECKING:
     from worker.tools._reach import origin_of as origin_of
     from worker.tools._reach import urls_in as urls_in
     from worker.tools._scope import PUBLIC as PUBLIC
-    from worker.tools._scope import ArgumentRule as ArgumentRule
     from worker.tools._scope import ScopeReason as ScopeReason
     from worker.tools._scope import ScopeRefusal as ScopeRefusal
     from worker.tools._scope import TaskScope as TaskScope

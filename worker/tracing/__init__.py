@@ -26,7 +26,6 @@ from worker.tracing._cli import gateway_trace_environment as gateway_trace_envir
 from worker.tracing._cli import trace_environment as trace_environment
 from worker.tracing._cli import traced_cli_run as traced_cli_run
 from worker.tracing._content import CAPTURE_VARIABLE as CAPTURE_VARIABLE
-from worker.tracing._content import capture_content as capture_content
 from worker.tracing._context import attached as attached
 from worker.tracing._context import environment_context as environment_context
 from worker.tracing._genai import note_retry as note_retry
@@ -34,14 +33,11 @@ from worker.tracing._genai import traced_agent_run as traced_agent_run
 from worker.tracing._genai import traced_chat as traced_chat
 from worker.tracing._genai import traced_tool_call as traced_tool_call
 from worker.tracing._http import TracingTransport as TracingTransport
-from worker.tracing._queue import creation_context as creation_context
 from worker.tracing._queue import processing as processing
 from worker.tracing._queue import publishing as publishing
 from worker.tracing._queue import traced_job as traced_job
 from worker.tracing._relay import deliver_job_spans as deliver_job_spans
 from worker.tracing._relay import sweep_job_spans as sweep_job_spans
-from worker.tracing._setup import TRACER_NAME as TRACER_NAME
 from worker.tracing._setup import configure_tracing as configure_tracing
 from worker.tracing._setup import flush_spans as flush_spans
 from worker.tracing._setup import sampled_trace_id as sampled_trace_id
-from worker.tracing._setup import tracing_enabled as tracing_enabled

@@ -24,15 +24,3 @@ scripted through ``/_scripted/scenarios``, ``/_scripted/config``,
 """
 
 from worker.dev.scripted_endpoint._runner import ScriptedEndpoint as ScriptedEndpoint
-from worker.dev.scripted_endpoint._scenarios import DEFAULT_SCENARIO as DEFAULT_SCENARIO
-from worker.dev.scripted_endpoint._scenarios import DEMO_SCENARIO as DEMO_SCENARIO
-from worker.dev.scripted_endpoint._scenarios import NO_TURN_LEFT_MESSAGE as NO_TURN_LEFT_MESSAGE
-from worker.dev.scripted_endpoint._scenarios import NO_TURN_LEFT_STATUS as NO_TURN_LEFT_STATUS
-from worker.dev.scripted_endpoint._scenarios import EndpointSettings as EndpointSettings
-from worker.dev.scripted_endpoint._scenarios import ScenarioFile as ScenarioFile
-from worker.dev.scripted_endpoint._scenarios import ScenarioStore as ScenarioStore
-from worker.dev.scripted_endpoint._scenarios import ScriptedToolCall as ScriptedToolCall
-from worker.dev.scripted_endpoint._scenarios import ScriptedTurn as ScriptedTurn
-from worker.dev.scripted_endpoint._scenarios import StormSettings as StormSettings
-from worker.dev.scripted_endpoint._scenarios import TurnUsage as TurnUsage
-from worker.dev.scripted_endpoint._server import create_app as create_app
