@@ -3,25 +3,24 @@
 Operators start ``rq worker agents`` with ``RQ_WORKER_CLASS=worker.AgentWorker``;
 Python Hubs enqueue with ``enqueue_task`` (the same atomic script as the CLI).
 
-The folders follow a task through the worker (the README's short tour has the table):
+The folders are layers, each importing only those below it (docs/development.md draws
+them; tests/unit/test_layers.py holds the order), from the top:
 
-    jobs, rq_config   what rq imports by name (``worker.jobs.run_task``, ``RQ_CONFIG``)
-    task, enqueue     the task and its report, and the atomic enqueue
-    daemon/           AgentWorker: vets, runs and settles each rq job
-    pipeline/         one task, stage by stage, from validation to the report
-    coordination/     what a running task shares with the fleet: leases, control,
-                      the deadline, checkpoints
-    loop/ models/ tools/ executors/ agents/
-                      the agent run: the loop, models, tools, executors, definitions
-    hub_writes/       the outbox and the write caps
-    metrics/ redis_io/ operations/ dev/
-                      Prometheus, Redis plumbing, ``agent-worker`` commands, dev aids
-    settings, exceptions, logs, redaction, _lazy, _network, _task_groups
+    daemon/ (pool/), operations/, jobs, rq_config, enqueue
+                      the processes: AgentWorker, ``agent-worker pool``, ``agent-worker``
+    pipeline/ executors/
+                      one task, stage by stage; the coding-agent CLIs and their gateway
+    coordination/ memory/ hub_writes/ metrics/
+                      what a task shares: leases, control, checkpoints; memory; the
+                      outbox and write caps; Prometheus
+    loop/             the agent run: reason, tool, observe, within its limits
+    redis_io/ agents/ models/ tools/ tracing/
+                      Redis plumbing and capped jobs, definitions, models, tools, traces
+    settings, exceptions, task, logs, redaction, _network, _spawn, _tokens, ...
                       what every part uses
 
-The names below load on first use, so that importing a light part of the worker
-(``worker.loop``, ``worker.tools``) does not pay for rq, Redis, prometheus and the
-Hub client.
+The names below load on first use (``worker._lazy``): this file runs before any module
+of the worker, so it must not pay for rq, Redis, prometheus and the Hub client.
 """
 
 from __future__ import annotations
