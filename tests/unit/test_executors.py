@@ -46,6 +46,7 @@ from worker.executors._listing import main as list_executors
 from worker.executors._transcript import CliTranscript, CliTurn, RunContext, run_result
 from worker.loop import (
     Control,
+    ControlSource,
     GrantDenied,
     LlmCalled,
     LoopEvent,
@@ -54,6 +55,7 @@ from worker.loop import (
     ToolCalled,
     ToolCallRecord,
 )
+from worker.loop._contract import NO_CONTROL
 from worker.loop._events import EventBus
 from worker.models import Message, Usage
 from worker.settings import Settings
@@ -169,7 +171,7 @@ def make_request(
     max_iterations: int = 5,
     strict_grants: bool = False,
     observers: list[Any] | None = None,
-    control: Any = None,
+    control: ControlSource = NO_CONTROL,
     spawned: list[int] | None = None,
     deadline_epoch: float | None = None,
     worker_settings: Settings | None = None,

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from worker._hooks import allow_every_tool
 from worker.exceptions import AutonomyViolation, ToolFailed
 from worker.logs import log_event
 from worker.loop._events import EventBus, GrantDenied, ToolCalled
@@ -62,7 +63,7 @@ class ToolDispatcher:
         agent_id: str,
         events: EventBus,
         max_output_chars: int,
-        can_execute_tool: CanExecuteTool | None = None,
+        can_execute_tool: CanExecuteTool = allow_every_tool,
     ) -> None:
         self._toolbox = toolbox
         self._task_id = task_id
@@ -199,8 +200,6 @@ class ToolDispatcher:
         return check.problem(arguments)
 
     async def _refusal(self, name: str, arguments: dict[str, Any]) -> str | None:
-        if self._can_execute is None:
-            return None
         try:
             verdict = self._can_execute(name, arguments)
             if inspect.isawaitable(verdict):
