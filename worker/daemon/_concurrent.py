@@ -427,7 +427,7 @@ _VARIANTS: dict[type[StopSignalsWorker], type[JobThreadsWorker]] = {}
 def threaded_variant(worker_class: type[StopSignalsWorker]) -> type[JobThreadsWorker]:
     """``worker_class`` running its jobs in job threads: it keeps its name and everything
     it adds (an operator's subclass extending ``allowed_functions``, say), and
-    ``JobThreadsWorker`` sits under it, as ``ConcurrentWorker`` once sat under every worker."""
+    ``JobThreadsWorker`` sits under it, so what the class overrides still runs first."""
     if worker_class not in _VARIANTS:
         variant = type(
             worker_class.__name__,

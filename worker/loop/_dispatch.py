@@ -74,9 +74,12 @@ class ToolDispatcher:
         # Per tool name: the process's checks of its schema (prepared once per process).
         self._checks: dict[str, SchemaCheck] = {}
 
-    @traced_tool_call  # one `execute_tool {tool}` span per call
     async def run(self, step: int, index: int, call: ToolCall, timeout_s: float) -> ToolCallRecord:
-        """Run one call the model made; every way it can end is a record the model reads."""
+        """Run one call the model made, in one ``execute_tool {tool}`` span; every way it
+        can end is a record the model reads."""
+        return await traced_tool_call(call, lambda: self._run(step, index, call, timeout_s))
+
+    async def _run(self, step: int, index: int, call: ToolCall, timeout_s: float) -> ToolCallRecord:
         started = time.perf_counter()
         result = await self._execute(step, index, call, timeout_s)
         duration = time.perf_counter() - started
