@@ -58,6 +58,7 @@ from mcp.server.stdio import stdio_server
 
 from mcp_servers._gateway_inputs import TaskCapability, gateway_secrets, task_capability
 from mcp_servers._gateway_socket import serve_socket
+from worker._hooks import allow_every_tool
 from worker._version import package_version
 from worker.exceptions import ConfigurationError
 from worker.executors import (
@@ -312,10 +313,10 @@ def with_write_caps(
     )
 
 
-def tool_check(spec: GatewaySpec) -> CanExecuteTool | None:
+def tool_check(spec: GatewaySpec) -> CanExecuteTool:
     """The operator's CAN_EXECUTE_TOOL check, as the native loop asks it before every call."""
     if spec.can_execute_tool is None:
-        return None
+        return allow_every_tool
     if spec.workdir is not None and str(spec.workdir) not in sys.path:
         sys.path.insert(0, str(spec.workdir))  # where the worker runs, and imported it from
     try:

@@ -25,6 +25,10 @@ from typing import Any
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][\w.]*$")
 
 
+def allow_every_tool(tool_name: str, arguments: dict[str, Any]) -> None:
+    """The ``CAN_EXECUTE_TOOL`` check where the operator set none: every call runs."""
+
+
 def load_can_execute_tool(import_path: str) -> Callable[..., Any]:
     """The ``CAN_EXECUTE_TOOL`` check; ValueError says what is wrong with the path."""
     hook = load_hook(import_path)

@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import fakeredis
 import pytest
@@ -18,7 +19,11 @@ from rq.registry import StartedJobRegistry
 from rq.timeouts import JobTimeoutException, TimerDeathPenalty, UnixSignalDeathPenalty
 
 from tests.support.fake_redis import FakeRedisClients
-from tests.support.workers import TEST_CONCURRENCY_VARIABLE, with_test_concurrency
+from tests.support.workers import (
+    TEST_CONCURRENCY_VARIABLE,
+    TestAgentWorker,
+    with_test_concurrency,
+)
 from worker.coordination import (
     LeaseLost,
     RedisControl,
@@ -31,9 +36,12 @@ from worker.coordination import (
     running_in_process,
 )
 from worker.daemon import AgentWorker
+from worker.daemon._concurrent import JobThreadsWorker, threaded_variant
 from worker.daemon._job_threads import InFlightJob, JobThreadDeathPenalty, size_connection_pool
+from worker.daemon._stopping import StopSignalsWorker
 from worker.daemon._unloadable import UnloadableJobsWorker
 from worker.redis_io import keys as redis_keys
+from worker.settings import settings
 
 
 def test_a_forked_job_process_holds_leases_as_host_and_pid() -> None:
@@ -106,8 +114,16 @@ async def test_a_forked_job_process_still_stops_when_its_worker_is_gone(
         await control.poll()
 
 
+def threaded_worker(connection: Redis, concurrency: int = 4) -> JobThreadsWorker:
+    """An AgentWorker built as a host running ``concurrency`` tasks at once builds it."""
+    worker = threaded_variant(AgentWorker)(["agents"], connection=connection)
+    worker.concurrency = concurrency
+    assert isinstance(worker, AgentWorker)
+    return worker
+
+
 def test_rqs_timeout_reaches_a_job_thread_through_a_timer(fake_redis: FakeRedisClients) -> None:
-    worker = AgentWorker(["agents"], connection=fake_redis())
+    worker = threaded_worker(fake_redis())
     seen: list[type] = []
     outcome: list[str] = []
 
@@ -132,14 +148,61 @@ def test_rqs_timeout_reaches_a_job_thread_through_a_timer(fake_redis: FakeRedisC
     assert outcome == ["Task exceeded maximum timeout value (1 seconds)"]
 
 
-def test_a_new_worker_runs_one_job_at_a_time_until_it_reads_its_settings(
-    fake_redis: FakeRedisClients,
+@pytest.fixture
+def worker_concurrency(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
+    """Set WORKER_CONCURRENCY for the settings the worker reads as it is built."""
+
+    def use(value: str) -> None:
+        monkeypatch.setenv("WORKER_CONCURRENCY", value)
+        settings.cache_clear()
+
+    yield use
+    settings.cache_clear()
+
+
+def test_a_worker_rq_builds_to_read_a_record_reads_no_settings_and_starts_nothing(
+    fake_redis: FakeRedisClients, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # `rq info` and Worker.all() build the class: no settings read, nothing started.
-    worker = AgentWorker(["agents"], connection=fake_redis())
-    assert worker.concurrency == 1 and not worker.concurrent
+    # `rq info` and Worker.all() build the class with prepare_for_work=False (trap 1).
+    def no_settings() -> None:
+        raise AssertionError("settings read")
+
+    monkeypatch.setattr("worker.daemon._worker.settings_or_exit", no_settings)
+    worker = AgentWorker(["agents"], connection=fake_redis(), prepare_for_work=False)
+    assert type(worker) is AgentWorker and worker.concurrency == 1
     started = [t.name for t in threading.enumerate() if t.name.startswith(("job ", "heartbeats"))]
     assert started == []
+
+
+def test_a_worker_forks_a_job_process_per_job_unless_it_runs_several_tasks_at_once(
+    fake_redis: FakeRedisClients, worker_concurrency: Callable[[str], None]
+) -> None:
+    worker_concurrency("1")
+    assert type(AgentWorker(["agents"], connection=fake_redis())) is AgentWorker
+
+    worker_concurrency("4")
+    threaded = AgentWorker(["agents"], connection=fake_redis())
+    assert isinstance(threaded, JobThreadsWorker) and isinstance(threaded, AgentWorker)
+    # Operators, logs and `rq info` see the class they passed.
+    assert type(threaded).__name__ == "AgentWorker"
+    assert type(threaded).__module__ == AgentWorker.__module__
+
+
+def test_a_subclass_built_threaded_keeps_what_it_adds_and_overrides_above_the_mode(
+    fake_redis: FakeRedisClients, worker_concurrency: Callable[[str], None]
+) -> None:
+    worker_concurrency("4")
+    worker = TestAgentWorker(["agents"], connection=fake_redis())
+    assert isinstance(worker, JobThreadsWorker)
+    assert type(worker).__name__ == "TestAgentWorker"
+    assert "tests.support.jobs.echo_task" in worker.allowed_functions
+    mro = type(worker).__mro__
+    assert mro.index(AgentWorker) < mro.index(JobThreadsWorker) < mro.index(StopSignalsWorker)
+    # AgentWorker's HEARTBEAT_GRACE_S applies over the mode's floor, as one class did.
+    worker._heartbeat_grace_s = 30
+    job = Job.create("worker.jobs.run_task", args=[{}], id="t-1", connection=worker.connection)
+    job.timeout = 1
+    assert worker.get_heartbeat_ttl(job) == int(worker.job_monitoring_interval) + 30
 
 
 def test_the_tests_switch_makes_every_worker_concurrent(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -181,8 +244,7 @@ def test_a_forked_job_process_lease_is_never_taken_over(redis: fakeredis.FakeRed
 
 def test_rqs_stop_job_cancels_a_task_running_in_a_job_thread(fake_redis: FakeRedisClients) -> None:
     connection = fake_redis()
-    worker = AgentWorker(["agents"], connection=connection)
-    worker.concurrency = 4
+    worker = threaded_worker(connection, concurrency=4)
     job = Job.create("worker.jobs.run_task", args=[{}], id="t-1", connection=connection)
     execution = Execution(id="exec-1", job_id="t-1", connection=connection)
     worker._in_flight["exec-1"] = InFlightJob(
@@ -201,8 +263,7 @@ def test_a_burst_worker_looks_again_when_a_run_ended_during_its_empty_look(
     """The race CI met: the queue looked empty, then the one run in flight put its retry back
     and ended before the worker asked whether anything was in flight."""
     connection = fake_redis()
-    worker = AgentWorker(["agents"], connection=connection)
-    worker.concurrency = 2
+    worker = threaded_worker(connection, concurrency=2)
     queue = Queue("agents", connection=connection)
     job = Job.create("worker.jobs.run_task", args=[{}], id="t-1", connection=connection)
     worker._in_flight["exec-1"] = InFlightJob(

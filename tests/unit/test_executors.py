@@ -45,7 +45,9 @@ from worker.executors._gateway_link import GatewaySpec
 from worker.executors._listing import main as list_executors
 from worker.executors._transcript import CliTranscript, CliTurn, RunContext, run_result
 from worker.loop import (
+    NO_CONTROL,
     Control,
+    ControlSource,
     GrantDenied,
     LlmCalled,
     LoopEvent,
@@ -169,7 +171,7 @@ def make_request(
     max_iterations: int = 5,
     strict_grants: bool = False,
     observers: list[Any] | None = None,
-    control: Any = None,
+    control: ControlSource = NO_CONTROL,
     spawned: list[int] | None = None,
     deadline_epoch: float | None = None,
     worker_settings: Settings | None = None,

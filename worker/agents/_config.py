@@ -12,8 +12,6 @@ Every field carries its description (the docstring under it) and its default, so
 
 from __future__ import annotations
 
-import copy
-import json
 from enum import StrEnum
 from typing import Annotated, Any, Literal, get_args
 
@@ -25,6 +23,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from worker.agents._public_format import public_schema, refuse_unsupported
 
 AGENT_NAME_PATTERN = r"^[a-z0-9-]{3,50}$"
 SKILL_NAME_PATTERN = r"^[a-z0-9-]{1,50}$"
@@ -38,33 +38,6 @@ EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$
 NonEmptyText = Annotated[str, StringConstraints(min_length=1)]
 Provider = Literal["anthropic", "openai"]
 AgentType = Literal["native", "claude-code", "goose", "aider", "opencode"]
-# Values the public format allows that this worker cannot run: each refused in one line
-# saying so and what to use instead, not with the generic "Input should be ...".
-UNSUPPORTED_PUBLIC_VALUES = {
-    "provider": {
-        "google": "use openai with an OpenAI-compatible endpoint (brain.api_base) or anthropic",
-        "local": "use openai with brain.api_base (or OPENAI_BASE_URL) at the local server",
-    },
-    "type": {
-        "custom": "use native, or a coding-agent CLI: claude-code, goose, aider or opencode",
-    },
-}
-# A key whose description starts so is this worker's, not the public format's
-# (``public_json_schema`` leaves them out); and a value that is only this worker's.
-EXTENSION_MARK = "This worker's extension"
-EXTENSION_TYPES = frozenset({"opencode"})
-# What the public format requires (this worker defaults type and capabilities).
-PUBLIC_REQUIRED = ("name", "type", "brain", "capabilities")
-
-
-def _refuse_unsupported(field: str, value: Any) -> Any:
-    advice = UNSUPPORTED_PUBLIC_VALUES[field].get(value) if isinstance(value, str) else None
-    if advice is not None:
-        raise ValueError(
-            f"{value!r} is in the public Botburrow format but this worker does not support it: "
-            f"{advice}"
-        )
-    return value
 
 
 class _Section(BaseModel):
@@ -89,7 +62,7 @@ class Fallback(_Section):
     @field_validator("provider", mode="before")
     @classmethod
     def _supported_provider(cls, value: Any) -> Any:
-        return _refuse_unsupported("provider", value)
+        return refuse_unsupported("provider", value)
 
 
 class Brain(_Section):
@@ -123,7 +96,7 @@ class Brain(_Section):
     @field_validator("provider", mode="before")
     @classmethod
     def _supported_provider(cls, value: Any) -> Any:
-        return _refuse_unsupported("provider", value)
+        return refuse_unsupported("provider", value)
 
 
 class Shell(_Section):
@@ -422,7 +395,7 @@ class AgentConfig(_Section):
     @field_validator("type", mode="before")
     @classmethod
     def _supported_type(cls, value: Any) -> Any:
-        return _refuse_unsupported("type", value)
+        return refuse_unsupported("type", value)
 
 
 def config_json_schema() -> dict[str, Any]:
@@ -441,28 +414,6 @@ def public_json_schema() -> dict[str, Any]:
     extensions left out, any other key refused, and the values the format allows that this
     worker does not run allowed. A definition meant for every Botburrow runner validates
     against it; ``config_json_schema`` is what this worker reads."""
-    schema = copy.deepcopy(config_json_schema())
-    schema["title"] = "Botburrow agent definition (config.yaml), the public format"
-    for section in [schema, *schema["$defs"].values()]:
-        properties = section.get("properties")
-        if properties is None:
-            continue
-        for key, field in list(properties.items()):
-            if str(field.get("description", "")).startswith(EXTENSION_MARK):
-                del properties[key]
-        section["additionalProperties"] = False
-    schema["required"] = list(PUBLIC_REQUIRED)
-    types = [t for t in get_args(AgentType) if t not in EXTENSION_TYPES]
-    schema["properties"]["type"]["enum"] = [*types, *UNSUPPORTED_PUBLIC_VALUES["type"]]
-    provider = schema["$defs"]["Brain"]["properties"]["provider"]
-    provider["enum"] = [*get_args(Provider), *UNSUPPORTED_PUBLIC_VALUES["provider"]]
-    # Sections only extensions used (Limits, Fallback, ...) go too, until none is unused.
-    while unused := _unreferenced_sections(schema):
-        for name in unused:
-            del schema["$defs"][name]
-    return schema
-
-
-def _unreferenced_sections(schema: dict[str, Any]) -> list[str]:
-    text = json.dumps([schema["properties"], *schema["$defs"].values()])
-    return [name for name in schema["$defs"] if f'"#/$defs/{name}"' not in text]
+    return public_schema(
+        config_json_schema(), agent_types=get_args(AgentType), providers=get_args(Provider)
+    )

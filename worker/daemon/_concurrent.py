@@ -1,5 +1,9 @@
 """Several agent tasks at once in one worker process (WORKER_CONCURRENCY above 1).
 
+rq keeps a mode a class (``Worker`` forks, ``SimpleWorker`` runs in place); so does the
+worker: ``AgentWorker`` forks a job process per job, and with a concurrency above 1 it
+is built as its threaded variant, ``JobThreadsWorker`` under it (``threaded_variant``).
+
 An agent task spends nearly all its time waiting for the model, and a forked job
 process per task costs memory, not CPU. With ``WORKER_CONCURRENCY=N`` the worker runs
 up to N jobs in threads of its own process, each task in its own event loop:
@@ -15,7 +19,11 @@ up to N jobs in threads of its own process, each task in its own event loop:
 
 A first SIGTERM stops dequeuing and lets every task in flight finish; a second one hands
 every task in flight back at once (a crash re-run, from its checkpoint), then exits. The
-signal handlers only raise or set flags; the hand-back runs in teardown.
+signal handlers only raise or record the stop (``worker.daemon._stopping``); the hand-back
+runs in teardown.
+
+rq's private members overridden here (docs/contract.md, trap 19) say so in their
+docstrings: ``rq override: Worker.<name>``.
 
 A thread cannot be killed: what rq does to a job process is done to a run instead
 (``worker.daemon._job_threads``).
@@ -25,25 +33,18 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from rq.command import parse_payload
-from rq.exceptions import StopRequested
 from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
-from rq.timeouts import (
-    BaseDeathPenalty,
-    UnixSignalDeathPenalty,
-)
+from rq.timeouts import BaseDeathPenalty, UnixSignalDeathPenalty
 from rq.utils import now
-from rq.worker.base import SHUTDOWN_SIGNAL
 
 from worker._signals import signals_left_to_the_main_thread
 from worker.coordination import (
@@ -55,12 +56,13 @@ from worker.coordination import (
 from worker.daemon._job_threads import (
     InFlightJob,
     JobThreadDeathPenalty,
+    RunStop,
     outcome_of,
     size_connection_pool,
 )
-from worker.daemon._one_job import VettingWorker
+from worker.daemon._stopping import Shutdown, StopSignalsWorker
 from worker.daemon._vetting import JobCheck
-from worker.logs import log_event, writing_on_this_thread
+from worker.logs import log_event
 from worker.settings import settings_or_exit
 from worker.task import Outcome
 
@@ -73,77 +75,67 @@ _LOOK_SLICE_S = 1
 _SETTLING_WAIT_S = 10.0
 # The exit status of a worker that gave up on a run stuck past its timeout.
 EXIT_RUN_ABANDONED = 1
+# What rq's Worker.get_heartbeat_ttl adds to the job monitoring interval.
+_RQ_HEARTBEAT_GRACE_S = 60
 
 
-class ConcurrentWorker(VettingWorker):
+class JobThreadsWorker(StopSignalsWorker):
     """The vetting worker running up to ``concurrency`` jobs at once in job threads.
 
-    With ``concurrency`` 1 (the default) nothing changes: rq forks a job process per job,
-    nothing is ever in flight in a thread, and every method that reads the in-flight jobs
-    (waiting, stop-execution, shutdown) finds none and does what rq does. The mode is asked
-    only where a job thread differs: handing a job over, settling it, rq's stop-job, and
-    its heartbeat TTL.
+    It is a mode, as rq's ``SimpleWorker`` is: a worker class builds it under itself
+    (``threaded_variant``) when its host runs more than one task at once.
     """
+
+    # Tasks at once: WORKER_CONCURRENCY (or the pool's), read at start (bootstrap).
+    concurrency: int = 1
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # No side effects here: `rq info` and Worker.all() instantiate this class (trap 1).
         super().__init__(*args, **kwargs)
-        self.concurrency = 1  # WORKER_CONCURRENCY, read at start (bootstrap)
         # Jobs in job threads by execution id, guarded by the condition's lock; the main
         # thread waits on it for a free slot, teardown for the last job.
         self._in_flight: dict[str, InFlightJob] = {}
         self._job_ended = threading.Condition()
         self._runs_ended = 0  # ever: a burst worker's empty look counts only if none ended since
-        self._waiting_for_job = False
-        self._cold_shutdown = False
-        self._stop_signal_pending = False
         self._heartbeats: threading.Thread | None = None
         self._heartbeats_stopped = threading.Event()
-        # Executions rq's stop-job or stop-execution asked to stop, and runs past their
-        # timeout whose task was cancelled; runs given up on (the worker then exits 1).
-        self._stop_asked: set[str] = set()
-        self._overrun_cancelled: set[str] = set()
-        self._abandoned_runs = 0
         # rq keeps one "stopped job" for the worker; job threads settle theirs one at a time.
         self._settling_stopped_job = threading.Lock()
 
     @property
-    def concurrent(self) -> bool:
-        return self.concurrency > 1
-
-    @property
     def death_penalty_class(self) -> type[BaseDeathPenalty]:  # type: ignore[override]
-        # rq's SIGALRM timeout reaches only the main thread: a job thread gets rq's timer,
-        # which raises the timeout in that thread (only a backstop: the task's deadline is
-        # enforced inside, trap 8).
+        """rq override: ``Worker.death_penalty_class``. rq's SIGALRM timeout reaches only the
+        main thread: a job thread gets rq's timer, which raises the timeout in that thread
+        (only a backstop: the task's deadline is enforced inside, trap 8)."""
         if threading.current_thread() is threading.main_thread():
             return UnixSignalDeathPenalty
         return JobThreadDeathPenalty
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
+        """rq override: ``Worker.get_heartbeat_ttl``. rq's TTL shrinks to the time left
+        before the timeout and goes negative past it (a job process is killed by then); a
+        run past its timeout stays alive until it is handed back, so its execution must
+        never look expired while it runs."""
         ttl: int = super().get_heartbeat_ttl(job, working_time)
-        if not self.concurrent:
-            return ttl
-        # rq's TTL shrinks to the time left before the timeout and goes negative past it
-        # (a job process is killed by then); a run past its timeout stays alive until it
-        # is handed back, so its execution must never look expired while it runs.
-        return max(ttl, int(self.job_monitoring_interval) + 60)
+        return max(ttl, int(self.job_monitoring_interval) + _RQ_HEARTBEAT_GRACE_S)
 
     def configured_concurrency(self) -> int:
         """Tasks at once, read at start: WORKER_CONCURRENCY (AgentWorker asks its host)."""
         return settings_or_exit().worker_concurrency
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        """rq override: ``Worker.bootstrap``, first sizing the Redis pool for every thread."""
         self.concurrency = self.configured_concurrency()
         size_connection_pool(self.connection, self.concurrency)
         super().bootstrap(*args, **kwargs)
 
+    def has_runs_in_flight(self) -> bool:
+        return bool(self._in_flight)
+
     # -- handing jobs over -----------------------------------------------------------------
 
     def run_vetted_job(self, job: Job, queue: Queue, check: JobCheck) -> None:
-        if not self.concurrent:
-            super().run_vetted_job(job, queue, check)
-            return
+        """Run a job that passed vetting in a job thread; wait for a free slot."""
         execution = self.prepare_execution(job)
         flight = InFlightJob(job=job, queue=queue, execution=execution)
         with self._job_ended:
@@ -166,8 +158,6 @@ class ConcurrentWorker(VettingWorker):
             # The thread must still free its slot; rq's maintenance settles the job.
             log_event("job_thread_failed", level="error", job_id=job.id, error=repr(exc))
         finally:
-            self._stop_asked.discard(execution.id)
-            self._overrun_cancelled.discard(execution.id)
             self._end_flight(execution.id)
 
     def _end_flight(self, execution_id: str) -> None:
@@ -183,13 +173,12 @@ class ConcurrentWorker(VettingWorker):
     def _finalize_success(
         self, job: Job, queue: Queue, execution: Execution, return_value: Any
     ) -> None:
-        if not self.concurrent:
-            super()._finalize_success(job, queue, execution, return_value)
-            return
-        with self._settling(execution) as owned:
-            if not owned:
+        """rq override: ``Worker._finalize_success``. A run handed back is fenced off; a run
+        rq's stop-job cancelled settles STOPPED, as its killed job process would."""
+        with self._settling(execution) as flight:
+            if flight is None:
                 return
-            if execution.id in self._stop_asked and outcome_of(return_value) == Outcome.CANCELLED:
+            if RunStop.ASKED in flight.stop and outcome_of(return_value) == Outcome.CANCELLED:
                 self._settle_stopped(job, queue, execution)
                 return
             super()._finalize_success(job, queue, execution, return_value)
@@ -197,32 +186,34 @@ class ConcurrentWorker(VettingWorker):
     def _finalize_failure(
         self, job: Job, queue: Queue, execution: Execution, exc_info: Any
     ) -> None:
-        if not self.concurrent:
-            super()._finalize_failure(job, queue, execution, exc_info)
-            return
-        with self._settling(execution) as owned:
-            if owned:
+        """rq override: ``Worker._finalize_failure``, fenced off once the run is handed back."""
+        with self._settling(execution) as flight:
+            if flight is not None:
                 super()._finalize_failure(job, queue, execution, exc_info)
 
     @contextmanager
-    def _settling(self, execution: Execution) -> Iterator[bool]:
-        """Settle a run's job only while it is still this run's: False once handed back."""
+    def _settling(self, execution: Execution) -> Iterator[InFlightJob | None]:
+        """Settle a run's job only while it is still this run's: None once handed back."""
         flight = self._in_flight.get(execution.id)
         if flight is None or run_is_revoked(execution.id):
             log_event("handed_back_run_fenced", level="warning", execution=execution.id)
-            yield False
+            yield None
             return
         with flight.settling:
-            owned = not run_is_revoked(execution.id)
-            if not owned:
+            if run_is_revoked(execution.id):
                 log_event("handed_back_run_fenced", level="warning", execution=execution.id)
-            yield owned
+                yield None
+            else:
+                yield flight
 
     def _settle_stopped(self, job: Job, queue: Queue, execution: Execution) -> None:
-        """What rq does with a job process stop-job killed: STOPPED, never retried."""
+        """What rq does with a job process stop-job killed: STOPPED, never retried.
+
+        Sets rq's private ``Worker._stopped_job_id`` (read by ``handle_job_failure``) and
+        calls ``Worker._handle_stopped_job``, as rq's job-process path does."""
         job.ended_at = now()
         with self._settling_stopped_job:
-            self._stopped_job_id = job.id  # rq's marker, read by handle_job_failure
+            self._stopped_job_id = job.id
             self._handle_stopped_job(job, queue, execution)
 
     def _wait_while(self, busy: Callable[[], bool]) -> None:
@@ -235,6 +226,8 @@ class ConcurrentWorker(VettingWorker):
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
+        """rq override: ``Worker.dequeue_job_and_maintain_ttl``, looking in slices while a
+        run is in flight, and a burst worker stopping only once no run can requeue."""
         idle_until = None if max_idle_time is None else time.monotonic() + max_idle_time
         while True:
             runs_ended = self._runs_ended
@@ -249,11 +242,7 @@ class ConcurrentWorker(VettingWorker):
                 idle_left = max(1, math.ceil(idle_until - time.monotonic()))
             else:
                 idle_left = None
-            self._waiting_for_job = True
-            try:
-                result = super().dequeue_job_and_maintain_ttl(timeout, idle_left)
-            finally:
-                self._waiting_for_job = False
+            result = super().dequeue_job_and_maintain_ttl(timeout, idle_left)
             if result is not None:
                 return result
             if timeout is not None:
@@ -310,12 +299,11 @@ class ConcurrentWorker(VettingWorker):
         native code (or catching it) runs on. A job process would be killed at this point.
         """
         overrun_s = flight.overrun_s()
-        execution_id = flight.execution.id
         if overrun_s > 2 * self._timeout_grace_s:
             self._abandon(flight, overrun_s)
             return True
-        if overrun_s > self._timeout_grace_s and execution_id not in self._overrun_cancelled:
-            self._overrun_cancelled.add(execution_id)
+        if overrun_s > self._timeout_grace_s and RunStop.OVERRAN not in flight.stop:
+            flight.stop |= RunStop.OVERRAN
             request_cancel(self.connection, flight.job.id)
             log_event(
                 "task_overran_timeout",
@@ -331,7 +319,7 @@ class ConcurrentWorker(VettingWorker):
         """Hand a stuck run's job back, then stop taking work and exit for a restart."""
         # Before its slot frees up: take no new job. The main thread sees it within a second
         # (it looks at the queue in slices and waits for slots in slices while runs are out).
-        self._stop_requested = True
+        self._stop_requested = True  # rq's private flag: its loop takes no more work
         handed_back = self._hand_back(
             flight,
             why=f"job thread still running {overrun_s:.0f} s past its timeout"
@@ -339,7 +327,7 @@ class ConcurrentWorker(VettingWorker):
         )
         if not handed_back:
             return
-        self._abandoned_runs += 1
+        self._stop.shutdown = self._stop.shutdown.at_least(Shutdown.RESTART)
         log_event(
             "job_thread_abandoned",
             level="error",
@@ -351,57 +339,12 @@ class ConcurrentWorker(VettingWorker):
     # -- stopping --------------------------------------------------------------------------
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
+        """rq override: ``Worker.work``, exiting 1 after a run was given up on."""
         worked: bool = super().work(*args, **kwargs)
-        if self._abandoned_runs:
+        if self._stop.shutdown is Shutdown.RESTART:
             # A thread stuck in the process: only a new process is clean again.
             raise SystemExit(EXIT_RUN_ABANDONED)
         return worked
-
-    def request_stop(self, signum: int, frame: FrameType | None) -> None:
-        """The first SIGTERM/SIGINT (warm shutdown), run inside whatever the main thread was
-        doing: a log write holding the log lock, say (stderr back-pressured).
-
-        rq's handler logs there and raises StopRequested into it. Here, inside a log write,
-        the handler only sets flags, and the main thread logs and raises at its next step
-        (``_act_on_stop_signal``, ``heartbeat``); anywhere else it acts at once, as rq does.
-        """
-        self._shutdown_requested_date = now()
-        signal.signal(signal.SIGINT, self.request_force_stop)
-        signal.signal(signal.SIGTERM, self.request_force_stop)
-        self._stop_requested = True
-        self._stop_signal_pending = True
-        if writing_on_this_thread():
-            return
-        self._act_on_stop_signal()
-        if self._waiting_for_job:
-            raise StopRequested()  # out of the blocking dequeue, as rq does
-
-    def _act_on_stop_signal(self) -> None:
-        """What rq's warm-shutdown handler does besides setting flags (logs, Redis)."""
-        if not self._stop_signal_pending:
-            return
-        self._stop_signal_pending = False
-        self.handle_warm_shutdown_request()  # type: ignore[no-untyped-call]
-        self.set_shutdown_requested_date()  # type: ignore[no-untyped-call]
-
-    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        super().heartbeat(timeout, pipeline)  # type: ignore[no-untyped-call]
-        if pipeline is not None or threading.current_thread() is not threading.main_thread():
-            return
-        # rq's loop calls this at every turn, also while it waits on the queue: a stop
-        # signal that could not raise in its handler (it came during a log write) acts here.
-        self._act_on_stop_signal()
-        if self._stop_requested and self._waiting_for_job:
-            raise StopRequested()
-
-    def request_force_stop(self, signum: int, frame: FrameType | None) -> None:
-        # A signal handler: it only marks the cold shutdown (rq raises SystemExit); the
-        # tasks are handed back by teardown, outside the handler, where no lock is held.
-        try:
-            super().request_force_stop(signum, frame)
-        except SystemExit:
-            self._cold_shutdown = True
-            raise
 
     def _hand_back_in_flight(self) -> None:
         with self._job_ended:
@@ -431,13 +374,13 @@ class ConcurrentWorker(VettingWorker):
         return True
 
     def handle_payload(self, message: Any) -> None:
-        # rq's stop-job acts on "the" job of the worker (the first in flight here) and kills
-        # its job process, which in a concurrent worker is the worker itself: by job id here.
-        if self.concurrent:
-            payload = parse_payload(message)
-            if payload.get("command") == "stop-job":
-                self._stop_job(str(payload.get("job_id", "")))
-                return
+        """rq override: ``Worker.handle_payload``. rq's stop-job acts on "the" job of the
+        worker (the first in flight here) and kills its job process, which in a concurrent
+        worker is the worker itself: by job id here."""
+        payload = parse_payload(message)
+        if payload.get("command") == "stop-job":
+            self._stop_job(str(payload.get("job_id", "")))
+            return
         super().handle_payload(message)  # type: ignore[no-untyped-call]
 
     def _stop_job(self, job_id: str) -> None:
@@ -449,33 +392,47 @@ class ConcurrentWorker(VettingWorker):
             self.request_stop_execution(execution_id)
 
     def request_stop_execution(self, execution_id: str) -> None:
-        # rq's stop-job kills the job process; a job thread cannot be killed: its task is
-        # cancelled, stops at its next step, and its job ends STOPPED as rq's would.
+        """rq override: ``Worker.request_stop_execution`` kills the job process; a job thread
+        cannot be killed: its task is cancelled, stops at its next step, and its job ends
+        STOPPED as rq's would."""
         flight = self._in_flight.get(execution_id)
         if flight is None:
             super().request_stop_execution(execution_id)
             return
-        self._stop_asked.add(execution_id)
+        flight.stop |= RunStop.ASKED
         request_cancel(self.connection, flight.job.id)
         log_event("task_stop_requested", task_id=flight.job.id, execution=execution_id)
 
-    def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
-        # rq kills the job process's group; with no job process (pid 0) that group would be
-        # the worker's own: every task in flight and everything started beside it.
-        if not self.horse_pid:
-            log_event("kill_horse_ignored", level="warning", reason="no job process")
-            return
-        super().kill_horse(sig)  # type: ignore[no-untyped-call]
-
     def teardown(self) -> None:
+        """rq override: ``Worker.teardown``, after the tasks in flight finished (warm) or
+        were handed back (cold)."""
+        cold = Shutdown.COLD
         try:
             self._act_on_stop_signal()
-            if not self._cold_shutdown and self._in_flight:
+            if self._stop.shutdown is not cold and self._in_flight:
                 log_event("waiting_for_tasks", worker=self.name, in_flight=len(self._in_flight))
                 # Runs stuck past their timeout are handed back meanwhile (heartbeats).
-                self._wait_while(lambda: bool(self._in_flight) and not self._cold_shutdown)
+                self._wait_while(lambda: bool(self._in_flight) and self._stop.shutdown is not cold)
         finally:
-            if self._cold_shutdown:
+            if self._stop.shutdown is cold:
                 self._hand_back_in_flight()
             self._heartbeats_stopped.set()
-            super().teardown()  # type: ignore[no-untyped-call]
+            super().teardown()
+
+
+# Each worker class's threaded variant, built once.
+_VARIANTS: dict[type[StopSignalsWorker], type[JobThreadsWorker]] = {}
+
+
+def threaded_variant(worker_class: type[StopSignalsWorker]) -> type[JobThreadsWorker]:
+    """``worker_class`` running its jobs in job threads: it keeps its name and everything
+    it adds (an operator's subclass extending ``allowed_functions``, say), and
+    ``JobThreadsWorker`` sits under it, so what the class overrides still runs first."""
+    if worker_class not in _VARIANTS:
+        variant = type(
+            worker_class.__name__,
+            (worker_class, JobThreadsWorker),
+            {"__module__": worker_class.__module__, "__qualname__": worker_class.__qualname__},
+        )
+        _VARIANTS[worker_class] = cast(type[JobThreadsWorker], variant)
+    return _VARIANTS[worker_class]

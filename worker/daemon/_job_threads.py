@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from enum import Flag, auto
 from typing import Any
 
 from redis import Redis
@@ -32,7 +33,15 @@ _CONNECTIONS_PER_TASK = 3
 _WORKER_CONNECTIONS = 16
 
 
-@dataclass(frozen=True)
+class RunStop(Flag):
+    """What was asked of a run in a job thread to stop it (a thread cannot be killed)."""
+
+    NONE = 0
+    ASKED = auto()  # rq's stop-job or stop-execution: cancelled, its job ends STOPPED
+    OVERRAN = auto()  # JOB_TIMEOUT_GRACE_S past rq's timeout: its task cancelled
+
+
+@dataclass(eq=False)
 class InFlightJob:
     """A job handed to a job thread; its execution id names the run (and its task lease)."""
 
@@ -41,7 +50,8 @@ class InFlightJob:
     execution: Execution
     started: float = field(default_factory=time.monotonic)
     # Held while the run settles its job with rq, so a hand-back never races it.
-    settling: threading.Lock = field(default_factory=threading.Lock, compare=False)
+    settling: threading.Lock = field(default_factory=threading.Lock)
+    stop: RunStop = RunStop.NONE
 
     def overrun_s(self) -> float:
         """How far past rq's timeout the run is (negative before it; 0 without a timeout)."""

@@ -10,7 +10,7 @@
     kill process groups the job left behind
     re-enqueue the task if the job asked for it
 
-``run_vetted_job`` is the one step a subclass changes (``ConcurrentWorker`` runs the job
+``run_vetted_job`` is the one step a subclass changes (``JobThreadsWorker`` runs the job
 in a thread of the worker process instead of rq's forked job process).
 """
 

@@ -3,7 +3,8 @@
 Select it with ``RQ_WORKER_CLASS=worker.AgentWorker`` and start ``rq worker agents``.
 Each job is vetted and settled by the parent (``worker.daemon._one_job``) and runs in a
 forked job process, or, with WORKER_CONCURRENCY above 1, in one of that many job threads
-of the worker process (``worker.daemon._concurrent``).
+of the worker process: the worker is then built as its threaded variant
+(``worker.daemon._concurrent``), the class name operators pass unchanged.
 
 Around that loop it always runs rq's scheduler (delayed requeues), a shorter
 maintenance interval, a metrics endpoint, and it rides out Redis restarts and
@@ -19,7 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from redis import ConnectionPool, Redis
 from redis.backoff import NoBackoff
@@ -37,9 +38,10 @@ from rq.serializers import JSONSerializer
 from rq.worker import DequeueStrategy
 
 from worker._signals import signals_left_to_the_main_thread
-from worker.daemon._concurrent import ConcurrentWorker
+from worker.daemon._concurrent import JobThreadsWorker, threaded_variant
 from worker.daemon._host import OWN_HOST, OwnHost, preload_configuration
 from worker.daemon._logging import send_rq_logs_to_events
+from worker.daemon._stopping import StopSignalsWorker
 from worker.exceptions import ConfigurationError
 from worker.hub_writes import drain_outbox_now
 from worker.logs import log_event, set_level, set_redactor
@@ -63,8 +65,12 @@ SPAN_FLUSH_TIMEOUT_S = 5.0
 RQ_HEARTBEAT_GRACE_S = 60
 
 
-class AgentWorker(ConcurrentWorker):
-    """The rq worker of the agent fleet; subclass it to extend ``allowed_functions`` (tests)."""
+class AgentWorker(StopSignalsWorker):
+    """The rq worker of the agent fleet; subclass it to extend ``allowed_functions`` (tests).
+
+    It forks a job process per job, as rq's ``Worker`` does. Built for a host that runs
+    more than one task at once, it is its threaded variant instead (``__new__``).
+    """
 
     # rq decompresses job data when it loads a job, before our vetting: capped there too.
     job_class = CappedJob
@@ -76,6 +82,21 @@ class AgentWorker(ConcurrentWorker):
     metrics_sweep_after_s: ClassVar[float] = 120.0
     # rq's own margin past the monitoring interval; HEARTBEAT_GRACE_S replaces it at start.
     _heartbeat_grace_s: int = RQ_HEARTBEAT_GRACE_S
+    # Tasks at once: one job process at a time (the threaded variant reads its own at start).
+    concurrency: int = 1
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> AgentWorker:
+        """The mode, picked as rq builds the worker: ``cls`` forks a job process per job;
+        with more than one task at once (WORKER_CONCURRENCY, or the pool's ``--concurrency``)
+        it is built as ``threaded_variant(cls)``, which keeps its name. A worker rq builds
+        only to read another's record (``rq info``, ``Worker.all()``: it passes
+        ``prepare_for_work=False``) reads no settings (trap 1)."""
+        mode: type[AgentWorker] = cls
+        if kwargs.get("prepare_for_work", True) and not issubclass(cls, JobThreadsWorker):
+            host: OwnHost = kwargs.get("host", OWN_HOST)
+            if host.tasks_at_once(settings_or_exit()) > 1:
+                mode = cast(type[AgentWorker], threaded_variant(cls))
+        return super().__new__(mode)
 
     def __init__(self, queues: Any, *args: Any, host: OwnHost = OWN_HOST, **kwargs: Any) -> None:
         # No side effects here: `rq info` and Worker.all() instantiate this class (trap 1).
@@ -200,14 +221,14 @@ class AgentWorker(ConcurrentWorker):
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
         # Idle with nothing in flight, a stopping worker has nothing to wait out an outage
         # for: its heartbeat and teardown fail at once instead of ~33 s each.
-        if self._waiting_for_job and not self._in_flight:
+        if self._stop.waiting_for_job and not self.has_runs_in_flight():
             self._redis_retry.stop_waiting()
         super().request_stop(signum, frame)
 
     def teardown(self) -> None:
         self._redis_retry.stop_waiting()  # nothing runs any more
         try:
-            super().teardown()  # type: ignore[no-untyped-call]
+            super().teardown()
         except RedisError as exc:
             if not is_redis_outage(exc):
                 raise

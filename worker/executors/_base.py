@@ -11,10 +11,12 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from worker._hooks import allow_every_tool
 from worker._spawn import SpawnHook, ignore_spawn
 from worker.agents import AgentDefinition
 from worker.hub_writes import RefusalHandler, ignore_refusals
 from worker.loop import (
+    NO_CONTROL,
     CanExecuteTool,
     ControlSource,
     Journal,
@@ -53,7 +55,7 @@ class ExecutionRequest:
     # Builds the agent's model; called only by executors that talk to the provider themselves.
     make_model: Callable[[], Model]
     observers: Sequence[LoopObserver] = ()
-    control: ControlSource | None = None
+    control: ControlSource = NO_CONTROL
     journal: Journal | None = None
     resume: Sequence[JournalEntry] = field(default_factory=list)
     # Called with the pid of every process the executor starts (killed after a hard crash).
@@ -62,7 +64,7 @@ class ExecutionRequest:
     # toolbox tells its own).
     on_write_refused: RefusalHandler = ignore_refusals
     # The operator's CAN_EXECUTE_TOOL check (CLI executors: the gateway loads it itself).
-    can_execute_tool: CanExecuteTool | None = None
+    can_execute_tool: CanExecuteTool = allow_every_tool
     # The nonce of the untrusted-content blocks in ``system`` and ``messages`` (the CLI
     # gateway wraps tool results in the same blocks); None: tool results are not wrapped.
     untrusted_nonce: str | None = None

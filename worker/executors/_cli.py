@@ -115,8 +115,16 @@ class CliExecutor(Executor):
 
     # --- the run -------------------------------------------------------------------------------
 
-    @traced_cli_run  # one `invoke_agent {executor}` span per CLI run
     async def run(self, request: ExecutionRequest) -> RunResult:
+        """One CLI run of the task, in one ``invoke_agent {executor}`` span."""
+        return await traced_cli_run(
+            lambda: self._run_traced(request),
+            executor=self.name,
+            task_id=request.task.task_id,
+            agent=request.agent.config.name,
+        )
+
+    async def _run_traced(self, request: ExecutionRequest) -> RunResult:
         started = time.monotonic()
         context = RunContext(
             executor=self.name,

@@ -30,10 +30,7 @@ class CliWatcher:
         self._read_call_log()
         if self.activity.violation is not None:
             return StopReason.AUTONOMY_VIOLATION
-        control = self._request.control
-        if control is None:
-            return None
-        polled = await control.poll()
+        polled = await self._request.control.poll()
         if polled.steering:
             log_event(
                 "steer_ignored",

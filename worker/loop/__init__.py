@@ -1,6 +1,7 @@
 """The agent loop: reason → tool → observe, with limits as data and observable steps."""
 
 from worker.loop._budget import dearest_price as dearest_price
+from worker.loop._contract import NO_CONTROL as NO_CONTROL
 from worker.loop._contract import Closing as Closing
 from worker.loop._contract import Control as Control
 from worker.loop._contract import ControlSource as ControlSource

@@ -49,6 +49,27 @@ class CallRules(Protocol):
         ...
 
 
+class NoCallRules:
+    """The rules of a task that knows nothing more: no tool is read-only, and only the
+    limits and loop guards close a run."""
+
+    def read_only(self, tool: str) -> bool:
+        return False
+
+    def closing_after(self, record: ToolCallRecord) -> Closing | None:
+        return None
+
+
+class NoControl:
+    """The control source of a run nobody cancels or steers (tests, a loop run by hand)."""
+
+    async def poll(self) -> Control:
+        return Control()
+
+
+NO_CONTROL: ControlSource = NoControl()
+
+
 Redact = Callable[[str], str]
 
 
@@ -79,9 +100,8 @@ class LoopSettings:
     # None: free text.
     response_schema: dict[str, Any] | None = None
     response_schema_name: str = "answer"
-    # Read-only tools and closing triggers, from the task; None: no tool is read-only and
-    # only the limits and loop guards close a run.
-    call_rules: CallRules | None = None
+    # Read-only tools and closing triggers, from the task.
+    call_rules: CallRules = field(default_factory=NoCallRules)
     # The model's context window (prompt and answer, in tokens); None: unbounded. Older
     # tool outputs, then the middle of the longest message, are cut to fit it.
     context_window_tokens: int | None = None

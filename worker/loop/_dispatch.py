@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from worker._hooks import allow_every_tool
 from worker.exceptions import AutonomyViolation, ToolFailed
 from worker.logs import log_event
 from worker.loop._events import EventBus, GrantDenied, ToolCalled
@@ -62,7 +63,7 @@ class ToolDispatcher:
         agent_id: str,
         events: EventBus,
         max_output_chars: int,
-        can_execute_tool: CanExecuteTool | None = None,
+        can_execute_tool: CanExecuteTool = allow_every_tool,
     ) -> None:
         self._toolbox = toolbox
         self._task_id = task_id
@@ -73,9 +74,12 @@ class ToolDispatcher:
         # Per tool name: the process's checks of its schema (prepared once per process).
         self._checks: dict[str, SchemaCheck] = {}
 
-    @traced_tool_call  # one `execute_tool {tool}` span per call
     async def run(self, step: int, index: int, call: ToolCall, timeout_s: float) -> ToolCallRecord:
-        """Run one call the model made; every way it can end is a record the model reads."""
+        """Run one call the model made, in one ``execute_tool {tool}`` span; every way it
+        can end is a record the model reads."""
+        return await traced_tool_call(call, lambda: self._run(step, index, call, timeout_s))
+
+    async def _run(self, step: int, index: int, call: ToolCall, timeout_s: float) -> ToolCallRecord:
         started = time.perf_counter()
         result = await self._execute(step, index, call, timeout_s)
         duration = time.perf_counter() - started
@@ -199,8 +203,6 @@ class ToolDispatcher:
         return check.problem(arguments)
 
     async def _refusal(self, name: str, arguments: dict[str, Any]) -> str | None:
-        if self._can_execute is None:
-            return None
         try:
             verdict = self._can_execute(name, arguments)
             if inspect.isawaitable(verdict):

@@ -122,20 +122,12 @@ class ModelCaller:
         cap_s = self._settings.llm_timeout_cap_s
         clock = self._run_clock
         timeout_s = clock.closing_timeout(cap_s) if final else clock.step_timeout(cap_s)
-        request = ModelRequest(
-            system=self._system,
-            system_context=self._system_context,
-            # A closing call is the run's last; a call offered no tool ends the run with its
-            # answer (only a rare empty or cut answer asks again). A cache write of their
-            # conversation would not be read back (docs/concepts/prompt-cache.md).
-            last_call=final or not tools,
-            messages=list(messages) if messages is not None else state.messages,
-            tools=tools,
-            max_output_tokens=plan.max_output_tokens,
-            temperature=self._settings.temperature,
-            timeout_s=max(0.001, timeout_s),
-            response_schema=self._settings.response_schema,
-            response_schema_name=self._settings.response_schema_name,
+        request = self._request(
+            list(messages) if messages is not None else state.messages,
+            tools,
+            plan=plan,
+            final=final,
+            timeout_s=timeout_s,
         )
         started = time.perf_counter()
         status = "ok"
@@ -169,6 +161,31 @@ class ModelCaller:
         # A call the provider left in the text is parsed; with no tools offered (a closing
         # turn) an imitation of one is taken out, so it is never read as the answer.
         return with_text_calls(response, [tool.name for tool in tools], id_prefix=f"text-{step}")
+
+    def _request(
+        self,
+        messages: list[Message],
+        tools: Sequence[ToolSpec],
+        *,
+        plan: CallPlan,
+        final: bool,
+        timeout_s: float,
+    ) -> ModelRequest:
+        return ModelRequest(
+            system=self._system,
+            system_context=self._system_context,
+            # A closing call is the run's last; a call offered no tool ends the run with its
+            # answer (only a rare empty or cut answer asks again). A cache write of their
+            # conversation would not be read back (docs/concepts/prompt-cache.md).
+            last_call=final or not tools,
+            messages=messages,
+            tools=tools,
+            max_output_tokens=plan.max_output_tokens,
+            temperature=self._settings.temperature,
+            timeout_s=max(0.001, timeout_s),
+            response_schema=self._settings.response_schema,
+            response_schema_name=self._settings.response_schema_name,
+        )
 
     def _raise_if_deadline(self, timeout_s: float, cap_s: float) -> None:
         """A call cut by the task's deadline ends the run as `deadline`, never a requeue."""

@@ -20,12 +20,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from worker._hooks import allow_every_tool
 from worker.exceptions import ContextTooLong
 from worker.logs import log_event
 from worker.loop._budget import CallPlan
 from worker.loop._clock import DeadlineToolbox, RunClock
 from worker.loop._closing import ClosingCall
-from worker.loop._contract import Closing, ControlSource, LoopSettings, RunResult
+from worker.loop._contract import NO_CONTROL, Closing, ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import (
     DONE_TOOL,
     REPEATED_READ_NOTE,
@@ -93,8 +94,8 @@ class AgentLoop:
         task_id: str,
         agent_id: str,
         observers: Sequence[LoopObserver] = (),
-        control: ControlSource | None = None,
-        can_execute_tool: CanExecuteTool | None = None,
+        control: ControlSource = NO_CONTROL,
+        can_execute_tool: CanExecuteTool = allow_every_tool,
         journal: Journal | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -103,12 +104,7 @@ class AgentLoop:
         self._limits = settings.limits
         self._task_id = task_id
         # The run's own log lines come from its events, after the caller's observers.
-        self.events = EventBus(
-            [
-                *observers,
-                log_observer(task_id=task_id, agent_id=agent_id),
-            ]
-        )
+        self.events = EventBus([*observers, log_observer(task_id=task_id, agent_id=agent_id)])
         self._control = control
         self._journal: Journal = journal if journal is not None else MemoryJournal()
         self._clock = clock
@@ -272,8 +268,6 @@ class AgentLoop:
 
     async def _take_control(self, state: LoopState) -> Stop | None:
         """Apply steering messages; a Stop when an operator cancelled the task."""
-        if self._control is None:
-            return None
         control = await self._control.poll()
         for text in control.steering:
             self._commit(state, SteerEntry(text=text))
@@ -330,8 +324,7 @@ class AgentLoop:
             records.append(record)
             if self._read_only(call.name):
                 self._reads.remember(step, record)
-            rules = self._settings.call_rules
-            closing = rules.closing_after(record) if rules is not None else None
+            closing = self._settings.call_rules.closing_after(record)
             if closing is not None:
                 self._skip_pending(
                     state, ToolOutcome.REFUSED, CLOSED_SKIPPED_TOOL.format(reason=closing.reason)
@@ -353,8 +346,7 @@ class AgentLoop:
         return AskModel()
 
     def _read_only(self, tool: str) -> bool:
-        rules = self._settings.call_rules
-        return rules is not None and rules.read_only(tool)
+        return self._settings.call_rules.read_only(tool)
 
     def _loop_guard_tripped(self, state: LoopState, detail: str) -> Close:
         """A loop guard stopped the tools: close, and end as tool_loop only without an answer."""

@@ -12,7 +12,6 @@ duration carries the trace id of its run as an exemplar (OpenMetrics), when it w
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +22,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from worker.logs import log_event
+from worker.metrics._batches import Increments, entries, exemplars
 from worker.metrics._collector import MemoryCollector, QueueCollector, WithoutCreatedSeries
 from worker.metrics._families import (
     COUNTERS,
@@ -38,8 +38,6 @@ from worker.redis_io import take_job_list
 from worker.tracing import sampled_trace_id
 
 JOB_METRICS_TTL_S = 86_400
-
-LabelKey = tuple[str, tuple[str, ...]]
 
 
 class WorkerMetrics:
@@ -112,7 +110,7 @@ class WorkerMetrics:
 
     def apply(self, batch: Mapping[str, Any]) -> None:
         """Add one flushed ``JobMetrics`` batch, skipping entries that break the contract."""
-        for name, labels, value in _entries(batch.get("counters")):
+        for name, labels, value in entries(batch.get("counters")):
             counter = self._counters.get(name)
             if (
                 counter is None
@@ -123,12 +121,8 @@ class WorkerMetrics:
             if value >= 0:
                 labels = self._bounded(counter[1], labels)
                 (counter[0].labels(*labels) if labels else counter[0]).inc(value)
-        exemplars = {
-            (name, labels): trace_id
-            for name, labels, trace_id in _entries(batch.get("exemplars"))
-            if isinstance(trace_id, str) and _TRACE_ID.fullmatch(trace_id)
-        }
-        for name, labels, values in _entries(batch.get("observations")):
+        traces = exemplars(batch)
+        for name, labels, values in entries(batch.get("observations")):
             histogram = self._histograms.get(name)
             if (
                 histogram is None
@@ -138,24 +132,11 @@ class WorkerMetrics:
                 continue
             child = histogram[0].labels(*labels) if labels else histogram[0]
             numbers = [value for value in values if isinstance(value, int | float)]
-            trace_id = exemplars.get((name, labels))
+            trace_id = traces.get((name, labels))
             for index, value in enumerate(numbers):
                 # The last observation names its trace: Grafana links the point to it.
                 last = index == len(numbers) - 1
                 child.observe(value, {"trace_id": trace_id} if last and trace_id else None)
-
-
-_TRACE_ID = re.compile(r"[0-9a-f]{32}")
-
-
-def _entries(raw: Any) -> list[tuple[str, tuple[str, ...], Any]]:
-    if not isinstance(raw, list):
-        return []
-    entries = []
-    for entry in raw:
-        if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], list):
-            entries.append((str(entry[0]), tuple(str(label) for label in entry[1]), entry[2]))
-    return entries
 
 
 class ForwardedMetrics(WorkerMetrics):
@@ -215,10 +196,8 @@ class JobMetrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[LabelKey, float] = {}
-        self._observations: dict[LabelKey, list[float]] = {}
-        # The trace of an observation, kept as its exemplar (the task duration's).
-        self._exemplars: dict[LabelKey, str] = {}
+        # The trace of an observation is kept as its exemplar (the task duration's).
+        self._buffer = Increments()
 
     def task_finished(
         self,
@@ -231,14 +210,14 @@ class JobMetrics:
         cost_usd: float | None,
     ) -> None:
         with self._lock:
-            self._count("agent_tasks_total", (agent, task_type, outcome))
-            self._observe("agent_task_duration_seconds", (task_type,), duration_s)
+            self._buffer.count("agent_tasks_total", (agent, task_type, outcome))
+            self._buffer.observe("agent_task_duration_seconds", (task_type,), duration_s)
             if (trace_id := sampled_trace_id()) is not None:
-                self._exemplars[("agent_task_duration_seconds", (task_type,))] = trace_id
-            self._observe("agent_loop_iterations", (task_type,), iterations)
+                self._buffer.exemplars[("agent_task_duration_seconds", (task_type,))] = trace_id
+            self._buffer.observe("agent_loop_iterations", (task_type,), iterations)
             # An unknown price is not a zero cost: leave the counter alone.
             if cost_usd is not None:
-                self._count("agent_cost_usd_total", (agent,), cost_usd)
+                self._buffer.count("agent_cost_usd_total", (agent,), cost_usd)
 
     def llm_call(
         self,
@@ -254,65 +233,69 @@ class JobMetrics:
         """``tokens_input`` counts every input token; the cache directions count the part of
         them the provider read from or wrote to its prompt cache."""
         with self._lock:
-            self._count("agent_llm_calls_total", (provider, model, status))
-            self._count("agent_llm_tokens_total", (model, "input"), tokens_input)
-            self._count("agent_llm_tokens_total", (model, "output"), tokens_output)
+            self._buffer.count("agent_llm_calls_total", (provider, model, status))
+            self._buffer.count("agent_llm_tokens_total", (model, "input"), tokens_input)
+            self._buffer.count("agent_llm_tokens_total", (model, "output"), tokens_output)
             if tokens_cache_read:
-                self._count("agent_llm_tokens_total", (model, "cache_read"), tokens_cache_read)
+                self._buffer.count(
+                    "agent_llm_tokens_total", (model, "cache_read"), tokens_cache_read
+                )
             if tokens_cache_write:
-                self._count("agent_llm_tokens_total", (model, "cache_write"), tokens_cache_write)
+                self._buffer.count(
+                    "agent_llm_tokens_total", (model, "cache_write"), tokens_cache_write
+                )
 
     def embeddings_call(self, *, model: str, tokens: int) -> None:
         """The tokens of a memory embeddings call: model spend, counted with the model's
         (as input tokens of the embeddings model); not a model call of the loop."""
         with self._lock:
-            self._count("agent_llm_tokens_total", (model, "input"), tokens)
+            self._buffer.count("agent_llm_tokens_total", (model, "input"), tokens)
 
     def tool_call(self, *, server: str, tool: str, outcome: str, duration_s: float) -> None:
         with self._lock:
-            self._count("agent_tool_calls_total", (server, tool, outcome))
-            self._observe("agent_tool_call_duration_seconds", (server,), duration_s)
+            self._buffer.count("agent_tool_calls_total", (server, tool, outcome))
+            self._buffer.observe("agent_tool_call_duration_seconds", (server,), duration_s)
 
     def grant_denied(self, *, agent: str, tool: str) -> None:
         with self._lock:
-            self._count("agent_grant_denials_total", (agent, tool))
+            self._buffer.count("agent_grant_denials_total", (agent, tool))
 
     def error_posted(self) -> None:
         with self._lock:
-            self._count("agent_errors_posted_total", ())
+            self._buffer.count("agent_errors_posted_total", ())
 
     def budget_check_unreachable(self, *, agent: str) -> None:
         with self._lock:
-            self._count("agent_budget_check_unreachable_total", (agent,))
+            self._buffer.count("agent_budget_check_unreachable_total", (agent,))
 
     def dead_letter(self, kind: str) -> None:
         with self._lock:
-            self._count("agent_outbox_dead_letters_total", (kind,))
+            self._buffer.count("agent_outbox_dead_letters_total", (kind,))
 
     def write_refused(self, *, agent: str, kind: str, reason: str) -> None:
         with self._lock:
-            self._count("agent_hub_writes_refused_total", (agent, kind, reason))
+            self._buffer.count("agent_hub_writes_refused_total", (agent, kind, reason))
 
     def scope_refused(self, *, agent: str, tool: str) -> None:
         with self._lock:
-            self._count("agent_scope_refusals_total", (agent, tool))
+            self._buffer.count("agent_scope_refusals_total", (agent, tool))
 
     def egress_refused(self, *, agent: str, tool: str) -> None:
         with self._lock:
-            self._count("agent_egress_refusals_total", (agent, tool))
+            self._buffer.count("agent_egress_refusals_total", (agent, tool))
 
     def memory_recalled(self, *, agent: str, strategy: str, hits: int, duration_s: float) -> None:
         with self._lock:
-            self._count("agent_memory_recalls_total", (agent, strategy))
-            self._count("agent_memory_recall_hits_total", (agent,), hits)
-            self._observe("agent_memory_recall_duration_seconds", (), duration_s)
+            self._buffer.count("agent_memory_recalls_total", (agent, strategy))
+            self._buffer.count("agent_memory_recall_hits_total", (agent,), hits)
+            self._buffer.observe("agent_memory_recall_duration_seconds", (), duration_s)
 
     def memory_written(self, *, agent: str, kinds: Sequence[str], evicted: int) -> None:
         with self._lock:
             for kind in kinds:
-                self._count("agent_memory_writes_total", (agent, kind))
+                self._buffer.count("agent_memory_writes_total", (agent, kind))
             if evicted:
-                self._count("agent_memory_evictions_total", (agent,), evicted)
+                self._buffer.count("agent_memory_evictions_total", (agent,), evicted)
 
     def flush(self, redis: Redis, job_id: str, *, ttl_s: int = JOB_METRICS_TTL_S) -> bool:
         """Append the buffer to the job's Redis key; False (buffer kept) on a Redis error."""
@@ -338,43 +321,16 @@ class JobMetrics:
         if batch is not None:
             (metrics or worker_metrics()).apply(batch)
 
-    def _count(self, name: str, labels: tuple[str, ...], amount: float = 1) -> None:
-        key = (name, labels)
-        self._counts[key] = self._counts.get(key, 0) + amount
-
-    def _observe(self, name: str, labels: tuple[str, ...], value: float) -> None:
-        self._observations.setdefault((name, labels), []).append(value)
-
     def _take(self) -> dict[str, Any] | None:
         with self._lock:
-            if not self._counts and not self._observations:
-                return None
-            batch = {
-                "counters": [
-                    [name, list(labels), value] for (name, labels), value in self._counts.items()
-                ],
-                "observations": [
-                    [name, list(labels), values]
-                    for (name, labels), values in self._observations.items()
-                ],
-                "exemplars": [
-                    [name, list(labels), trace_id]
-                    for (name, labels), trace_id in self._exemplars.items()
-                ],
-            }
-            self._counts = {}
-            self._observations = {}
-            self._exemplars = {}
+            batch = self._buffer.batch()
+            if batch is not None:
+                self._buffer = Increments()
             return batch
 
     def _put_back(self, batch: dict[str, Any]) -> None:
         with self._lock:
-            for name, labels, value in batch["counters"]:
-                self._count(name, tuple(labels), value)
-            for name, labels, values in batch["observations"]:
-                self._observations.setdefault((name, tuple(labels)), []).extend(values)
-            for name, labels, trace_id in batch["exemplars"]:
-                self._exemplars.setdefault((name, tuple(labels)), trace_id)
+            self._buffer.add_batch(batch)
 
 
 def apply_job_metrics(redis: Redis, job_id: str, *, metrics: WorkerMetrics | None = None) -> bool:

@@ -258,8 +258,11 @@ class RetryingModel(ABC):
     def name(self) -> str:
         return self._model
 
-    @traced_chat  # one `chat {model}` span per call of this model, retries as its events
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One call of this model in one ``chat {model}`` span, its retries as events."""
+        return await traced_chat(self, request, lambda: self._complete(request))
+
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
         async def attempt(timeout_s: float) -> ModelResponse:
             gate = self.attempt_gate
             if gate is None:

@@ -59,33 +59,12 @@ async def build_request(
 ) -> ExecutionRequest:
     """Everything the executor needs; raises InvalidTask when the task's post is gone.
     ``open_toolbox`` is ``task_toolbox``'s, possibly opened early."""
-    thread: Post | None = None
-    feed: list[Post] = []
-    if task.type is TaskType.NOTIFICATION:
-        thread = state.thread = redacted_post(await _thread(runtime, hub, state, task), runtime)
-    else:
-        feed = [
-            redacted_post(post, runtime) for post in await _discovery_feed(hub, state, task, agent)
-        ]
-    # Fixed from the task, the definition, the operator and the Hub's answers, before the
-    # model reads any.
-    egress = EgressPolicy.of(runtime.settings)
-    scope = state.scope.scope = task_scope(task, agent, thread=thread, feed=feed, egress=egress)
+    thread, feed = await _thread_or_feed(runtime, hub, state, task=task, agent=agent)
     # One nonce for this run's untrusted-content delimiters: thread, feed, memory, tool results.
     blocks = UntrustedBlocks()
-    memory = await _memory.recall(
-        runtime,
-        state,
-        task=task,
-        agent=agent,
-        thread=thread,
-        feed=feed,
-        scope=scope,
-        blocks=blocks,
-        max_tokens=run_limits(task, agent).max_tokens,
+    scope, memory = await _scope_and_memory(
+        runtime, state, task=task, agent=agent, thread=thread, feed=feed, blocks=blocks
     )
-    scope = state.scope.scope = with_private_memory(scope, state.recalled_audiences, egress)
-    _note_private(task, scope)
     journal = RedisJournal(runtime.redis, task.task_id)
     redact = runtime.redactor
     first = _prompt.first_message(
@@ -118,6 +97,49 @@ async def build_request(
         scope=scope,
         on_scope_refused=scope_refusal_handler(runtime, state, task),
     )
+
+
+async def _thread_or_feed(
+    runtime: TaskRuntime, hub: HubClient, state: RunState, *, task: Task, agent: AgentDefinition
+) -> tuple[Post | None, list[Post]]:
+    """What the task answers, redacted: its thread (a notification) or a discovery feed."""
+    if task.type is TaskType.NOTIFICATION:
+        thread = state.thread = redacted_post(await _thread(runtime, hub, state, task), runtime)
+        return thread, []
+    return None, [
+        redacted_post(post, runtime) for post in await _discovery_feed(hub, state, task, agent)
+    ]
+
+
+async def _scope_and_memory(
+    runtime: TaskRuntime,
+    state: RunState,
+    *,
+    task: Task,
+    agent: AgentDefinition,
+    thread: Post | None,
+    feed: list[Post],
+    blocks: UntrustedBlocks,
+) -> tuple[TaskScope, str]:
+    """The task's scope, fixed from the task, the definition, the operator and the Hub's
+    answers before the model reads any; then what memory recalls within it, and the scope
+    narrowed by the private memories recalled."""
+    egress = EgressPolicy.of(runtime.settings)
+    scope = state.scope.scope = task_scope(task, agent, thread=thread, feed=feed, egress=egress)
+    memory = await _memory.recall(
+        runtime,
+        state,
+        task=task,
+        agent=agent,
+        thread=thread,
+        feed=feed,
+        scope=scope,
+        blocks=blocks,
+        max_tokens=run_limits(task, agent).max_tokens,
+    )
+    scope = state.scope.scope = with_private_memory(scope, state.recalled_audiences, egress)
+    _note_private(task, scope)
+    return scope, memory
 
 
 def _note_private(task: Task, scope: TaskScope) -> None:

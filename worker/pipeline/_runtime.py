@@ -14,6 +14,7 @@ from typing import Any
 from redis import Redis
 
 from hub_client import HubClient
+from worker._hooks import allow_every_tool
 from worker._network import client_ssl_context
 from worker._spawn import SpawnHook, ignore_spawn
 from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
@@ -80,7 +81,7 @@ class TaskRuntime:
     # Prices cost budgets are planned with (PRICES_FILE over the built-in table).
     prices: PriceTable | None = None
     # The operator's CAN_EXECUTE_TOOL check, asked before every tool call of the native loop.
-    can_execute_tool: CanExecuteTool | None = None
+    can_execute_tool: CanExecuteTool = allow_every_tool
     # Where agent memories live; None: the Redis store on ``redis`` (worker.memory).
     memory_store: MemoryStore | None = None
 
@@ -284,7 +285,9 @@ def build_runtime(
         deadline_cap_s=deadline_cap_s,
         prices=_prices(),
         can_execute_tool=(
-            load_can_execute_tool(config.can_execute_tool) if config.can_execute_tool else None
+            load_can_execute_tool(config.can_execute_tool)
+            if config.can_execute_tool
+            else allow_every_tool
         ),
     )
 

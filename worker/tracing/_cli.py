@@ -9,7 +9,6 @@ starts, continue the trace.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar, cast
 
@@ -38,7 +37,8 @@ _PASSED_ON = (
 _CONTEXT_KEYS = ("traceparent", "tracestate")
 
 
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+# What a traced CLI run returns, as its executor returns it.
+R = TypeVar("R")
 
 
 class _CliResult(Protocol):
@@ -46,26 +46,24 @@ class _CliResult(Protocol):
     error: BaseException | None
 
 
-def traced_cli_run(run: F) -> F:
-    """Decorates ``CliExecutor.run(request)``: one span per CLI run, with its outcome."""
-
-    @functools.wraps(run)
-    async def traced(executor: Any, request: Any) -> Any:
-        with span(
-            f"invoke_agent {executor.name}",
-            kind=SpanKind.CLIENT,
-            attributes={
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": executor.name,
-                "gen_ai.conversation.id": request.task.task_id,
-                "agent_worker.agent": request.agent.config.name,
-            },
-        ) as current:
-            result: _CliResult = await run(executor, request)
-            _record_result(current, result)
-            return result
-
-    return cast(F, traced)
+async def traced_cli_run(
+    run: Callable[[], Awaitable[R]], *, executor: str, task_id: str, agent: str
+) -> R:
+    """``run()``, one run of the CLI ``executor`` for a task of ``agent``, in one span, with
+    the outcome of the result it returns."""
+    with span(
+        f"invoke_agent {executor}",
+        kind=SpanKind.CLIENT,
+        attributes={
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": executor,
+            "gen_ai.conversation.id": task_id,
+            "agent_worker.agent": agent,
+        },
+    ) as current:
+        result = await run()
+        _record_result(current, cast(_CliResult, result))
+        return result
 
 
 def _record_result(span: trace.Span, result: _CliResult) -> None:

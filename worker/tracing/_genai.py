@@ -1,13 +1,17 @@
-"""The agent run as the GenAI semantic conventions name it, put on by decorators.
+"""The agent run as the GenAI semantic conventions name it, each span opened by its layer.
 
-    invoke_agent {agent}     one task run by the pipeline (``traced_agent_run``)
+    invoke_agent {agent}     one task run by the pipeline (``traced_agent_run`` decorates
+                             the run of a task's wire: it reads the task, nothing else)
       chat {model}           one call to one provider model, its retries as events; a
-                             fallback model is a sibling ``chat`` span (``traced_chat``)
-      execute_tool {tool}    one tool call the model made (``traced_tool_call``)
+                             fallback model is a sibling ``chat`` span (``traced_chat``,
+                             called by the model's ``complete`` with its request)
+      execute_tool {tool}    one tool call the model made (``traced_tool_call``, called by
+                             the tool dispatcher with the call)
 
-The decorated functions keep their signatures; the objects they see are read through
-small Protocols, so this package imports nothing from the loop, the models or the tools.
-Message content goes on spans only when ``_content.capture_content()`` says so.
+Each takes what its span names as arguments and the work as a callable; the objects it
+reads go through small Protocols, so this package imports nothing from the loop, the
+models or the tools. Message content goes on spans only when
+``_content.capture_content()`` says so.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ _FINISH_REASONS = {
 }
 
 
-# --- what the decorated functions hand over -------------------------------------------
+# --- what the traced layers hand over -------------------------------------------------
 
 
 class _Usage(Protocol):
@@ -48,22 +52,39 @@ class _Usage(Protocol):
 
 
 class _ToolCall(Protocol):
-    id: str
-    name: str
-    arguments: str
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def arguments(self) -> str: ...
 
 
 class _Message(Protocol):
-    role: str
-    content: str
-    tool_calls: Sequence[_ToolCall]
-    tool_call_id: str | None
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def content(self) -> str: ...
+
+    @property
+    def tool_calls(self) -> Sequence[_ToolCall]: ...
+
+    @property
+    def tool_call_id(self) -> str | None: ...
 
 
 class _Request(Protocol):
-    messages: Sequence[_Message]
-    max_output_tokens: int | None
-    temperature: float | None
+    @property
+    def messages(self) -> Sequence[_Message]: ...
+
+    @property
+    def max_output_tokens(self) -> int | None: ...
+
+    @property
+    def temperature(self) -> float | None: ...
 
     def full_system(self) -> str: ...
 
@@ -105,18 +126,21 @@ class _ToolRecord(Protocol):
     content: str
 
 
-# The decorated function's own type: a decorator changes no signature.
+# The decorated task run's own type: a decorator changes no signature.
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+# What a traced call returns, as its layer returns it.
+R = TypeVar("R")
 
 
 # --- invoke_agent -----------------------------------------------------------------------
 
 
 def traced_agent_run(run: F) -> F:
-    """Decorates ``execute_task(raw, runtime)``: the ``invoke_agent {agent}`` span of a task."""
+    """Decorates the run of a task (``execute_task``): the ``invoke_agent {agent}`` span of a
+    task, named from the task's wire, its first argument; the rest pass through untouched."""
 
     @functools.wraps(run)
-    async def traced(raw: Any, runtime: Any) -> Any:
+    async def traced(raw: Any, *args: Any, **kwargs: Any) -> Any:
         agent = raw_field(raw, "agent_id")
         task_id = raw_field(raw, "task_id")
         attributes: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent"}
@@ -133,7 +157,7 @@ def traced_agent_run(run: F) -> F:
                 kind=SpanKind.INTERNAL,
                 attributes=attributes,
             ) as current:
-                verdict: _Verdict = await run(raw, runtime)
+                verdict: _Verdict = await run(raw, *args, **kwargs)
                 _record_report(current, verdict.report)
                 return verdict
         finally:
@@ -160,20 +184,15 @@ def _record_report(span: trace.Span, report: _Report) -> None:
 # --- chat -------------------------------------------------------------------------------
 
 
-def traced_chat(complete: F) -> F:
-    """Decorates a provider model's ``complete(request)``: one ``chat {model}`` span."""
-
-    @functools.wraps(complete)
-    async def traced(model: _Model, request: _Request) -> Any:
-        if spans_off():
-            return await complete(model, request)
-        with _model_span(model, request) as current:
-            response: _Response = await complete(model, request)
-            if current.is_recording():
-                _record_response(current, response)
-            return response
-
-    return cast(F, traced)
+async def traced_chat(model: _Model, request: _Request, complete: Callable[[], Awaitable[R]]) -> R:
+    """``complete()``, one call of ``model`` with ``request``, in one ``chat {model}`` span."""
+    if spans_off():
+        return await complete()
+    with _model_span(model, request) as current:
+        response = await complete()
+        if current.is_recording():
+            _record_response(current, cast(_Response, response))
+        return response
 
 
 @contextmanager
@@ -277,35 +296,28 @@ def _parts(text: str, tool_calls: Sequence[_ToolCall]) -> list[dict[str, Any]]:
 # --- execute_tool -----------------------------------------------------------------------
 
 
-def traced_tool_call(run: F) -> F:
-    """Decorates ``ToolDispatcher.run(step, index, call, timeout_s)``: one
-    ``execute_tool {tool}`` span, its server and outcome as the metrics label them."""
-
-    @functools.wraps(run)
-    async def traced(
-        dispatcher: Any, step: int, index: int, call: _ToolCall, timeout_s: float
-    ) -> Any:
-        if spans_off():
-            return await run(dispatcher, step, index, call, timeout_s)
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
-            "gen_ai.tool.call.id": call.id,
-            "gen_ai.tool.type": "function",
-        }
-        if (conversation := _conversation_id.get()) is not None:
-            attributes["gen_ai.conversation.id"] = conversation
-        with span(
-            f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes
-        ) as current:
-            if current.is_recording() and capture_content():
-                current.set_attribute("gen_ai.tool.call.arguments", safe_text(call.arguments))
-            record: _ToolRecord = await run(dispatcher, step, index, call, timeout_s)
-            if current.is_recording():
-                _record_tool(current, record)
-            return record
-
-    return cast(F, traced)
+async def traced_tool_call(call: _ToolCall, run: Callable[[], Awaitable[R]]) -> R:
+    """``run()``, the dispatch of one tool call, in one ``execute_tool {tool}`` span: its
+    server and outcome (read from the record ``run`` returns) as the metrics label them."""
+    if spans_off():
+        return await run()
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.id,
+        "gen_ai.tool.type": "function",
+    }
+    if (conversation := _conversation_id.get()) is not None:
+        attributes["gen_ai.conversation.id"] = conversation
+    with span(
+        f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes
+    ) as current:
+        if current.is_recording() and capture_content():
+            current.set_attribute("gen_ai.tool.call.arguments", safe_text(call.arguments))
+        record = await run()
+        if current.is_recording():
+            _record_tool(current, cast(_ToolRecord, record))
+        return record
 
 
 def _record_tool(span: trace.Span, record: _ToolRecord) -> None:

@@ -42,7 +42,7 @@ class _Job(Protocol):
     connection: Any
 
 
-JobFunction = TypeVar("JobFunction", bound=Callable[[Any], Any])
+JobFunction = TypeVar("JobFunction", bound=Callable[..., Any])
 
 
 class _Redis(Protocol):
@@ -80,15 +80,16 @@ def publishing(task_wire: dict[str, Any], queue_name: str) -> Iterator[None]:
 
 
 def traced_job(run: JobFunction) -> JobFunction:
-    """Decorates the rq job function: each run is one ``processing`` span of rq's current job."""
+    """Decorates the rq job function: each run is one ``processing`` span of rq's current job,
+    named from the task, its first argument; the rest pass through untouched."""
 
     @functools.wraps(run)
-    def traced(task: Any) -> Any:
+    def traced(task: Any, *args: Any, **kwargs: Any) -> Any:
         from rq import get_current_job  # rq only where a job runs
 
         job: Any = get_current_job()
         with processing(job, task, job.connection if job is not None else None):
-            return run(task)
+            return run(task, *args, **kwargs)
 
     return cast(JobFunction, traced)
 
