@@ -18,6 +18,7 @@ import worker.models._factory as factory
 from hub_client import AgentSummary
 from tests.support.definitions import write_agent
 from tests.support.fake_redis import FakeRedisClients
+from tests.support.provider_wire import answering_every_request
 from worker.agents import AgentConfig, AgentDefinition, AgentStore, DefinitionPolicy
 from worker.agents._sources import MAX_FILE_BYTES
 from worker.exceptions import AgentConfigError, ConfigurationError
@@ -676,15 +677,7 @@ AGENT_KEY = "sk-agent-19c2"
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.Request]:
     """Every request a model sends, answered 401 (an auth error ends the call at once)."""
-    sent: list[httpx2.Request] = []
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request)
-        return httpx2.Response(401, json={"error": {"message": "no"}})
-
-    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    monkeypatch.setattr(factory, "shared_http_client", lambda *_: client)
-    return sent
+    return answering_every_request(monkeypatch, 401, "no")
 
 
 def definition(brain: dict[str, Any]) -> AgentDefinition:

@@ -8,6 +8,7 @@ import fakeredis
 import httpx2
 import pytest
 
+from tests.support.provider_wire import answering_every_request
 from worker.exceptions import (
     AgentConfigError,
     ConfigurationError,
@@ -16,7 +17,6 @@ from worker.exceptions import (
     ModelUnavailable,
 )
 from worker.models import FleetLimiter, RateLimits
-from worker.models import _factory as factory
 from worker.models._anthropic import AnthropicModel
 from worker.models._factory import aclose_shared_http_clients, create_model, shared_http_client
 from worker.models._fallback import FallbackModel
@@ -227,15 +227,7 @@ def test_unknown_provider_is_an_agent_config_error() -> None:
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.Request]:
     """Every request the factory's models send; each is answered 500."""
-    requests: list[httpx2.Request] = []
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        requests.append(request)
-        return httpx2.Response(500, json={"error": {"message": "boom"}})
-
-    wire = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    monkeypatch.setattr(factory, "shared_http_client", lambda *_: wire)
-    return requests
+    return answering_every_request(monkeypatch, 500, "boom")
 
 
 @pytest.mark.anyio
