@@ -1,4 +1,5 @@
-"""What the provider tests share: the fake provider the real SDKs talk to, a search tool, a
+"""What the provider tests share: the fake provider the real SDKs talk to and its answers
+(``completion`` for OpenAI, ``message`` for Anthropic), a search tool, a
 transcript that used it, and a request as it went on the wire (to compare the worker's
 request with the SDK's own)."""
 
@@ -43,6 +44,54 @@ class FakeProvider:
     def client(self) -> httpx2.AsyncClient:
         """The HTTP client to give the SDK."""
         return httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle))
+
+
+def completion(
+    content: str | None = "",
+    *,
+    tool_calls: list[dict[str, Any]] | None = None,
+    finish_reason: str = "stop",
+    model: str = "gpt-4o-2024-08-06",
+    usage: dict[str, Any] | None = None,
+    refusal: str | None = None,
+) -> httpx2.Response:
+    """An OpenAI chat completion of ``content`` (and ``tool_calls``)."""
+    answer: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    if tool_calls is not None:
+        answer["tool_calls"] = tool_calls
+    return httpx2.Response(
+        200,
+        json={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": model,
+            "choices": [{"index": 0, "message": answer, "finish_reason": finish_reason}],
+            "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        },
+    )
+
+
+def message(
+    content: list[dict[str, Any]],
+    *,
+    stop_reason: str = "end_turn",
+    model: str = "claude-sonnet-4-5-20250929",
+    usage: dict[str, int] | None = None,
+) -> httpx2.Response:
+    """An Anthropic message of ``content`` blocks."""
+    return httpx2.Response(
+        200,
+        json={
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "usage": usage or {"input_tokens": 10, "output_tokens": 5},
+        },
+    )
 
 
 def answering_every_request(

@@ -9,7 +9,13 @@ import anthropic
 import httpx2
 import pytest
 
-from tests.support.provider_wire import SEARCH, FakeProvider, on_the_wire, search_transcript
+from tests.support.provider_wire import (
+    SEARCH,
+    FakeProvider,
+    message,
+    on_the_wire,
+    search_transcript,
+)
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models._anthropic import AnthropicModel
 from worker.models._cache import PromptCache
@@ -25,27 +31,6 @@ def anthropic_model(
     """The SDK's model on ``fake``, with 3 retries that only record their pauses."""
     options.setdefault("retry", RetryPolicy(max_retries=3, jitter=False, sleep=fake.sleep))
     return AnthropicModel(name, api_key=API_KEY, http_client=fake.client(), **options)
-
-
-def message(
-    content: list[dict[str, Any]],
-    *,
-    stop_reason: str = "end_turn",
-    model: str = "claude-sonnet-4-5-20250929",
-    usage: dict[str, int] | None = None,
-) -> httpx2.Response:
-    return httpx2.Response(
-        200,
-        json={
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": content,
-            "stop_reason": stop_reason,
-            "usage": usage or {"input_tokens": 10, "output_tokens": 5},
-        },
-    )
 
 
 def error(status: int, text: str, headers: dict[str, str] | None = None) -> httpx2.Response:

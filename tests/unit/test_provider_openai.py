@@ -8,7 +8,13 @@ import httpx2
 import openai
 import pytest
 
-from tests.support.provider_wire import SEARCH, FakeProvider, on_the_wire, search_transcript
+from tests.support.provider_wire import (
+    SEARCH,
+    FakeProvider,
+    completion,
+    on_the_wire,
+    search_transcript,
+)
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models import _openai
 from worker.models._cache import PromptCache, agent_cache_key
@@ -29,31 +35,6 @@ def openai_model(fake: FakeProvider, name: str = "gpt-4o", **options: Any) -> Op
     """The SDK's model on ``fake``, with 2 retries that only record their pauses."""
     options.setdefault("retry", RetryPolicy(max_retries=2, jitter=False, sleep=fake.sleep))
     return OpenAIModel(name, api_key=API_KEY, http_client=fake.client(), **options)
-
-
-def completion(
-    content: str | None = "",
-    *,
-    tool_calls: list[dict[str, Any]] | None = None,
-    finish_reason: str = "stop",
-    model: str = "gpt-4o-2024-08-06",
-    usage: dict[str, Any] | None = None,
-    refusal: str | None = None,
-) -> httpx2.Response:
-    answer: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
-    if tool_calls is not None:
-        answer["tool_calls"] = tool_calls
-    return httpx2.Response(
-        200,
-        json={
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": model,
-            "choices": [{"index": 0, "message": answer, "finish_reason": finish_reason}],
-            "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        },
-    )
 
 
 def function_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
