@@ -16,10 +16,10 @@ import pytest
 
 import worker.models._factory as factory
 from hub_client import AgentSummary
-from tests.support.definitions import write_agent
+from tests.support.definitions import agent_definition, write_agent
 from tests.support.fake_redis import FakeRedisClients
 from tests.support.provider_wire import answering_every_request
-from worker.agents import AgentConfig, AgentDefinition, AgentStore, DefinitionPolicy
+from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
 from worker.agents._sources import MAX_FILE_BYTES
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models import Message, ModelRequest
@@ -681,8 +681,7 @@ def wire(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.Request]:
 
 
 def definition(brain: dict[str, Any]) -> AgentDefinition:
-    config = AgentConfig.model_validate({"name": "brainy-agent", "brain": brain})
-    return AgentDefinition(config=config, system_prompt="Hi.")
+    return agent_definition("brainy-agent", brain=brain, system_prompt="Hi.")
 
 
 async def call_once(agent: AgentDefinition, config: Settings, redis: fakeredis.FakeRedis) -> None:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.support.fake_clis import install_fake_cli, read_record, set_scenario
+from tests.support.jobs import assert_gone
 from worker._spawn import ignore_spawn
 from worker.agents import AgentConfig, AgentDefinition
 from worker.exceptions import (
@@ -502,23 +503,6 @@ async def test_missing_binary_is_reported_clearly(bin_dir: Path) -> None:
     assert isinstance(result.error, ExecutorError)
     assert "not installed on this worker" in str(result.error)
     assert "install it with `npm install -g @anthropic-ai/claude-code`" in str(result.error)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return True
-    return state == "Z"  # a zombie has no process left, only its exit status
-
-
-def assert_gone(pid: int) -> None:
-    """The process is gone, allowing its reaper a moment after the kill."""
-    for _ in range(100):
-        if _gone(pid):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} is still running")
 
 
 async def test_deadline_kills_the_cli_and_everything_it_started(bin_dir: Path) -> None:
