@@ -17,9 +17,9 @@ from tests.chaos.harness import (
     crash_recovery_env,
     parent_pid,
     pid_alive,
-    wait_until,
     worker_pid_of,
 )
+from tests.support.workers import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 
@@ -58,10 +58,6 @@ def wait_for_side_effect(chaos: ChaosStack, marker: str) -> None:
     )
 
 
-def wait_for_model_requests(chaos: ChaosStack, task_id: str, count: int) -> None:
-    wait_until(lambda: len(chaos.llm.requests(task_id)) >= count, 60, f"{count} model requests")
-
-
 def assert_everything_happened_once(
     chaos: ChaosStack, task_id: str, marker: str, *, timeout_s: float = 90
 ) -> None:
@@ -96,7 +92,7 @@ def test_killed_job_process_is_rerun_from_its_checkpoint(chaos: ChaosStack) -> N
     marker = "horse-kill"
     task_id = chaos.notification("horse", side_effect_then_slow(marker))
     wait_for_side_effect(chaos, marker)
-    wait_for_model_requests(chaos, task_id, 2)
+    chaos.wait_for_model_requests(task_id, 2)
     horse = chaos.lease_holder_pid(task_id)
     assert horse is not None and parent_pid(horse) == worker.pid
 
@@ -118,7 +114,7 @@ def test_killed_worker_leaves_the_task_to_another_worker_without_two_copies(
     search = {"name": "hub__search_posts", "arguments": {"query": "chaos"}}
     task_id = chaos.notification("parent", side_effect_then_slow(marker, second_call=search))
     wait_for_side_effect(chaos, marker)
-    wait_for_model_requests(chaos, task_id, 2)
+    chaos.wait_for_model_requests(task_id, 2)
     horse = chaos.lease_holder_pid(task_id)
     assert horse is not None
     (doomed,) = [w for w in workers if w.pid == worker_pid_of(horse)]
@@ -148,7 +144,7 @@ def test_killed_worker_leaves_the_task_to_another_worker_without_two_copies(
 def test_warm_shutdown_finishes_the_task_then_exits_0(chaos: ChaosStack) -> None:
     worker = chaos.start_worker()
     task_id = chaos.notification("warm", [{"text": "Finished despite SIGTERM", "delay_s": 4}])
-    wait_for_model_requests(chaos, task_id, 1)
+    chaos.wait_for_model_requests(task_id, 1)
 
     worker.send(signal.SIGTERM)
 
@@ -168,7 +164,7 @@ def test_cold_shutdown_hands_the_task_back_and_it_resumes_elsewhere(chaos: Chaos
     marker = "cold"
     task_id = chaos.notification("cold", side_effect_then_slow(marker))
     wait_for_side_effect(chaos, marker)
-    wait_for_model_requests(chaos, task_id, 2)
+    chaos.wait_for_model_requests(task_id, 2)
     horse = chaos.lease_holder_pid(task_id)
     assert horse is not None
     (stopping,) = [w for w in workers if w.pid == worker_pid_of(horse)]
