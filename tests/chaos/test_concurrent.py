@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from rq.registry import StartedJobRegistry
 
-from tests.chaos.harness import HEARTBEAT_GRACE_S, ChaosStack, WorkerProcess
-from tests.chaos.test_crash_recovery import (
+from tests.chaos.crash_family import (
     assert_everything_happened_once,
     side_effect_then_slow,
     wait_for_side_effect,
 )
+from tests.chaos.harness import HEARTBEAT_GRACE_S, ChaosStack, WorkerProcess
 from tests.support.workers import wait_until
 from worker.enqueue import DEFAULT_QUEUE
 

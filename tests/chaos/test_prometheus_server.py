@@ -22,8 +22,13 @@ import pytest
 import yaml
 
 from tests.chaos.harness import AGENT, MODEL, READER, ChaosStack, unique
-from tests.integration.test_deploy import DASHBOARD, PROMETHEUS_DIR, substituted
-from tests.support.promtool import PROMETHEUS_MISSING, find_prometheus
+from tests.support.promtool import (
+    DASHBOARD,
+    PROMETHEUS_DIR,
+    PROMETHEUS_MISSING,
+    find_prometheus,
+    substituted,
+)
 from tests.support.redis_server import free_port
 from tests.support.workers import wait_until
 

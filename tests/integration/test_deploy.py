@@ -36,7 +36,13 @@ from mcp_servers import web as web_server
 from mcp_servers._ssrf import AddressPolicy
 from tests.support.definitions import SHIPPED_DEMO_AGENTS
 from tests.support.mcp_servers import running_mcp
-from tests.support.promtool import PROMTOOL_MISSING, find_promtool
+from tests.support.promtool import (
+    DASHBOARD,
+    PROMETHEUS_DIR,
+    PROMTOOL_MISSING,
+    find_promtool,
+    substituted,
+)
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.strict_yaml import load_document
 from tests.support.workers import running_worker
@@ -53,8 +59,6 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 # The definitions compose mounts by default (AGENTS_HOST_DIR unset).
-PROMETHEUS_DIR = DEPLOY / "prometheus"
-DASHBOARD = DEPLOY / "grafana" / "dashboards" / "agent-worker.json"
 SYSTEMD_DIR = DEPLOY / "systemd"
 
 # docs/reference/metrics.md: metric -> labels. Histograms also expose _bucket (le), _sum, _count.
@@ -137,15 +141,9 @@ _MATCHER_LABEL = re.compile(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)")
 _PROMQL_KEYWORDS = frozenset(
     {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "inf", "nan"}
 )
+
+
 # Grafana's variables, replaced by what they stand for so promtool can parse the query.
-GRAFANA_SUBSTITUTES = {
-    "$__rate_interval": "5m",
-    "$__interval": "1m",
-    "$__range": "1h",
-    "$agent": ".*",
-}
-
-
 def metric_names(expression: str) -> set[str]:
     """Metric names a PromQL expression selects, histogram suffixes removed."""
     text = _STRING.sub('""', expression)
@@ -178,12 +176,6 @@ def label_names(expression: str) -> set[str]:
     for body in _GROUPING.findall(text):
         labels.update(label.strip() for label in body.split(",") if label.strip())
     return labels
-
-
-def substituted(expression: str) -> str:
-    for variable, value in GRAFANA_SUBSTITUTES.items():
-        expression = expression.replace(variable, value)
-    return expression
 
 
 def assert_uses_known_metrics(
