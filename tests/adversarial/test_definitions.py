@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from tests.chaos.harness import (
     unique,
 )
 from tests.support.definitions import write_agent
+from worker.dev.post_proxy import LoopbackServer, serving
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 
@@ -119,15 +119,9 @@ def bearer_recorder() -> Iterator[BearerRecorder]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    recorder.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
+    with serving(LoopbackServer(Handler)) as server:
+        recorder.url = f"{server.url}/v1"
         yield recorder
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # -- files -----------------------------------------------------------------------------------

@@ -24,10 +24,8 @@ from tests.chaos.harness import REPO_ROOT, ChaosStack, agent_config, unique
 from tests.support.definitions import write_agent
 from tests.support.mcp_servers import (
     RunningMcpServer,
-    _running,
     mcp_http_session,
-    running_mcp_hub,
-    server_environment,
+    running_mcp,
 )
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
@@ -69,15 +67,18 @@ class SecureFleet:
 def fleet(chaos: ChaosStack, tmp_path: Path) -> Iterator[SecureFleet]:
     key = secrets.token_hex(32)
     record_file = tmp_path / "third-party.jsonl"
-    recorder_env = server_environment({"RECORD_FILE": str(record_file)})
+    recorder_env = {"RECORD_FILE": str(record_file)}
     with (
-        running_mcp_hub(
+        running_mcp(
+            "hub",
             hub_url=chaos.hub.url,
             hub_api_key=chaos.canaries.hub_api_key,
             auth_token=chaos.canaries.mcp_auth_token,
             capability_key=key,
         ) as mcp_hub,
-        _running("tests.support.mcp_test_servers.recorder", recorder_env) as recorder,
+        running_mcp(
+            "tests.support.mcp_test_servers.recorder", environment=recorder_env
+        ) as recorder,
     ):
         mcp_config = tmp_path / "mcp.yaml"
         mcp_config.write_text(

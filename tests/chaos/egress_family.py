@@ -86,11 +86,11 @@ class Hosts:
 
     @property
     def page_base(self) -> str:
-        return f"http://127.0.0.1:{self.page.server_address[1]}"
+        return self.page.url
 
     @property
     def collector_base(self) -> str:
-        return f"http://127.0.0.1:{self.collector.server_address[1]}"
+        return self.collector.url
 
     def leak_url(self, channel: str, secret: str) -> str:
         port = self.collector.server_address[1]

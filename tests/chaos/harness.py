@@ -29,7 +29,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx2
 import redis
@@ -51,6 +51,7 @@ from tests.support.workers import (
     launch_pool,
     launch_worker,
     parse_events,
+    wait_until,
 )
 from worker.dev.devstack import ManagedProcess, python_module
 from worker.enqueue import enqueue_task
@@ -92,8 +93,6 @@ STACK_MARKER = "AGENT_WORKER_CHAOS_STACK"
 # How long Redis stays down when ``ride_out_redis_restarts`` stops it mid-task.
 REDIS_RESTART_OUTAGE_S = 8
 
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class Canaries:
@@ -122,18 +121,6 @@ class Canaries:
 
     def found_in(self, content: bytes) -> bool:
         return self.tail.encode() in content
-
-
-def wait_until(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll ``condition`` until it returns something truthy (a wait, not a speed check)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def unique(prefix: str) -> str:
@@ -265,6 +252,12 @@ class ChaosStack:
             return status if status in statuses else None
 
         return wait_until(arrived, timeout_s, f"task {task_id} to be {' or '.join(statuses)}")
+
+    def wait_for_model_requests(self, task_id: str, count: int, timeout_s: float = 60) -> None:
+        """Until the model endpoint has seen ``count`` requests of the task's scenario."""
+        wait_until(
+            lambda: len(self.llm.requests(task_id)) >= count, timeout_s, f"{count} model requests"
+        )
 
     def wait_for_outcome(self, task_id: str, timeout_s: float = 90) -> dict[str, Any]:
         """The task's final report: a run that ended for good, not one that was requeued."""

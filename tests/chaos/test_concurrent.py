@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from rq.registry import StartedJobRegistry
 
-from tests.chaos.harness import HEARTBEAT_GRACE_S, ChaosStack, WorkerProcess, wait_until
-from tests.chaos.test_crash_recovery import (
+from tests.chaos.crash_family import (
     assert_everything_happened_once,
     side_effect_then_slow,
-    wait_for_model_requests,
     wait_for_side_effect,
 )
+from tests.chaos.harness import HEARTBEAT_GRACE_S, ChaosStack, WorkerProcess
+from tests.support.workers import wait_until
 from worker.enqueue import DEFAULT_QUEUE
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
@@ -173,7 +173,7 @@ def test_cold_shutdown_hands_every_task_back_and_each_resumes_once(chaos: ChaosS
     tasks = [chaos.notification(m, side_effect_then_slow(m)) for m in markers]
     for marker, task_id in zip(markers, tasks, strict=True):
         wait_for_side_effect(chaos, marker)
-        wait_for_model_requests(chaos, task_id, 2)
+        chaos.wait_for_model_requests(task_id, 2)
     replacement = chaos.start_worker(WORKER_CONCURRENCY=CONCURRENCY)
 
     stopping.send(signal.SIGTERM)
@@ -203,7 +203,7 @@ def test_a_killed_worker_reruns_each_task_in_flight_once_from_its_checkpoint(
     tasks = [chaos.notification(m, side_effect_then_slow(m)) for m in markers]
     for marker, task_id in zip(markers, tasks, strict=True):
         wait_for_side_effect(chaos, marker)
-        wait_for_model_requests(chaos, task_id, 2)
+        chaos.wait_for_model_requests(task_id, 2)
     assert {chaos.lease_holder_pid(task_id) for task_id in tasks} == {doomed.pid}
     # rq keeps each execution this long past now: the interval plus HEARTBEAT_GRACE_S, not 60 s.
     expiries = execution_expiries(chaos)

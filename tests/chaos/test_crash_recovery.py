@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
 
 import pytest
 
+from tests.chaos.crash_family import (
+    assert_everything_happened_once,
+    side_effect_then_slow,
+    wait_for_side_effect,
+)
 from tests.chaos.harness import (
     ChaosStack,
     concurrent_workers,
@@ -17,74 +21,11 @@ from tests.chaos.harness import (
     crash_recovery_env,
     parent_pid,
     pid_alive,
-    wait_until,
     worker_pid_of,
 )
+from tests.support.workers import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
-
-# The model's long think while the test pulls the plug; it never ends in a passing test.
-KILL_WINDOW_S = 60
-
-
-def side_effect_then_slow(marker: str, *, second_call: dict[str, Any] | None = None) -> list[Any]:
-    """Turn 1 writes on the Hub through a tool; turn 2 is slow, and the process dies during it
-    (with ``second_call``, turn 2 calls that tool after a short think); the re-run asks the
-    model again and gets turn 3, the final answer."""
-    turns: list[dict[str, Any]] = [
-        {
-            "tool_calls": [
-                {
-                    "name": "hub__create_post",
-                    "arguments": {"content": f"Side effect {marker}", "community": "m/general"},
-                }
-            ]
-        },
-    ]
-    if second_call is not None:
-        turns.append({"tool_calls": [second_call], "delay_s": 6})
-        turns.append({"text": f"Final answer {marker}"})
-    else:
-        turns.append({"text": "never delivered", "delay_s": KILL_WINDOW_S})
-        turns.append({"text": f"Final answer {marker}"})
-    return turns
-
-
-def wait_for_side_effect(chaos: ChaosStack, marker: str) -> None:
-    wait_until(
-        lambda: any(f"Side effect {marker}" in p["content"] for p in chaos.hub_state()["posts"]),
-        60,
-        "the tool's post",
-    )
-
-
-def wait_for_model_requests(chaos: ChaosStack, task_id: str, count: int) -> None:
-    wait_until(lambda: len(chaos.llm.requests(task_id)) >= count, 60, f"{count} model requests")
-
-
-def assert_everything_happened_once(
-    chaos: ChaosStack, task_id: str, marker: str, *, timeout_s: float = 90
-) -> None:
-    """The guarantees of a crash: one tool effect, one reply, one consumption record."""
-    assert chaos.wait_for_status(task_id, timeout_s=timeout_s) == "finished"
-    report = chaos.report(task_id)
-    assert report["outcome"] == "completed", report
-    state = chaos.hub_state()
-    side_effects = [p for p in state["posts"] if f"Side effect {marker}" in p["content"]]
-    assert len(side_effects) == 1, side_effects
-    # The tool was not called again: no idempotent replay reached the Hub either.
-    assert state["replays"] == 0
-    post_id = chaos.job(task_id).args[0]["post_id"]
-    replies = chaos.replies_to(post_id)
-    assert [reply["content"] for reply in replies] == [f"Final answer {marker}"]
-    assert len(chaos.consumption_of(task_id)) == 1
-    assert chaos.outbox_size() == 0
-    # The re-run replayed the checkpoint: its first model request already holds the
-    # tool's result, and the model was never asked for step 1 again.
-    requests = chaos.llm.requests(task_id)
-    rerun_first = requests[-1]["body"]["messages"]
-    assert any("Created post" in str(message.get("content")) for message in rerun_first)
-    assert report["tool_calls"] >= 1
 
 
 def test_killed_job_process_is_rerun_from_its_checkpoint(chaos: ChaosStack) -> None:
@@ -96,7 +37,7 @@ def test_killed_job_process_is_rerun_from_its_checkpoint(chaos: ChaosStack) -> N
     marker = "horse-kill"
     task_id = chaos.notification("horse", side_effect_then_slow(marker))
     wait_for_side_effect(chaos, marker)
-    wait_for_model_requests(chaos, task_id, 2)
+    chaos.wait_for_model_requests(task_id, 2)
     horse = chaos.lease_holder_pid(task_id)
     assert horse is not None and parent_pid(horse) == worker.pid
 
@@ -118,7 +59,7 @@ def test_killed_worker_leaves_the_task_to_another_worker_without_two_copies(
     search = {"name": "hub__search_posts", "arguments": {"query": "chaos"}}
     task_id = chaos.notification("parent", side_effect_then_slow(marker, second_call=search))
     wait_for_side_effect(chaos, marker)
-    wait_for_model_requests(chaos, task_id, 2)
+    chaos.wait_for_model_requests(task_id, 2)
     horse = chaos.lease_holder_pid(task_id)
     assert horse is not None
     (doomed,) = [w for w in workers if w.pid == worker_pid_of(horse)]
@@ -148,7 +89,7 @@ def test_killed_worker_leaves_the_task_to_another_worker_without_two_copies(
 def test_warm_shutdown_finishes_the_task_then_exits_0(chaos: ChaosStack) -> None:
     worker = chaos.start_worker()
     task_id = chaos.notification("warm", [{"text": "Finished despite SIGTERM", "delay_s": 4}])
-    wait_for_model_requests(chaos, task_id, 1)
+    chaos.wait_for_model_requests(task_id, 1)
 
     worker.send(signal.SIGTERM)
 
@@ -168,7 +109,7 @@ def test_cold_shutdown_hands_the_task_back_and_it_resumes_elsewhere(chaos: Chaos
     marker = "cold"
     task_id = chaos.notification("cold", side_effect_then_slow(marker))
     wait_for_side_effect(chaos, marker)
-    wait_for_model_requests(chaos, task_id, 2)
+    chaos.wait_for_model_requests(task_id, 2)
     horse = chaos.lease_holder_pid(task_id)
     assert horse is not None
     (stopping,) = [w for w in workers if w.pid == worker_pid_of(horse)]

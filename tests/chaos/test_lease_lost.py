@@ -10,8 +10,8 @@ import pytest
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from tests.chaos.harness import ChaosStack, wait_until
-from tests.support.workers import QUEUE
+from tests.chaos.harness import ChaosStack
+from tests.support.workers import QUEUE, wait_until
 from worker.redis_io import keys as redis_keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from tests.chaos.harness import ChaosStack, ride_out_redis_restarts, scrape_metric, wait_until
+from tests.chaos.harness import ChaosStack, ride_out_redis_restarts, scrape_metric
 from tests.support.redis_server import free_port
+from tests.support.workers import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 

@@ -21,10 +21,16 @@ import httpx2
 import pytest
 import yaml
 
-from tests.chaos.harness import AGENT, MODEL, READER, ChaosStack, unique, wait_until
-from tests.integration.test_deploy import DASHBOARD, PROMETHEUS_DIR, substituted
-from tests.support.promtool import PROMETHEUS_MISSING, find_prometheus
+from tests.chaos.harness import AGENT, MODEL, READER, ChaosStack, unique
+from tests.support.promtool import (
+    DASHBOARD,
+    PROMETHEUS_DIR,
+    PROMETHEUS_MISSING,
+    find_prometheus,
+    substituted,
+)
 from tests.support.redis_server import free_port
+from tests.support.workers import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 

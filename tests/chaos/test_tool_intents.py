@@ -23,8 +23,8 @@ from tests.chaos.harness import (
     crash_recovery_args,
     crash_recovery_env,
     pid_alive,
-    wait_until,
 )
+from tests.support.workers import wait_until
 from worker.redis_io import keys as redis_keys
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]

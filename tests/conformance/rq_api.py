@@ -10,9 +10,9 @@ from rq import Queue, Retry
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 
-from tests.chaos.harness import AGENT, ChaosStack, WorkerProcess, unique, wait_until
+from tests.chaos.harness import AGENT, ChaosStack, WorkerProcess, unique
 from tests.support.jobs import RUNS_KEY
-from tests.support.workers import WORKER_CLASS
+from tests.support.workers import WORKER_CLASS, wait_until
 from worker.enqueue import DEFAULT_QUEUE
 
 # Small enough for a test to watch a job run past its timeout (the setting's minimum).

@@ -10,8 +10,9 @@ import pytest
 from rq.command import send_stop_job_command
 from rq.serializers import JSONSerializer
 
-from tests.chaos.harness import ChaosStack, concurrent_workers, wait_until
+from tests.chaos.harness import ChaosStack, concurrent_workers
 from tests.conformance.rq_api import start_test_worker
+from tests.support.workers import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 

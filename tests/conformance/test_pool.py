@@ -11,10 +11,10 @@ import time
 import httpx2
 import pytest
 
-from tests.chaos.harness import ChaosStack, WorkerProcess, ride_out_redis_restarts, wait_until
+from tests.chaos.harness import ChaosStack, WorkerProcess, ride_out_redis_restarts
 from tests.conformance.rq_api import enqueue_job, runs_of, started_scores, wait_for_runs
 from tests.support.redis_server import free_port
-from tests.support.workers import WORKER_CLASS
+from tests.support.workers import WORKER_CLASS, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 

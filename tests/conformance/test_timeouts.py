@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from tests.chaos.harness import ChaosStack, concurrent_workers, wait_until
+from tests.chaos.harness import ChaosStack, concurrent_workers
 from tests.conformance.rq_api import (
     TIMEOUT_GRACE_S,
     enqueue_job,
@@ -16,6 +16,7 @@ from tests.conformance.rq_api import (
     run_one_job,
     runs_of,
 )
+from tests.support.workers import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 

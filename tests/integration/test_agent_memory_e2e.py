@@ -21,7 +21,7 @@ import redis
 
 from tests.support.definitions import write_agent
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
-from tests.support.mcp_servers import RunningMcpServer, running_mcp_memory
+from tests.support.mcp_servers import RunningMcpServer, running_mcp
 from tests.support.workers import parse_events, wait_until
 from worker.agents import Memory, MemoryRetrieval
 from worker.dev.devstack import DevStack
@@ -95,7 +95,8 @@ def agents_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def memory_server(stack: DevStack, agents_dir: Path) -> Iterator[RunningMcpServer]:
     """``python -m mcp_servers.memory`` on the stack's Redis, verifying its capabilities."""
-    with running_mcp_memory(
+    with running_mcp(
+        "memory",
         redis_url=stack.redis_url,
         agents_dir=str(agents_dir),
         auth_token=stack.mcp_auth_token,

@@ -24,6 +24,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 
 from tests.support import jobs
+from tests.support.jobs import process_running
 from tests.support.redis_server import free_port, running_redis
 from tests.support.workers import (
     TestAgentWorker,
@@ -252,21 +253,12 @@ def test_process_group_left_by_a_job_is_killed(redis_conn: redis.Redis, redis_ur
     assert isinstance(child_pid, int)
     try:
         assert run.returncode == 0, run.stderr
-        wait_until(lambda: not _running(child_pid), 30, f"process {child_pid} to end")
+        wait_until(lambda: not process_running(child_pid), 30, f"process {child_pid} to end")
         killed = run.events("child_processes_killed")
         assert [event["pids"] for event in killed] == [[child_pid]]
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(child_pid, signal.SIGKILL)
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_requeue_request_puts_the_same_task_back_with_its_delay(

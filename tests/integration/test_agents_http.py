@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import shutil
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from tests.support.redis_server import free_port
+from tests.support.definitions import SHIPPED_DEMO_AGENTS
 from worker.agents import AgentStore
+from worker.dev.post_proxy import LoopbackServer, serving
 from worker.exceptions import AgentConfigError, InvalidTask
 
 pytestmark = pytest.mark.integration
-
-DEMO_AGENTS_DIR = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 
 
 @dataclass
@@ -48,20 +46,11 @@ class _RecordingHandler(SimpleHTTPRequestHandler):
 def definitions_server(tmp_path: Path) -> Iterator[DefinitionsServer]:
     """A copy of the demo tree behind a real HTTP server on a free port."""
     root = tmp_path / "served"
-    shutil.copytree(DEMO_AGENTS_DIR, root)
+    shutil.copytree(SHIPPED_DEMO_AGENTS, root)
     requested: list[str] = []
     handler = type("Handler", (_RecordingHandler,), {"requested": requested})
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), partial(handler, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield DefinitionsServer(
-            root=root, base_url=f"http://127.0.0.1:{server.server_port}", requested=requested
-        )
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving(LoopbackServer(partial(handler, directory=str(root)))) as server:
+        yield DefinitionsServer(root=root, base_url=server.url, requested=requested)
 
 
 def test_demo_agent_loads_over_http(definitions_server: DefinitionsServer) -> None:

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.support.definitions import SHIPPED_DEMO_AGENTS
 from tests.support.devhub import DevHub, running_devhub
-from tests.support.mcp_servers import RunningMcpServer, running_mcp_hub
+from tests.support.mcp_servers import RunningMcpServer, running_mcp
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
 from worker.dev.devstack import free_port
 from worker.enqueue import enqueue_task
@@ -23,7 +24,6 @@ from worker.enqueue import enqueue_task
 pytestmark = pytest.mark.integration
 
 AGENT_WORKER = str(Path(sys.executable).parent / "agent-worker")
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 HUB_KEY = "hub-key-check-0123456789abcdef"
 MCP_TOKEN = "mcp-token-check-0123456789abcdef"
 MODEL_KEY = "sk-check-5e0d2b7a9c4f1836"
@@ -46,7 +46,7 @@ class Stack:
 def stack() -> Iterator[Stack]:
     with (
         running_devhub(api_key=HUB_KEY) as hub,
-        running_mcp_hub(hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as mcp,
+        running_mcp("hub", hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as mcp,
         running_scripted_llm() as llm,
     ):
         yield Stack(hub=hub, mcp=mcp, llm=llm)
@@ -54,7 +54,7 @@ def stack() -> Iterator[Stack]:
 
 def setup(tmp_path: Path, mcp_url: str, *, extra_servers: str = "") -> dict[str, str]:
     agents = tmp_path / "definitions"
-    shutil.copytree(DEMO_AGENTS, agents)
+    shutil.copytree(SHIPPED_DEMO_AGENTS, agents)
     mcp = tmp_path / "mcp.yaml"
     mcp.write_text(
         "servers:\n"
@@ -208,7 +208,10 @@ def test_check_suggests_only_a_grant_of_the_same_service_and_warns_about_decline
 
 
 def test_check_uses_redis_url_flag_over_the_environment(redis_url: str, tmp_path: Path) -> None:
-    env = {"AGENTS_DIR": str(DEMO_AGENTS), "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    env = {
+        "AGENTS_DIR": str(SHIPPED_DEMO_AGENTS),
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+    }
     completed = agent_worker(["check", "--redis-url", redis_url, "--timeout", "1"], env, tmp_path)
     assert "error: REDIS_URL" not in completed.stdout
     assert "Redis answers" in completed.stdout
@@ -218,7 +221,10 @@ def test_operator_commands_exit_codes(
     redis_url: str, redis_conn: redis.Redis, tmp_path: Path
 ) -> None:
     # REDIS_URL points nowhere: every command reaches the real Redis through --redis-url only.
-    env = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "AGENTS_DIR": str(DEMO_AGENTS)}
+    env = {
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "AGENTS_DIR": str(SHIPPED_DEMO_AGENTS),
+    }
     flag = ["--redis-url", redis_url]
     assert agent_worker(["cancel", "t-typo", *flag], env, tmp_path).returncode == 2
     assert agent_worker(["steer", "t-typo", "hello", *flag], env, tmp_path).returncode == 2

@@ -34,8 +34,15 @@ from mcp_servers import hub as hub_server
 from mcp_servers import memory as memory_server
 from mcp_servers import web as web_server
 from mcp_servers._ssrf import AddressPolicy
-from tests.support.mcp_servers import running_mcp_hub, running_mcp_memory, running_mcp_web
-from tests.support.promtool import PROMTOOL_MISSING, find_promtool
+from tests.support.definitions import SHIPPED_DEMO_AGENTS
+from tests.support.mcp_servers import running_mcp
+from tests.support.promtool import (
+    DASHBOARD,
+    PROMETHEUS_DIR,
+    PROMTOOL_MISSING,
+    find_promtool,
+    substituted,
+)
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.strict_yaml import load_document
 from tests.support.workers import running_worker
@@ -52,9 +59,6 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 # The definitions compose mounts by default (AGENTS_HOST_DIR unset).
-DEMO_AGENTS = REPO / "worker" / "dev" / "demo" / "agents"
-PROMETHEUS_DIR = DEPLOY / "prometheus"
-DASHBOARD = DEPLOY / "grafana" / "dashboards" / "agent-worker.json"
 SYSTEMD_DIR = DEPLOY / "systemd"
 
 # docs/reference/metrics.md: metric -> labels. Histograms also expose _bucket (le), _sum, _count.
@@ -137,15 +141,9 @@ _MATCHER_LABEL = re.compile(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)")
 _PROMQL_KEYWORDS = frozenset(
     {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "inf", "nan"}
 )
+
+
 # Grafana's variables, replaced by what they stand for so promtool can parse the query.
-GRAFANA_SUBSTITUTES = {
-    "$__rate_interval": "5m",
-    "$__interval": "1m",
-    "$__range": "1h",
-    "$agent": ".*",
-}
-
-
 def metric_names(expression: str) -> set[str]:
     """Metric names a PromQL expression selects, histogram suffixes removed."""
     text = _STRING.sub('""', expression)
@@ -178,12 +176,6 @@ def label_names(expression: str) -> set[str]:
     for body in _GROUPING.findall(text):
         labels.update(label.strip() for label in body.split(",") if label.strip())
     return labels
-
-
-def substituted(expression: str) -> str:
-    for variable, value in GRAFANA_SUBSTITUTES.items():
-        expression = expression.replace(variable, value)
-    return expression
 
 
 def assert_uses_known_metrics(
@@ -887,10 +879,13 @@ async def test_deploy_mcp_config_and_grant_policy_drive_the_real_servers(
     token = "deploy-test-token-8d2e"
     policy = load_grant_policy(DEPLOY / "grant-policy.yaml")
     with (
-        running_mcp_hub(hub_url=f"http://127.0.0.1:{free_port()}", auth_token=token) as hub,
-        running_mcp_web(auth_token=token) as web,
-        running_mcp_memory(
-            redis_url=redis_server.url, agents_dir=str(DEMO_AGENTS), auth_token=token
+        running_mcp("hub", hub_url=f"http://127.0.0.1:{free_port()}", auth_token=token) as hub,
+        running_mcp("web", auth_token=token) as web,
+        running_mcp(
+            "memory",
+            redis_url=redis_server.url,
+            agents_dir=str(SHIPPED_DEMO_AGENTS),
+            auth_token=token,
         ) as memory,
     ):
         # deploy/mcp.yaml as it is, with the compose hostnames pointed at these servers.

@@ -23,7 +23,7 @@ import yaml
 from hub_client import HubClient
 from tests.support.definitions import write_agent
 from tests.support.devhub import running_devhub
-from tests.support.mcp_servers import running_mcp_hub
+from tests.support.mcp_servers import running_mcp
 from tests.support.mcp_test_servers.launch import stdio_entry
 from worker import settings as worker_settings
 from worker.agents import AgentConfig, AgentDefinition, AgentStore
@@ -100,7 +100,7 @@ async def test_claude_code_answers_through_the_gateway_into_the_report(
 ) -> None:
     with (
         running_devhub(api_key=HUB_KEY) as hub,
-        running_mcp_hub(hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server,
+        running_mcp("hub", hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server,
         ScriptedEndpoint() as endpoint,
     ):
         mcp_config = tmp_path / "mcp.yaml"

@@ -29,8 +29,9 @@ from redis import Redis
 
 from tests.support.devhub import running_devhub
 from tests.support.fake_clis import install_fake_cli, read_record
+from tests.support.jobs import assert_gone
 from tests.support.loopback_web import loopback_host
-from tests.support.mcp_servers import running_mcp_hub, running_mcp_web
+from tests.support.mcp_servers import running_mcp
 from tests.support.mcp_test_servers.launch import stdio_entry
 from worker.agents import AgentConfig, AgentDefinition
 from worker.exceptions import AutonomyViolation
@@ -192,7 +193,7 @@ async def test_hub_server_over_http_with_token_from_the_secrets_file(workdir: Pa
     }
     with (
         running_devhub(api_key=HUB_KEY) as hub,
-        running_mcp_hub(hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server,
+        running_mcp("hub", hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server,
     ):
         post_id = hub.seed_post("How do we deploy?", author="someone", title="Deploys")
         config = hub_config(workdir, server.url, hub_tools)
@@ -241,8 +242,8 @@ async def test_with_a_capability_the_gateway_acts_only_as_the_capability_says(
     hub_tools = {"search_posts": "hub:read", "create_comment": "hub:write"}
     with (
         running_devhub(api_key=HUB_KEY) as hub,
-        running_mcp_hub(
-            hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN, capability_key=key
+        running_mcp(
+            "hub", hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN, capability_key=key
         ) as server,
     ):
         post_id = hub.seed_post("How do we deploy?", author="someone")
@@ -332,8 +333,8 @@ async def test_the_gateway_holds_a_cli_to_the_tasks_scope_and_tells_the_worker(
     hub_tools = {"create_post": "hub:write", "create_comment": "hub:write"}
     with (
         running_devhub(api_key=HUB_KEY) as hub,
-        running_mcp_hub(
-            hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN, capability_key=key
+        running_mcp(
+            "hub", hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN, capability_key=key
         ) as server,
     ):
         thread, unrelated = hub.seed_post("Help?"), hub.seed_post("Gardening")
@@ -373,12 +374,12 @@ async def test_the_gateway_holds_a_private_tasks_fetch_to_the_persons_link(
     with (
         loopback_host() as page,
         loopback_host() as collector,
-        running_mcp_web(
-            auth_token=MCP_TOKEN, capability_key=key, allow_networks="127.0.0.0/8"
+        running_mcp(
+            "web", auth_token=MCP_TOKEN, capability_key=key, allow_networks="127.0.0.0/8"
         ) as web,
     ):
-        own = f"http://127.0.0.1:{page.server_address[1]}/page/p1"
-        leak = f"http://127.0.0.1:{collector.server_address[1]}/c?d=door-code"
+        own = f"{page.url}/page/p1"
+        leak = f"{collector.url}/c?d=door-code"
         reach = Reach(private=True, urls=frozenset({own}))
         scope = TaskScope(comment_on=frozenset({"p-1"}), reply_to="p-1", reach=reach)
         config = workdir / "mcp.yaml"
@@ -394,7 +395,7 @@ async def test_the_gateway_holds_a_private_tasks_fetch_to_the_persons_link(
     assert "PAGE-OK-p1" in text_of(read)
     assert collector.seen == []
     assert [(r.tool, r.reason.value, r.target) for r in activity.scope_refusals] == [
-        ("web__fetch", "egress_not_allowed", f"http://127.0.0.1:{collector.server_address[1]}")
+        ("web__fetch", "egress_not_allowed", collector.url)
     ]
 
 
@@ -443,18 +444,6 @@ def make_request(
         observers=[events.append],
         on_spawn=spawned.append,
     )
-
-
-def assert_gone(pid: int) -> None:
-    for _ in range(200):
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-        except OSError:
-            return
-        if state == "Z":
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} is still running")
 
 
 @pytest.mark.parametrize(
@@ -514,7 +503,7 @@ async def test_cli_tool_calls_go_through_the_gateway_into_the_report(
     # The CLI, the gateway and its server were all reported, and none is left running.
     assert len(spawned) == 3
     for pid in spawned:
-        assert_gone(pid)
+        assert_gone(pid, timeout_s=10)
 
 
 async def test_a_cli_executor_hands_the_gateway_the_task_capability_not_the_key(
@@ -595,7 +584,7 @@ async def test_a_cli_agent_is_held_to_the_write_caps_it_shares_with_native_tasks
     agent = AgentDefinition(config=config, system_prompt="system")
     with (
         running_devhub(api_key=HUB_KEY) as hub,
-        running_mcp_hub(hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server,
+        running_mcp("hub", hub_url=hub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server,
     ):
         post_ids = [hub.seed_post(f"Question {n}?", author="someone") for n in range(3)]
         mcp_config = hub_config(workdir, server.url, hub_tools)

@@ -17,15 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chaos.harness import (
-    MODEL,
-    ChaosStack,
-    agent_config,
-    parent_pid,
-    unique,
-    wait_until,
-    write_agent,
-)
+from tests.chaos.harness import MODEL, ChaosStack, agent_config, parent_pid, unique, write_agent
+from tests.support.workers import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 

@@ -20,8 +20,7 @@ from tests.support.mcp_servers import (
     RunningMcpServer,
     caller_meta,
     mcp_http_session,
-    running_mcp_hub,
-    running_mcp_web,
+    running_mcp,
     server_environment,
     text_of,
 )
@@ -71,7 +70,8 @@ def devhub() -> Iterator[DevHub]:
 
 @pytest.fixture(scope="module")
 def mcp_hub(devhub: DevHub) -> Iterator[RunningMcpServer]:
-    with running_mcp_hub(
+    with running_mcp(
+        "hub",
         hub_url=devhub.url,
         hub_api_key=HUB_KEY,
         auth_token=MCP_TOKEN,
@@ -185,7 +185,7 @@ async def test_an_idempotency_key_of_another_task_is_refused(
 
 
 async def test_web_server_refuses_calls_without_a_web_read_capability() -> None:
-    with running_mcp_web(auth_token=MCP_TOKEN, capability_key=CAPABILITY_KEY) as web:
+    with running_mcp("web", auth_token=MCP_TOKEN, capability_key=CAPABILITY_KEY) as web:
         async with mcp_http_session(web.url, auth_token=MCP_TOKEN) as session:
             bare = await session.call_tool("fetch", {"url": "http://127.0.0.1:9/"}, meta=meta(None))
             hub_only = await session.call_tool(
@@ -277,13 +277,13 @@ async def test_the_web_server_bounds_a_private_tasks_fetch_and_its_redirects() -
     """A call sent straight to mcp-web (a replay, a CLI) is bounded by the capability's reach:
     the person's link loads, a composed URL and a redirect to another host never leave."""
     with loopback_host() as page, loopback_host() as collector:
-        base = f"http://127.0.0.1:{page.server_address[1]}"
-        leak = f"http://127.0.0.1:{collector.server_address[1]}/c?d=door-code"
+        base = page.url
+        leak = f"{collector.url}/c?d=door-code"
         reach = Reach(private=True, urls=frozenset({f"{base}/page/p1"}), allow=(f"{base}/open/",))
         private = capability(grants=("web:read",), scope=replace(ANYWHERE, reach=reach))
         public = capability(grants=("web:read",))
-        with running_mcp_web(
-            auth_token=MCP_TOKEN, capability_key=CAPABILITY_KEY, allow_networks="127.0.0.0/8"
+        with running_mcp(
+            "web", auth_token=MCP_TOKEN, capability_key=CAPABILITY_KEY, allow_networks="127.0.0.0/8"
         ) as web:
             async with mcp_http_session(web.url, auth_token=MCP_TOKEN) as session:
 

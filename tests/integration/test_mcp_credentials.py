@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.mcp_servers import _running, running_mcp_hub, server_environment
+from tests.support.mcp_servers import running_mcp
 from tests.support.mcp_test_servers.launch import stdio_entry
 from worker.exceptions import ToolFailed
 from worker.tools._base import CallContext
@@ -64,14 +64,14 @@ def records(path: Path, kind: str) -> list[dict[str, Any]]:
 def recorder(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """The recording 'third-party' server over HTTP, and the file it records to."""
     record_file = tmp_path / "recorded.jsonl"
-    environment = server_environment({"RECORD_FILE": str(record_file)})
-    with _running("tests.support.mcp_test_servers.recorder", environment) as server:
+    environment = {"RECORD_FILE": str(record_file)}
+    with running_mcp("tests.support.mcp_test_servers.recorder", environment=environment) as server:
         yield server.url, record_file
 
 
 @pytest.fixture
 def http_kit_url() -> Iterator[str]:
-    with _running("tests.support.mcp_test_servers.toolkit", server_environment({})) as server:
+    with running_mcp("tests.support.mcp_test_servers.toolkit") as server:
         yield server.url
 
 
@@ -166,8 +166,8 @@ async def test_a_server_refusing_the_token_is_withdrawn_saying_the_token_was_ref
     log_stream: io.StringIO,
 ) -> None:
     # The real mcp-hub, which wants another bearer token than the worker sends.
-    with running_mcp_hub(
-        hub_url="http://127.0.0.1:9", auth_token="the-servers-own-token-5c1a"
+    with running_mcp(
+        "hub", hub_url="http://127.0.0.1:9", auth_token="the-servers-own-token-5c1a"
     ) as hub:
         config = McpConfig.model_validate(
             {"servers": {"hub": {"url": hub.url, "first_party": True, "tools": {"*": "hub:read"}}}}

@@ -20,7 +20,7 @@ from tests.support.mcp_servers import (
     RunningMcpServer,
     caller_meta,
     mcp_http_session,
-    running_mcp_hub,
+    running_mcp,
     text_of,
 )
 from tests.support.workers import parse_events, wait_until
@@ -48,7 +48,9 @@ def devhub() -> Iterator[DevHub]:
 
 @pytest.fixture(scope="module")
 def mcp_hub(devhub: DevHub) -> Iterator[RunningMcpServer]:
-    with running_mcp_hub(hub_url=devhub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN) as server:
+    with running_mcp(
+        "hub", hub_url=devhub.url, hub_api_key=HUB_KEY, auth_token=MCP_TOKEN
+    ) as server:
         yield server
 
 
@@ -294,8 +296,8 @@ async def test_the_hub_key_never_reaches_results_or_logs(
     async with mcp_http_session(mcp_hub.url, auth_token=MCP_TOKEN) as session:
         found = await session.call_tool("search_posts", {"query": "anything"})
     assert not found.is_error
-    with running_mcp_hub(
-        hub_url=hub.url, hub_api_key="wrong-hub-key-98765", auth_token=MCP_TOKEN
+    with running_mcp(
+        "hub", hub_url=hub.url, hub_api_key="wrong-hub-key-98765", auth_token=MCP_TOKEN
     ) as misconfigured:
         async with mcp_http_session(misconfigured.url, auth_token=MCP_TOKEN) as session:
             refused = await session.call_tool("search_posts", {"query": "anything"})

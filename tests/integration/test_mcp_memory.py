@@ -17,7 +17,7 @@ from tests.support.mcp_servers import (
     RunningMcpServer,
     caller_meta,
     mcp_http_session,
-    running_mcp_memory,
+    running_mcp,
     text_of,
 )
 from tests.support.redis_server import RedisServer
@@ -75,7 +75,8 @@ def agents_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(redis_server: RedisServer, agents_dir: Path) -> Iterator[RunningMcpServer]:
-    with running_mcp_memory(
+    with running_mcp(
+        "memory",
         redis_url=redis_server.url,
         agents_dir=str(agents_dir),
         auth_token=MCP_TOKEN,

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.mcp_servers import _running, server_environment
+from tests.support.mcp_servers import running_mcp
 from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.redis_server import free_port
 from worker.exceptions import ToolFailed, ToolServerDown
@@ -55,8 +55,7 @@ def kit_config(**more_servers: dict[str, Any]) -> McpConfig:
 @pytest.fixture
 def http_kit_url() -> Iterator[str]:
     """The toolkit over HTTP, refusing requests without ``Authorization: Bearer TOKEN``."""
-    environment = server_environment({"MCP_AUTH_TOKEN": TOKEN})
-    with _running("tests.support.mcp_test_servers.toolkit", environment) as server:
+    with running_mcp("tests.support.mcp_test_servers.toolkit", auth_token=TOKEN) as server:
         yield server.url
 
 

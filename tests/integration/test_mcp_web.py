@@ -17,7 +17,8 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult
 
-from tests.support.mcp_servers import caller_meta, mcp_http_session, running_mcp_web, text_of
+from tests.support.mcp_servers import caller_meta, mcp_http_session, running_mcp, text_of
+from worker.dev.post_proxy import LoopbackServer, serving
 
 pytestmark = pytest.mark.integration
 
@@ -86,15 +87,8 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[Site]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SiteHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Site(base_url=f"http://127.0.0.1:{server.server_address[1]}")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(LoopbackServer(_SiteHandler)) as server:
+        yield Site(base_url=server.url)
 
 
 @asynccontextmanager
@@ -202,7 +196,9 @@ async def test_the_model_sees_one_fetch_tool_with_url_and_max_bytes() -> None:
 
 @pytest.mark.anyio
 async def test_over_http_with_a_bearer_token(site: Site) -> None:
-    with running_mcp_web(auth_token="web-token-for-tests", allow_networks=LOOPBACK_ONLY) as server:
+    with running_mcp(
+        "web", auth_token="web-token-for-tests", allow_networks=LOOPBACK_ONLY
+    ) as server:
         async with mcp_http_session(server.url, auth_token="web-token-for-tests") as session:
             info = (await session.initialize()).server_info
             result = await session.call_tool("fetch", {"url": f"{site.base_url}/article"})
@@ -222,7 +218,7 @@ async def test_a_hostile_page_parses_off_the_loop_and_other_fetches_go_on(site: 
     finished: list[str] = []
     results: dict[str, CallToolResult] = {}
     HOSTILE_SENT.clear()
-    with running_mcp_web(allow_networks=LOOPBACK_ONLY) as server:
+    with running_mcp("web", allow_networks=LOOPBACK_ONLY) as server:
         async with mcp_http_session(server.url) as session:
 
             async def fetch(name: str, path: str) -> None:

@@ -28,7 +28,7 @@ import yaml
 from tests.support.definitions import write_agent
 from tests.support.e2e import E2E, task_events, user_messages
 from tests.support.loopback_web import loopback_host
-from tests.support.mcp_servers import RunningMcpServer, running_mcp_memory, running_mcp_web
+from tests.support.mcp_servers import RunningMcpServer, running_mcp
 from worker.dev.devstack import DevStack
 
 pytestmark = pytest.mark.integration
@@ -76,7 +76,7 @@ class Collector:
 @pytest.fixture(scope="module")
 def collector() -> Iterator[Collector]:
     with loopback_host() as host:
-        yield Collector(base_url=f"http://127.0.0.1:{host.server_address[1]}", received=host.seen)
+        yield Collector(base_url=host.url, received=host.seen)
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +95,10 @@ def mcp_config(
     collector stands in for the attacker's host), all verifying the task's capability."""
     secured = {"auth_token": stack.mcp_auth_token, "capability_key": stack.capability_key}
     with (
-        running_mcp_memory(redis_url=stack.redis_url, agents_dir=str(agents_dir), **secured) as m,
-        running_mcp_web(allow_networks="127.0.0.1/32", **secured) as web,
+        running_mcp(
+            "memory", redis_url=stack.redis_url, agents_dir=str(agents_dir), **secured
+        ) as m,
+        running_mcp("web", allow_networks="127.0.0.1/32", **secured) as web,
     ):
         config = yaml.safe_load(stack.mcp_config.read_text())
         servers: dict[str, Any] = config["servers"]

@@ -22,6 +22,7 @@ import redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from tests.support.definitions import SHIPPED_DEMO_AGENTS
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.scripted_llm import ScriptedLlm, running_scripted_llm
 from tests.support.workers import run_burst
@@ -31,7 +32,6 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 CONTRACT = REPO / "docs" / "contract.md"
 BIN = Path(sys.executable).parent
-DEMO_AGENTS = REPO / "worker" / "dev" / "demo" / "agents"
 HUB_KEY = "hub-contract-3f9a17c2d84e6b05"
 MODEL_KEY = "sk-contract-9b2e4d71a0c6f583"
 
@@ -54,7 +54,7 @@ def worker_env(redis_url: str, hub: DevHub, llm: ScriptedLlm) -> dict[str, str]:
         "RQ_WORKER_CLASS": "worker.AgentWorker",
         "RQ_CONFIG": "worker.rq_config",
         "REDIS_URL": redis_url,
-        "AGENTS_DIR": str(DEMO_AGENTS),
+        "AGENTS_DIR": str(SHIPPED_DEMO_AGENTS),
         "HUB_URL": hub.url,
         "HUB_API_KEY": HUB_KEY,
         "OPENAI_BASE_URL": llm.openai_base_url,

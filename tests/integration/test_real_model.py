@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hub_client import Author, Comment, Post
-from tests.unit.test_jobs import DEMO_AGENTS
+from tests.support.pipeline import DEMO_AGENTS
 from worker.agents import AgentDefinition, AgentStore
 from worker.dev.realmodel._server import RunningModel, llama_server
 from worker.dev.realmodel._setup import MODELS, cache_dir, model_path, server_binary

@@ -73,13 +73,6 @@ def refusals_answered(connection: redis.Redis) -> int:
     )
 
 
-def wait_for_model_requests(stack: ChaosStack, task_id: str, count: int) -> None:
-    deadline = time.monotonic() + 60
-    while len(stack.llm.requests(task_id)) < count:
-        assert time.monotonic() < deadline, f"no {count} model request(s) for {task_id}"
-        time.sleep(0.1)
-
-
 def assert_answered_once(stack: ChaosStack, worker: WorkerProcess, task_id: str) -> None:
     report = stack.wait_for_outcome(task_id, timeout_s=150)
     assert report["outcome"] == "completed", report
@@ -103,7 +96,7 @@ def test_writes_refused_mid_task_are_waited_out(
     task_id = stack.notification(
         "refused", [{"text": "Answered after it", "delay_s": MODEL_DELAY_S}]
     )
-    wait_for_model_requests(stack, task_id, 1)
+    stack.wait_for_model_requests(task_id, 1)
 
     with contextlib.closing(stack.connection()) as connection:
         assert callable(refuse)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.support.definitions import SHIPPED_DEMO_AGENTS
 from tests.support.redis_server import RedisProcess, free_port, spawn_redis
 from tests.support.workers import run_burst, wait_until
 from worker.dev.devstack import redis_server_command
@@ -20,7 +21,6 @@ from worker.dev.devstack import redis_server_command
 pytestmark = pytest.mark.integration
 
 AGENT_WORKER = str(Path(sys.executable).parent / "agent-worker")
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 PASSWORD = "pw-for-this-test-only-81c2"
 TASK_LINE = '{"task_id": "u-1", "type": "exploration", "agent_id": "demo-agent"}\n'
 
@@ -38,7 +38,7 @@ def environment(redis_url: str) -> dict[str, str]:
     return {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "REDIS_URL": redis_url,
-        "AGENTS_DIR": str(DEMO_AGENTS),
+        "AGENTS_DIR": str(SHIPPED_DEMO_AGENTS),
         "HUB_URL": "http://127.0.0.1:9",  # nothing listens; never reached here
         "METRICS_PORT": "0",
     }

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from tests.chaos import conftest as chaos_fixtures
-from tests.chaos.harness import REPO_ROOT, ChaosStack, WorkerProcess, unique, wait_until
+from tests.chaos.harness import REPO_ROOT, ChaosStack, WorkerProcess, unique
+from tests.support.workers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.definitions import write_agent
+from tests.support.definitions import SHIPPED_DEMO_AGENTS, write_agent
 from tests.support.devhub import running_devhub
 from tests.support.unprivileged import call_unprivileged
 from tests.support.workers import (
@@ -37,7 +37,6 @@ from worker.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 LOOPBACK_HEX, ANY_HEX = "0100007F", "00000000"
 
 
@@ -75,7 +74,7 @@ def test_a_bad_setting_stops_the_worker_with_one_line(
     redis_url: str, tmp_path: Path, variable: str, value: str, message: str
 ) -> None:
     completed = start_worker(
-        redis_url, tmp_path, **{"AGENTS_DIR": str(DEMO_AGENTS), variable: value}
+        redis_url, tmp_path, **{"AGENTS_DIR": str(SHIPPED_DEMO_AGENTS), variable: value}
     )
     line = one_error_line(completed)
     assert line.startswith(message)
@@ -123,7 +122,7 @@ def test_an_agents_dir_it_may_not_read_stops_check_and_the_worker_with_one_line(
     shared_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     definitions = shared_dir / "definitions"
-    shutil.copytree(DEMO_AGENTS, definitions)
+    shutil.copytree(SHIPPED_DEMO_AGENTS, definitions)
     (definitions / "agents").chmod(0o000)  # as a deploy with the wrong owner leaves it
     monkeypatch.setenv("AGENTS_DIR", str(definitions))
     monkeypatch.setenv("HUB_URL", "http://127.0.0.1:9")
@@ -150,7 +149,7 @@ def test_a_hub_that_refuses_hub_api_key_stops_the_worker_with_one_line(
         completed = start_worker(
             redis_url,
             tmp_path,
-            AGENTS_DIR=str(DEMO_AGENTS),
+            AGENTS_DIR=str(SHIPPED_DEMO_AGENTS),
             OPENAI_API_KEY="sk-start-5e0d2b7a9c4f1836",
             HUB_URL=hub.url,
             HUB_API_KEY="a-wrong-key-9876543210abcdef",
@@ -165,7 +164,7 @@ def test_an_unreachable_redis_stops_rq_worker_with_one_json_line_naming_redis_ur
 ) -> None:
     closed = f"redis://:a-password-0123456789@127.0.0.1:{free_port()}/0"
     completed = start_worker(
-        closed, tmp_path, AGENTS_DIR=str(DEMO_AGENTS), RQ_CONFIG="worker.rq_config",
+        closed, tmp_path, AGENTS_DIR=str(SHIPPED_DEMO_AGENTS), RQ_CONFIG="worker.rq_config",
         REDIS_PATIENCE_S="0.5",
     )  # fmt: skip
 
@@ -179,7 +178,9 @@ def test_an_unreachable_redis_stops_rq_worker_with_one_json_line_naming_redis_ur
 def test_a_mistyped_stdio_mcp_command_stops_the_worker(redis_url: str, tmp_path: Path) -> None:
     mcp = tmp_path / "mcp.yaml"
     mcp.write_text('servers:\n  time: {command: mcp-server-tme, tools: {"*": time:read}}\n')
-    completed = start_worker(redis_url, tmp_path, AGENTS_DIR=str(DEMO_AGENTS), MCP_CONFIG=str(mcp))
+    completed = start_worker(
+        redis_url, tmp_path, AGENTS_DIR=str(SHIPPED_DEMO_AGENTS), MCP_CONFIG=str(mcp)
+    )
     assert one_error_line(completed) == (
         f"agent-worker: error: MCP_CONFIG ({mcp}): servers.time.command: "
         "'mcp-server-tme' not found on PATH"
@@ -209,7 +210,11 @@ def test_a_redis_url_of_the_wrong_scheme_is_named_by_check(tmp_path: Path) -> No
     # one line (docs/contract.md, trap 17); `agent-worker check` does.
     completed = subprocess.run(
         [str(Path(sys.executable).parent / "agent-worker"), "check", "--offline"],
-        env={"PATH": "/usr/bin:/bin", "REDIS_URL": "http://x", "AGENTS_DIR": str(DEMO_AGENTS)},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "REDIS_URL": "http://x",
+            "AGENTS_DIR": str(SHIPPED_DEMO_AGENTS),
+        },
         capture_output=True,
         text=True,
         timeout=60,

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 import worker.dev.demo.__main__ as demo
+from worker.agents import AgentConfig, AgentDefinition
 
 OPENAI_BRAIN = {"provider": "openai", "model": "gpt-4o-mini"}
 
@@ -43,6 +44,14 @@ def write_agent(
     return folder
 
 
+def agent_definition(name: str, *, system_prompt: str = "", **sections: Any) -> AgentDefinition:
+    """Agent ``name`` in memory, its config ``sections`` over an OpenAI brain of model m."""
+    config = AgentConfig.model_validate(
+        {"name": name, "brain": {"provider": "openai", "model": "m"}, **sections}
+    )
+    return AgentDefinition(config=config, system_prompt=system_prompt)
+
+
 def explorer(
     name: str, *, discovery: bool = True, brain: Mapping[str, Any] = OPENAI_BRAIN
 ) -> dict[str, Any]:
@@ -53,6 +62,10 @@ def explorer(
         "interests": {"communities": ["m/general"], "keywords": ["redis"]},
         "behavior": {"discovery": {"enabled": discovery}},
     }
+
+
+# The demo agents as shipped; demo_agents() adds this worker's extensions to a copy.
+SHIPPED_DEMO_AGENTS = demo.DEMO_AGENTS
 
 
 @functools.cache

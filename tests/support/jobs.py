@@ -149,6 +149,15 @@ def process_running(pid: int) -> bool:
     return state != "Z"
 
 
+def assert_gone(pid: int, timeout_s: float = 5.0) -> None:
+    """``pid`` stops running within ``timeout_s``, its reaper given a moment after a kill."""
+    deadline = time.monotonic() + timeout_s
+    while process_running(pid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} is still running")
+        time.sleep(0.05)
+
+
 def ask_requeue(task: dict[str, Any]) -> dict[str, str]:
     """Finish, asking the worker to run the same task again in 30 s (attempt 2)."""
     job = _record_run()

@@ -6,20 +6,20 @@ anything else ``ok``. A collector standing in for an attacker's host is one of t
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.support.redis_server import free_port
+from worker.dev.post_proxy import LoopbackServer, serving
 
 
-class LoopbackHost(ThreadingHTTPServer):
+class LoopbackHost(LoopbackServer):
     """The server; ``seen`` lists what reached it, in order."""
 
-    daemon_threads = True
-    seen: list[str]
+    def __init__(self) -> None:
+        super().__init__(_Handler)
+        self.seen: list[str] = []
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -58,12 +58,5 @@ PAGES: dict[str, str] = {}
 @contextlib.contextmanager
 def loopback_host() -> Iterator[LoopbackHost]:
     """An HTTP server on a free loopback port that records what reaches it."""
-    host = LoopbackHost(("127.0.0.1", free_port()), _Handler)
-    host.seen = []
-    thread = threading.Thread(target=host.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(LoopbackHost()) as host:
         yield host
-    finally:
-        host.shutdown()
-        host.server_close()

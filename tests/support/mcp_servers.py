@@ -1,6 +1,6 @@
-"""Our MCP servers (``python -m mcp_servers.hub|web``) as subprocesses on free ports.
+"""Our MCP servers (``python -m mcp_servers.hub|web|memory``) as subprocesses on free ports.
 
-``with running_mcp_hub(hub_url=hub.url) as server:`` starts the server, waits until it
+``with running_mcp("hub", hub_url=hub.url) as server:`` starts the server, waits until it
 accepts connections and stops it when the block ends, also when the test fails.
 ``mcp_http_session(server.url, auth_token=...)`` opens an initialized client session;
 ``caller_meta`` is the ``_meta`` of a call and ``text_of`` the text of its one result.
@@ -78,58 +78,37 @@ def server_environment(variables: Mapping[str, str | None]) -> dict[str, str]:
 
 
 @contextmanager
-def running_mcp_hub(
+def running_mcp(
+    server: str,
     *,
-    hub_url: str,
-    hub_api_key: str | None = None,
     auth_token: str | None = None,
     capability_key: str | None = None,
+    hub_url: str | None = None,
+    hub_api_key: str | None = None,
+    allow_networks: str | None = None,
+    redis_url: str | None = None,
+    agents_dir: str | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[RunningMcpServer]:
-    """``python -m mcp_servers.hub`` over streamable HTTP, talking to the Hub at ``hub_url``."""
-    variables = {
+    """``python -m mcp_servers.<server>`` (``hub``, ``web``, ``memory``) over streamable
+    HTTP, or the module ``server`` names when it is dotted (the test servers under
+    ``tests/support/mcp_test_servers``). Each reads only its own variables: hub
+    ``hub_url`` and ``hub_api_key``, web ``allow_networks`` (e.g. loopback), memory
+    ``redis_url`` and ``agents_dir``, every one ``auth_token`` and ``capability_key``;
+    ``environment`` adds any other (a test server's ``RECORD_FILE``)."""
+    variables: dict[str, str | None] = {
+        "MCP_AUTH_TOKEN": auth_token,
+        "CAPABILITY_KEY": capability_key,
         "HUB_URL": hub_url,
         "HUB_API_KEY": hub_api_key,
-        "MCP_AUTH_TOKEN": auth_token,
-        "CAPABILITY_KEY": capability_key,
-    }
-    with _running("mcp_servers.hub", server_environment(variables)) as server:
-        yield server
-
-
-@contextmanager
-def running_mcp_web(
-    *,
-    auth_token: str | None = None,
-    allow_networks: str | None = None,
-    capability_key: str | None = None,
-) -> Iterator[RunningMcpServer]:
-    """``python -m mcp_servers.web`` over streamable HTTP; ``allow_networks`` e.g. loopback."""
-    variables = {
-        "MCP_AUTH_TOKEN": auth_token,
         "MCP_WEB_ALLOW_NETWORKS": allow_networks,
-        "CAPABILITY_KEY": capability_key,
-    }
-    with _running("mcp_servers.web", server_environment(variables)) as server:
-        yield server
-
-
-@contextmanager
-def running_mcp_memory(
-    *,
-    redis_url: str,
-    agents_dir: str,
-    auth_token: str | None = None,
-    capability_key: str | None = None,
-) -> Iterator[RunningMcpServer]:
-    """``python -m mcp_servers.memory`` over streamable HTTP, on the Redis at ``redis_url``."""
-    variables = {
         "REDIS_URL": redis_url,
         "AGENTS_DIR": agents_dir,
-        "MCP_AUTH_TOKEN": auth_token,
-        "CAPABILITY_KEY": capability_key,
+        **(environment or {}),
     }
-    with _running("mcp_servers.memory", server_environment(variables)) as server:
-        yield server
+    module = server if "." in server else f"mcp_servers.{server}"
+    with _running(module, server_environment(variables)) as running:
+        yield running
 
 
 @contextmanager

@@ -22,6 +22,21 @@ import signal
 import subprocess
 import time
 from functools import cache
+from pathlib import Path
+
+# The deploy's Prometheus rules and Grafana dashboard, which the deploy tests check and the
+# Prometheus chaos test loads into a real server.
+PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+DASHBOARD = (
+    Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "agent-worker.json"
+)
+# What Grafana puts in for a dashboard's variables, for a query Prometheus can run.
+GRAFANA_SUBSTITUTES = {
+    "$__rate_interval": "5m",
+    "$__interval": "1m",
+    "$__range": "1h",
+    "$agent": ".*",
+}
 
 PROMTOOL_MISSING = "promtool not available: install Debian package prometheus"
 
@@ -100,3 +115,10 @@ def _run_apt(
         process.communicate()
         return None
     return subprocess.CompletedProcess(command, process.returncode, output)
+
+
+def substituted(expression: str) -> str:
+    """A dashboard's query with Grafana's variables put in."""
+    for variable, value in GRAFANA_SUBSTITUTES.items():
+        expression = expression.replace(variable, value)
+    return expression

@@ -215,7 +215,7 @@ def parse_events(stderr: str, name: str | None = None) -> list[dict[str, Any]]:
     return events
 
 
-def wait_until(condition: Callable[[], T], timeout_s: float, what: str) -> T:
+def wait_until(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
     """Poll ``condition`` until it returns something truthy (a wait, not a speed check)."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -223,7 +223,7 @@ def wait_until(condition: Callable[[], T], timeout_s: float, what: str) -> T:
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(0.05)
 
 

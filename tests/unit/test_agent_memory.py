@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,21 +16,21 @@ import fakeredis
 import httpx2
 import pytest
 
-from hub_client import Author, Comment, HubClient, Post
+from hub_client import Author, Comment, Post
 from hub_client.devhub import create_app
 from tests.support.definitions import write_agent
 from tests.support.fake_redis import FakeRedisClients
+from tests.support.pipeline import in_process_hub, task_runtime
 from tests.support.workers import parse_events
 from worker.agents import (
     AgentConfig,
     AgentDefinition,
-    AgentStore,
     Memory,
     MemoryRemember,
     MemoryRetrieval,
     RecallStrategy,
 )
-from worker.jobs import TaskRuntime, execute_task
+from worker.jobs import execute_task
 from worker.memory import (
     BYTES_PER_MB,
     AgentMemory,
@@ -54,14 +53,12 @@ from worker.memory import (
     rank_by_similarity,
     rank_recent,
 )
-from worker.metrics import JobMetrics
 from worker.models import ScriptedModel, Turn, UntrustedBlocks
 from worker.pipeline._memory import recall_query
-from worker.redaction import MASK, Redactor
+from worker.redaction import MASK
 from worker.redis_io import keys as redis_keys
-from worker.settings import Settings
 from worker.task import Task
-from worker.tools import PUBLIC, LocalToolbox, ScopeCell, Toolbox, dm_audience
+from worker.tools import PUBLIC, dm_audience
 
 AGENT = "mem-agent"
 REMEMBER_ALL = MemoryRemember(
@@ -433,11 +430,6 @@ def answer(text: str) -> Turn:
     return Turn(text=text)
 
 
-@asynccontextmanager
-async def no_tools(agent: AgentDefinition, task: Task, scope: ScopeCell) -> AsyncIterator[Toolbox]:
-    yield LocalToolbox([])
-
-
 @dataclass
 class InProcessHub:
     """The devhub over ASGI and the agent's definitions: ``run`` executes one task of the
@@ -451,23 +443,15 @@ class InProcessHub:
     async def run(
         self, task_id: str, content: str, *, kind: str = "mention", replies: Sequence[str] = ()
     ) -> None:
-        transport = httpx2.ASGITransport(app=self.app)
-        async with HubClient("http://devhub", HUB_KEY, transport=transport) as hub:
+        async with in_process_hub(HUB_KEY, self.app) as hub:
             post = await hub.create_post(agent_id="ron", content=content, idempotency_key=task_id)
             for n, reply in enumerate(replies):
                 key = f"{task_id}:{n}"
                 await hub.create_comment(
                     post.id, agent_id=AGENT, content=reply, idempotency_key=key
                 )
-            runtime = TaskRuntime(
-                settings=Settings(hub_url="http://devhub", hub_api_key=HUB_KEY),  # type: ignore[arg-type]
-                redis=self.redis,
-                agents=AgentStore(str(self.tmp_path), redis=self.redis),
-                metrics=JobMetrics(),
-                redactor=Redactor([HUB_KEY]),
-                make_model=lambda agent: self.model,
-                open_toolbox=no_tools,
-                hub=hub,
+            runtime = task_runtime(
+                hub, self.redis, self.model, agents_dir=self.tmp_path, api_key=HUB_KEY
             )
             task = {
                 "task_id": task_id,

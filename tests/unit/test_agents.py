@@ -11,13 +11,11 @@ import httpx2
 import pytest
 
 import worker.agents._store as store_module
-from tests.support.definitions import write_agent
+from tests.support.definitions import SHIPPED_DEMO_AGENTS, write_agent
 from tests.support.fake_redis import FakeRedisClients
 from worker.agents import AgentConfig, AgentDefinition, AgentStore, RecallStrategy, Skill
 from worker.agents._sources import DirectorySource
 from worker.exceptions import AgentConfigError, InvalidTask
-
-DEMO_AGENTS_DIR = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 
 MINIMAL_CONFIG = """\
 name: {name}
@@ -782,7 +780,7 @@ def test_http_source_404_on_a_skill_names_the_skill() -> None:
 
 
 def test_demo_agent_loads_from_the_demo_tree() -> None:
-    store = AgentStore(str(DEMO_AGENTS_DIR))
+    store = AgentStore(str(SHIPPED_DEMO_AGENTS))
     definition = store.load("demo-agent")
     config = definition.config
 

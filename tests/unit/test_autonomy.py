@@ -7,42 +7,34 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import fakeredis
-import httpx2
 import pytest
 
-from hub_client import HubClient
-from hub_client.devhub import create_app
 from tests.support import tool_checks
+from tests.support.definitions import SHIPPED_DEMO_AGENTS
+from tests.support.pipeline import in_process_hub, task_runtime
 from worker import logs
-from worker.agents import AgentDefinition, AgentStore
 from worker.exceptions import ConfigurationError
 from worker.executors._gateway_link import GatewaySpec
-from worker.jobs import TaskRuntime, execute_task, metrics_observer
+from worker.jobs import execute_task, metrics_observer
 from worker.loop import AgentLoop, CanExecuteTool, LoopSettings, RunResult
 from worker.metrics import JobMetrics, WorkerMetrics
 from worker.models import Message, ScriptedModel, ToolSpec, Turn
-from worker.redaction import Redactor
-from worker.settings import Settings, load_settings
-from worker.task import Outcome, Task
+from worker.settings import load_settings
+from worker.task import Outcome
 from worker.tools import (
     LocalTool,
     LocalToolbox,
     NotAllowed,
     Resolution,
-    ScopeCell,
-    Toolbox,
     ToolboxWrapper,
 )
 
 pytestmark = pytest.mark.anyio
 
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 NUMBER = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
 
@@ -292,24 +284,14 @@ async def test_invalid_tasks_count_under_one_agent_and_type_label(
 ) -> None:
     key = "hub-key-for-labels-0123"
     metrics = JobMetrics()
-    transport = httpx2.ASGITransport(app=create_app(api_key=key))
-
-    @asynccontextmanager
-    async def no_tools(
-        agent: AgentDefinition, task: Task, scope: ScopeCell
-    ) -> AsyncIterator[Toolbox]:
-        yield LocalToolbox([])
-
-    async with HubClient("http://devhub", key, transport=transport) as hub:
-        runtime = TaskRuntime(
-            settings=Settings(hub_url="http://devhub", hub_api_key=key),  # type: ignore[arg-type]
-            redis=redis,
-            agents=AgentStore(str(DEMO_AGENTS), redis=redis),
+    async with in_process_hub(key) as hub:
+        runtime = task_runtime(
+            hub,
+            redis,
+            ScriptedModel([]),
+            agents_dir=SHIPPED_DEMO_AGENTS,
+            api_key=key,
             metrics=metrics,
-            redactor=Redactor([key]),
-            make_model=lambda agent: ScriptedModel([]),
-            open_toolbox=no_tools,
-            hub=hub,
         )
         for n in range(20):
             ghost = {"task_id": f"g-{n}", "type": "exploration", "agent_id": f"ghost-{n}"}

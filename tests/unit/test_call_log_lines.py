@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli_runs import executor, make_agent, make_request
+from tests.support.cli_runs import worker_secrets as worker_secrets  # an autouse fixture
 from tests.support.fake_clis import install_fake_cli
-from tests.unit.test_executors import executor, make_agent, make_request
-from tests.unit.test_executors import worker_secrets as worker_secrets  # a fixture
 from worker import logs
 from worker.loop import GrantDenied, LlmCalled, ToolCalled, log_observer
 from worker.models import StopReason, Usage

@@ -12,13 +12,11 @@ import fakeredis
 import pytest
 import yaml
 
-from tests.support.definitions import write_agent
+from tests.support.definitions import SHIPPED_DEMO_AGENTS, write_agent
 from worker.agents import AgentStore
 from worker.operations import CheckReport, Severity, check_at_start, run_checks
 from worker.operations._checks import main
 from worker.settings import Settings
-
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 
 
 def good_config(name: str, extra: str = "") -> str:
@@ -39,7 +37,7 @@ def lines(report: CheckReport) -> list[str]:
 
 
 def test_the_demo_definitions_pass(tmp_path: Path) -> None:
-    report = offline(agents_dir=str(DEMO_AGENTS))
+    report = offline(agents_dir=str(SHIPPED_DEMO_AGENTS))
     assert report.problems == []
     assert "1 of 1 agent definitions load" in report.checked
     assert "1 skills parse" in report.checked

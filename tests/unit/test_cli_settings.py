@@ -8,7 +8,7 @@ import json
 import fakeredis
 import pytest
 
-from tests.unit.test_jobs import Harness
+from tests.support.pipeline import Harness
 from worker.exceptions import ConfigurationError
 from worker.models import Turn
 from worker.settings import Settings, load_settings

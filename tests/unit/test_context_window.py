@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hub_client import Author, Comment, Post
-from tests.unit.test_jobs import DEMO_AGENTS
+from tests.support.pipeline import DEMO_AGENTS
 from worker.agents import AgentDefinition, AgentStore
 from worker.loop import AgentLoop, LoopSettings
 from worker.loop._budget import InputEstimator

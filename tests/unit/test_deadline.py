@@ -12,7 +12,7 @@ import httpx2
 import pytest
 
 from hub_client import HubClient
-from tests.unit.test_jobs import DEMO_AGENTS, HUB_KEY, Harness, notification
+from tests.support.pipeline import DEMO_AGENTS, HUB_KEY, Harness, notification
 from worker.agents import AgentStore
 from worker.coordination import (
     RedisJournal,

@@ -16,9 +16,10 @@ import pytest
 
 import worker.models._factory as factory
 from hub_client import AgentSummary
-from tests.support.definitions import write_agent
+from tests.support.definitions import agent_definition, write_agent
 from tests.support.fake_redis import FakeRedisClients
-from worker.agents import AgentConfig, AgentDefinition, AgentStore, DefinitionPolicy
+from tests.support.provider_wire import answering_every_request
+from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
 from worker.agents._sources import MAX_FILE_BYTES
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models import Message, ModelRequest
@@ -676,20 +677,11 @@ AGENT_KEY = "sk-agent-19c2"
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.Request]:
     """Every request a model sends, answered 401 (an auth error ends the call at once)."""
-    sent: list[httpx2.Request] = []
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request)
-        return httpx2.Response(401, json={"error": {"message": "no"}})
-
-    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    monkeypatch.setattr(factory, "shared_http_client", lambda *_: client)
-    return sent
+    return answering_every_request(monkeypatch, 401, "no")
 
 
 def definition(brain: dict[str, Any]) -> AgentDefinition:
-    config = AgentConfig.model_validate({"name": "brainy-agent", "brain": brain})
-    return AgentDefinition(config=config, system_prompt="Hi.")
+    return agent_definition("brainy-agent", brain=brain, system_prompt="Hi.")
 
 
 async def call_once(agent: AgentDefinition, config: Settings, redis: fakeredis.FakeRedis) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from tests.unit.test_jobs import Harness, notification
+from tests.support.pipeline import Harness, notification
 from worker.loop import Closing, ToolCallRecord, ToolOutcome
 from worker.models import ScriptedModel, Turn
 from worker.pipeline._call_rules import DELIVERED_REASON, TaskCallRules

@@ -14,7 +14,7 @@ import pytest
 
 from hub_client import BudgetHealth, HubUnavailable, Post
 from tests.support.definitions import write_agent
-from tests.unit.test_jobs import Harness, notification
+from tests.support.pipeline import Harness, notification
 from worker.agents import AgentDefinition, AgentStore
 from worker.exceptions import ConfigurationError
 from worker.jobs import execute_task

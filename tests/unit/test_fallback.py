@@ -8,6 +8,7 @@ import fakeredis
 import httpx2
 import pytest
 
+from tests.support.provider_wire import FakeProvider, answering_every_request, completion
 from worker.exceptions import (
     AgentConfigError,
     ConfigurationError,
@@ -16,7 +17,6 @@ from worker.exceptions import (
     ModelUnavailable,
 )
 from worker.models import FleetLimiter, RateLimits
-from worker.models import _factory as factory
 from worker.models._anthropic import AnthropicModel
 from worker.models._factory import aclose_shared_http_clients, create_model, shared_http_client
 from worker.models._fallback import FallbackModel
@@ -103,52 +103,29 @@ async def test_each_model_gets_what_is_left_of_the_budget() -> None:
 
 @pytest.mark.anyio
 async def test_real_providers_fall_back_from_anthropic_to_openai() -> None:
-    anthropic_calls: list[httpx2.Request] = []
-
-    def anthropic_down(request: httpx2.Request) -> httpx2.Response:
-        anthropic_calls.append(request)
-        return httpx2.Response(529, json={"type": "error", "error": {"message": "overloaded"}})
-
-    def openai_up(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(
-            200,
-            json={
-                "id": "c",
-                "object": "chat.completion",
-                "created": 1,
-                "model": "gpt-4o-mini",
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": "backup answer"},
-                    }
-                ],
-                "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6},
-            },
+    overloaded = {"type": "error", "error": {"message": "overloaded"}}
+    anthropic = FakeProvider(*(httpx2.Response(529, json=overloaded) for _ in range(2)))
+    openai = FakeProvider(
+        completion(
+            "backup answer",
+            model="gpt-4o-mini",
+            usage={"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6},
         )
+    )
 
     async def no_wait(seconds: float) -> None:
         return None
 
     retry = RetryPolicy(max_retries=1, sleep=no_wait)
     primary = AnthropicModel(
-        "claude-sonnet-4-5",
-        api_key="sk-ant-test",
-        retry=retry,
-        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(anthropic_down)),
+        "claude-sonnet-4-5", api_key="sk-ant-test", retry=retry, http_client=anthropic.client()
     )
-    backup = OpenAIModel(
-        "gpt-4o-mini",
-        api_key="sk-test",
-        retry=retry,
-        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(openai_up)),
-    )
+    backup = OpenAIModel("gpt-4o-mini", api_key="sk-test", retry=retry, http_client=openai.client())
     model = FallbackModel([primary, backup])
 
     response = await model.complete(ask())
 
-    assert len(anthropic_calls) == 2
+    assert len(anthropic.requests) == 2
     assert (response.text, response.provider, response.model) == (
         "backup answer",
         "openai",
@@ -227,15 +204,7 @@ def test_unknown_provider_is_an_agent_config_error() -> None:
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[httpx2.Request]:
     """Every request the factory's models send; each is answered 500."""
-    requests: list[httpx2.Request] = []
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        requests.append(request)
-        return httpx2.Response(500, json={"error": {"message": "boom"}})
-
-    wire = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    monkeypatch.setattr(factory, "shared_http_client", lambda *_: wire)
-    return requests
+    return answering_every_request(monkeypatch, 500, "boom")
 
 
 @pytest.mark.anyio

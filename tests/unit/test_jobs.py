@@ -3,110 +3,30 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from typing import Any
 
 import fakeredis
-import httpx2
 import pytest
 
-from hub_client import HubClient
-from hub_client.devhub import create_app
-from tests.support.definitions import demo_agents
-from worker.agents import AgentDefinition, AgentStore
+from tests.support.pipeline import HUB_KEY, Harness, notification
 from worker.coordination import AgentSlots, RedisJournal, TaskLease
 from worker.exceptions import ModelAuthError, ModelUnavailable
 from worker.hub_writes import drain, outbox_size
-from worker.jobs import TaskRuntime, TaskVerdict, execute_task
 from worker.loop import ResponseEntry, ToolCallRecord, ToolEntry, ToolOutcome
-from worker.metrics import JobMetrics, WorkerMetrics
+from worker.metrics import WorkerMetrics
 from worker.models import ModelResponse, ScriptedModel, StopReason, ToolCall, Turn, Usage
-from worker.redaction import Redactor
 from worker.settings import Settings
-from worker.task import Outcome, Task
-from worker.tools import LocalTool, LocalToolbox, ScopeCell, Toolbox
+from worker.task import Outcome
+from worker.tools import LocalTool, LocalToolbox
 
 pytestmark = pytest.mark.anyio
-
-# With its extensions (limits, post_final), as make demo runs it.
-DEMO_AGENTS = demo_agents()
-HUB_KEY = "hub-secret-key-0123456789"
-
-
-class Harness:
-    def __init__(
-        self, turns: list[Any], tools: list[LocalTool] | None = None, *, redis: fakeredis.FakeRedis
-    ) -> None:
-        self.redis = redis
-        self.app = create_app(api_key=HUB_KEY)
-        self.model = ScriptedModel(turns, name="gpt-4o-mini", provider="openai")
-        self.toolbox = LocalToolbox(tools or [])
-        self.metrics = JobMetrics()
-        self.settings = Settings(hub_url="http://devhub", hub_api_key=HUB_KEY)  # type: ignore[arg-type]
-
-    def hub(self) -> HubClient:
-        return HubClient("http://devhub", HUB_KEY, transport=httpx2.ASGITransport(app=self.app))
-
-    def runtime(self, hub: HubClient, *, attempt: int = 0) -> TaskRuntime:
-        @asynccontextmanager
-        async def open_toolbox(
-            agent: AgentDefinition, task: Task, scope: ScopeCell
-        ) -> AsyncIterator[Toolbox]:
-            yield self.toolbox
-
-        return TaskRuntime(
-            settings=self.settings,
-            redis=self.redis,
-            agents=AgentStore(str(DEMO_AGENTS), redis=self.redis),
-            metrics=self.metrics,
-            redactor=Redactor([HUB_KEY]),
-            make_model=lambda agent: self.model,
-            open_toolbox=open_toolbox,
-            attempt=attempt,
-            hub=hub,
-        )
-
-    async def run(self, task: Any, *, attempt: int = 0) -> TaskVerdict:
-        async with self.hub() as hub:
-            return await execute_task(task, self.runtime(hub, attempt=attempt))
-
-    async def dev(self, path: str, body: dict[str, Any]) -> None:
-        """Call one of the devhub's ``/api/v1/_dev`` control endpoints."""
-        transport = httpx2.ASGITransport(app=self.app)
-        async with httpx2.AsyncClient(transport=transport, base_url="http://devhub") as client:
-            answer = await client.post(
-                f"/api/v1/_dev/{path}", json=body, headers={"Authorization": f"Bearer {HUB_KEY}"}
-            )
-            answer.raise_for_status()
-
-    async def state(self) -> dict[str, Any]:
-        async with self.hub() as hub:
-            return await hub.dev_state()
-
-    async def seed_post(self, content: str = "Hey @demo-agent, how do I scale workers?") -> str:
-        async with self.hub() as hub:
-            post = await hub.create_post(
-                agent_id="alice", content=content, title="Scaling", idempotency_key="seed-1"
-            )
-        return post.id
 
 
 def make_due(redis: Any) -> None:
     """Move every parked item's next attempt to now (instead of waiting for its backoff)."""
     for member in redis.zrange("agent-worker:outbox", 0, -1):
         redis.zadd("agent-worker:outbox", {member: 0})
-
-
-def notification(post_id: str, task_id: str = "t-1", **extra: Any) -> dict[str, Any]:
-    return {
-        "task_id": task_id,
-        "type": "notification",
-        "agent_id": "demo-agent",
-        "post_id": post_id,
-        "notification_id": "n-7",
-        **extra,
-    }
 
 
 @pytest.fixture

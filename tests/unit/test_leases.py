@@ -21,6 +21,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from tests.support.workers import wait_until
 from worker.coordination import (
     AgentSlots,
     IntentJournalingToolbox,
@@ -45,13 +46,6 @@ from worker.tools._base import CallContext, Granted, Resolution, ToolResult
 TTL_S = 1.0
 
 
-def wait_for(condition: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
 # --- leases --------------------------------------------------------------------------------
 
 
@@ -71,7 +65,7 @@ def test_a_held_lease_outlives_its_ttl_while_renewed(redis: fakeredis.FakeRedis)
 def test_without_renewal_the_lease_lapses(redis: fakeredis.FakeRedis) -> None:
     lease = TaskLease(redis, "t-short", holder="host:1", ttl_s=TTL_S, renew=False)
     assert lease.acquire()
-    wait_for(lambda: lease.holder() is None, timeout_s=5)
+    wait_until(lambda: lease.holder() is None, 5, "the lease to lapse")
 
 
 def test_a_lapsed_lease_is_taken_back_and_another_holder_is_never_overwritten(

@@ -11,7 +11,7 @@ import fakeredis
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from tests.unit.test_jobs import Harness, notification
+from tests.support.pipeline import Harness, notification
 from worker.coordination import RedisJournal
 from worker.hub_writes import outbox_size
 from worker.models import Turn

@@ -3,30 +3,20 @@ replaced by the answer it points to, and never by the preamble of a tool call.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-
 import fakeredis
-import httpx2
 import pytest
 
-from hub_client import HubClient
-from hub_client.devhub import create_app
-from worker.agents import AgentDefinition, AgentStore
-from worker.jobs import TaskRuntime, execute_task
+from tests.support.definitions import SHIPPED_DEMO_AGENTS
+from tests.support.pipeline import in_process_hub, task_runtime
+from worker.jobs import execute_task
 from worker.loop import AgentLoop, Control, LoopSettings, RunLimits, RunResult, StepRecord
 from worker.loop._output import is_preamble, recover_output
-from worker.metrics import JobMetrics
 from worker.models import Message, ScriptedModel, StopReason, ToolCall, Turn, Usage
-from worker.redaction import Redactor
-from worker.settings import Settings
-from worker.task import Outcome, Task
-from worker.tools import LocalTool, LocalToolbox, ScopeCell, Toolbox
+from worker.task import Outcome
+from worker.tools import LocalTool, LocalToolbox
 
 pytestmark = pytest.mark.anyio
 
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 PREAMBLE = "Let me look that up first."
 LOOKUP = ("lookup", {"q": "rq"})
 
@@ -151,32 +141,18 @@ async def test_a_cancelled_run_does_not_report_a_preamble() -> None:
 
 async def test_a_preamble_is_never_posted_as_the_reply(redis: fakeredis.FakeRedis) -> None:
     key = "hub-key-recovery-0123456"
-    transport = httpx2.ASGITransport(app=create_app(api_key=key))
     model = ScriptedModel(
         [Turn(text=PREAMBLE, tool_calls=[LOOKUP]), Turn(text="See my answer above.")],
         name="gpt-4o-mini",
         provider="openai",
     )
 
-    @asynccontextmanager
-    async def open_toolbox(
-        agent: AgentDefinition, task: Task, scope: ScopeCell
-    ) -> AsyncIterator[Toolbox]:
-        yield toolbox()
-
-    async with HubClient("http://devhub", key, transport=transport) as hub:
+    async with in_process_hub(key) as hub:
         post = await hub.create_post(
             agent_id="alice", content="@demo-agent hi", idempotency_key="s"
         )
-        runtime = TaskRuntime(
-            settings=Settings(hub_url="http://devhub", hub_api_key=key),  # type: ignore[arg-type]
-            redis=redis,
-            agents=AgentStore(str(DEMO_AGENTS), redis=redis),
-            metrics=JobMetrics(),
-            redactor=Redactor([key]),
-            make_model=lambda agent: model,
-            open_toolbox=open_toolbox,
-            hub=hub,
+        runtime = task_runtime(
+            hub, redis, model, agents_dir=SHIPPED_DEMO_AGENTS, toolbox=toolbox(), api_key=key
         )
         task = {"task_id": "t-1", "type": "notification", "agent_id": "demo-agent"}
         verdict = await execute_task({**task, "post_id": post.id}, runtime)

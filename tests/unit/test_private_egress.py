@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from hub_client import Author, Comment, Post
+from tests.support.definitions import agent_definition
 from worker._network import check_allow_entry
-from worker.agents import AgentConfig, AgentDefinition
+from worker.agents import AgentDefinition
 from worker.pipeline._scope import EgressPolicy, task_scope, with_private_memory
 from worker.task import Task
 from worker.tools import (
@@ -37,10 +38,7 @@ PAGE = "https://docs.example.org/guide/setup?lang=en"
 
 
 def agent(**sections: Any) -> AgentDefinition:
-    config = AgentConfig.model_validate(
-        {"name": AGENT, "brain": {"provider": "openai", "model": "m"}, **sections}
-    )
-    return AgentDefinition(config=config, system_prompt="")
+    return agent_definition(AGENT, **sections)
 
 
 def notification(kind: str | None = None) -> Task:

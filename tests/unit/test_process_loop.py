@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import anyio
@@ -17,6 +17,7 @@ import httpx2
 import pytest
 
 from worker._process_loop import ProcessLoop, SharedTransport, pool_limits
+from worker.dev.post_proxy import LoopbackServer, serving
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -51,29 +52,19 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = _handle
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Server(LoopbackServer):
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.lock = threading.Lock()
         self.ports: list[int] = []
         self.seen = 0
         self.dropped = False
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
 
 @pytest.fixture
 def server() -> Iterator[_Server]:
-    httpd = _Server()
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_Server()) as httpd:
+        yield httpd
 
 
 @pytest.fixture

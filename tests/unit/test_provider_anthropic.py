@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections import deque
 from typing import Any
 
 import anthropic
 import httpx2
 import pytest
 
-from tests.support.provider_wire import SEARCH, on_the_wire, search_transcript
+from tests.support.provider_wire import (
+    SEARCH,
+    FakeProvider,
+    message,
+    on_the_wire,
+    search_transcript,
+)
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models._anthropic import AnthropicModel
 from worker.models._cache import PromptCache
@@ -21,57 +25,12 @@ from worker.models._types import Message, ModelRequest, StopReason, ToolCall, To
 API_KEY = "sk-ant-api03-secret-test-key-0123456789"
 
 
-class FakeAnthropic:
-    """Answers each HTTP request with the next scripted response; records what was sent."""
-
-    def __init__(self, *answers: httpx2.Response | Exception) -> None:
-        self.answers: deque[httpx2.Response | Exception] = deque(answers)
-        self.requests: list[httpx2.Request] = []
-        self.sleeps: list[float] = []
-
-    def handle(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        answer = self.answers.popleft()
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-
-    def body(self, index: int = -1) -> dict[str, Any]:
-        body: dict[str, Any] = json.loads(self.requests[index].content)
-        return body
-
-    def model(self, name: str = "claude-sonnet-4-5", **options: Any) -> AnthropicModel:
-        options.setdefault("retry", RetryPolicy(max_retries=3, jitter=False, sleep=self.sleep))
-        return AnthropicModel(
-            name,
-            api_key=API_KEY,
-            http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle)),
-            **options,
-        )
-
-
-def message(
-    content: list[dict[str, Any]],
-    *,
-    stop_reason: str = "end_turn",
-    model: str = "claude-sonnet-4-5-20250929",
-    usage: dict[str, int] | None = None,
-) -> httpx2.Response:
-    return httpx2.Response(
-        200,
-        json={
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": content,
-            "stop_reason": stop_reason,
-            "usage": usage or {"input_tokens": 10, "output_tokens": 5},
-        },
-    )
+def anthropic_model(
+    fake: FakeProvider, name: str = "claude-sonnet-4-5", **options: Any
+) -> AnthropicModel:
+    """The SDK's model on ``fake``, with 3 retries that only record their pauses."""
+    options.setdefault("retry", RetryPolicy(max_retries=3, jitter=False, sleep=fake.sleep))
+    return AnthropicModel(name, api_key=API_KEY, http_client=fake.client(), **options)
 
 
 def error(status: int, text: str, headers: dict[str, str] | None = None) -> httpx2.Response:
@@ -87,7 +46,7 @@ def ask(text: str = "hello", **options: Any) -> ModelRequest:
 
 @pytest.mark.anyio
 async def test_text_answer_maps_text_usage_and_cost() -> None:
-    fake = FakeAnthropic(
+    fake = FakeProvider(
         message(
             [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}],
             usage={
@@ -98,7 +57,7 @@ async def test_text_answer_maps_text_usage_and_cost() -> None:
             },
         )
     )
-    response = await fake.model(max_output_tokens=321).complete(ask())
+    response = await anthropic_model(fake, max_output_tokens=321).complete(ask())
 
     assert response.text == "Hi there"
     assert response.tool_calls == ()
@@ -124,14 +83,14 @@ async def test_text_answer_maps_text_usage_and_cost() -> None:
 
 @pytest.mark.anyio
 async def test_temperature_is_never_sent_because_the_api_rejects_it() -> None:
-    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]))
-    await fake.model(temperature=0.2).complete(ask(temperature=0.7))
+    fake = FakeProvider(message([{"type": "text", "text": "ok"}]))
+    await anthropic_model(fake, temperature=0.2).complete(ask(temperature=0.7))
     assert "temperature" not in fake.body()
 
 
 @pytest.mark.anyio
 async def test_tool_use_request_and_answer() -> None:
-    fake = FakeAnthropic(
+    fake = FakeProvider(
         message(
             [
                 {"type": "text", "text": "Searching."},
@@ -159,7 +118,7 @@ async def test_tool_use_request_and_answer() -> None:
         Message(role="tool", content="post p-1", tool_call_id="toolu_b"),
         Message(role="user", content="also check comments"),
     ]
-    response = await fake.model().complete(
+    response = await anthropic_model(fake).complete(
         ModelRequest(system="sys", messages=transcript, tools=[search])
     )
 
@@ -222,18 +181,18 @@ async def test_tool_use_request_and_answer() -> None:
     ],
 )
 async def test_stop_reasons(stop_reason: str, expected: StopReason) -> None:
-    fake = FakeAnthropic(message([{"type": "text", "text": "x"}], stop_reason=stop_reason))
-    response = await fake.model().complete(ask())
+    fake = FakeProvider(message([{"type": "text", "text": "x"}], stop_reason=stop_reason))
+    response = await anthropic_model(fake).complete(ask())
     assert response.stop_reason is expected
 
 
 @pytest.mark.anyio
 async def test_429_is_retried_after_the_retry_after_header() -> None:
-    fake = FakeAnthropic(
+    fake = FakeProvider(
         error(429, "rate limited", headers={"retry-after": "7"}),
         message([{"type": "text", "text": "finally"}]),
     )
-    response = await fake.model().complete(ask())
+    response = await anthropic_model(fake).complete(ask())
     assert response.text == "finally"
     assert response.attempts == 2
     assert fake.sleeps == [7.0]
@@ -242,9 +201,9 @@ async def test_429_is_retried_after_the_retry_after_header() -> None:
 
 @pytest.mark.anyio
 async def test_5xx_until_retries_run_out_raises_model_unavailable() -> None:
-    fake = FakeAnthropic(*(error(status, "overloaded") for status in (500, 529, 503, 502)))
+    fake = FakeProvider(*(error(status, "overloaded") for status in (500, 529, 503, 502)))
     with pytest.raises(ModelUnavailable) as caught:
-        await fake.model().complete(ask())
+        await anthropic_model(fake).complete(ask())
     assert len(fake.requests) == 4  # one request per attempt: the SDK's own retries are off
     assert fake.sleeps == [0.5, 1.0, 2.0]
     assert caught.value.provider == "anthropic"
@@ -255,19 +214,19 @@ async def test_5xx_until_retries_run_out_raises_model_unavailable() -> None:
 
 @pytest.mark.anyio
 async def test_connection_errors_are_retried() -> None:
-    fake = FakeAnthropic(
+    fake = FakeProvider(
         httpx2.ConnectError("connection refused"), message([{"type": "text", "text": "back"}])
     )
-    response = await fake.model().complete(ask())
+    response = await anthropic_model(fake).complete(ask())
     assert response.text == "back"
     assert response.attempts == 2
 
 
 @pytest.mark.anyio
 async def test_401_raises_auth_error_without_the_key() -> None:
-    fake = FakeAnthropic(error(401, f"invalid x-api-key {API_KEY}"))
+    fake = FakeProvider(error(401, f"invalid x-api-key {API_KEY}"))
     with pytest.raises(ModelAuthError) as caught:
-        await fake.model().complete(ask())
+        await anthropic_model(fake).complete(ask())
     assert len(fake.requests) == 1
     assert API_KEY not in caught.value.message
     assert "anthropic" in caught.value.message
@@ -276,9 +235,9 @@ async def test_401_raises_auth_error_without_the_key() -> None:
 
 @pytest.mark.anyio
 async def test_400_raises_request_error_at_once() -> None:
-    fake = FakeAnthropic(error(400, "messages: roles must alternate"))
+    fake = FakeProvider(error(400, "messages: roles must alternate"))
     with pytest.raises(ModelRequestError, match="roles must alternate"):
-        await fake.model().complete(ask())
+        await anthropic_model(fake).complete(ask())
     assert len(fake.requests) == 1
     assert fake.sleeps == []
 
@@ -288,8 +247,8 @@ async def test_400_raises_request_error_at_once() -> None:
 async def test_timeout_is_the_remaining_budget_capped_by_the_default(
     remaining: float | None, expected: float
 ) -> None:
-    fake = FakeAnthropic(message([{"type": "text", "text": "x"}]))
-    await fake.model(default_timeout_s=120.0).complete(ask(timeout_s=remaining))
+    fake = FakeProvider(message([{"type": "text", "text": "x"}]))
+    await anthropic_model(fake, default_timeout_s=120.0).complete(ask(timeout_s=remaining))
     timeouts = fake.requests[0].extensions["timeout"]
     assert timeouts["read"] == pytest.approx(expected, abs=0.5)
     assert timeouts["connect"] == pytest.approx(expected, abs=0.5)
@@ -297,9 +256,9 @@ async def test_timeout_is_the_remaining_budget_capped_by_the_default(
 
 @pytest.mark.anyio
 async def test_retry_after_longer_than_the_budget_stops_at_once() -> None:
-    fake = FakeAnthropic(error(429, "slow down", headers={"retry-after": "45"}))
+    fake = FakeProvider(error(429, "slow down", headers={"retry-after": "45"}))
     with pytest.raises(ModelUnavailable) as caught:
-        await fake.model(retry=RetryPolicy(max_delay_s=60.0, sleep=fake.sleep)).complete(
+        await anthropic_model(fake, retry=RetryPolicy(max_delay_s=60.0, sleep=fake.sleep)).complete(
             ask(timeout_s=20.0)
         )
     assert fake.sleeps == []
@@ -309,8 +268,8 @@ async def test_retry_after_longer_than_the_budget_stops_at_once() -> None:
 
 @pytest.mark.anyio
 async def test_unknown_model_has_unknown_cost() -> None:
-    fake = FakeAnthropic(message([{"type": "text", "text": "x"}], model="claude-internal-test"))
-    response = await fake.model("claude-internal-test").complete(ask())
+    fake = FakeProvider(message([{"type": "text", "text": "x"}], model="claude-internal-test"))
+    response = await anthropic_model(fake, "claude-internal-test").complete(ask())
     assert response.usage.cost_usd is None
     assert response.usage.input_tokens == 10
 
@@ -318,8 +277,8 @@ async def test_unknown_model_has_unknown_cost() -> None:
 @pytest.mark.anyio
 async def test_response_schema_uses_the_structured_output_config() -> None:
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-    fake = FakeAnthropic(message([{"type": "text", "text": '{"ok": true}'}]))
-    await fake.model().complete(ask(response_schema=schema))
+    fake = FakeProvider(message([{"type": "text", "text": '{"ok": true}'}]))
+    await anthropic_model(fake).complete(ask(response_schema=schema))
     assert fake.body()["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
 
 
@@ -363,8 +322,8 @@ def marks(body: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
 async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
     # The model posts its encoded body through the SDK's ``post`` (no walk of the body): the
     # same method, URL, headers (the key) and body as ``messages.create`` with those fields.
-    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]), message([]))
-    model = fake.model(prompt_cache=PromptCache(key="k"))
+    fake = FakeProvider(message([{"type": "text", "text": "ok"}]), message([]))
+    model = anthropic_model(fake, prompt_cache=PromptCache(key="k"))
     await model.complete(cached_request(timeout_s=30.0, response_schema={"type": "object"}))
     sdk = anthropic.AsyncAnthropic(
         api_key=API_KEY,
@@ -384,8 +343,8 @@ async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
 
 @pytest.mark.anyio
 async def test_the_cache_marks_the_tools_the_agents_prompt_and_the_conversation() -> None:
-    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]), message([]))
-    model = fake.model(prompt_cache=PromptCache(key="k"))
+    fake = FakeProvider(message([{"type": "text", "text": "ok"}]), message([]))
+    model = anthropic_model(fake, prompt_cache=PromptCache(key="k"))
     await model.complete(cached_request())
     # One short tool is below Sonnet 4.5's 1,024 tokens on its own: not marked.
     assert [where for where, _ in marks(fake.body())] == [
@@ -416,16 +375,16 @@ async def test_the_cache_marks_the_tools_the_agents_prompt_and_the_conversation(
 
 @pytest.mark.anyio
 async def test_an_hour_long_cache_covers_the_agent_and_five_minutes_the_conversation() -> None:
-    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]))
-    await fake.model(prompt_cache=PromptCache(ttl="1h")).complete(cached_request())
+    fake = FakeProvider(message([{"type": "text", "text": "ok"}]))
+    await anthropic_model(fake, prompt_cache=PromptCache(ttl="1h")).complete(cached_request())
     hour, five_minutes = {"type": "ephemeral", "ttl": "1h"}, {"type": "ephemeral"}
     assert [mark for _, mark in marks(fake.body())] == [hour, five_minutes, five_minutes]
 
 
 @pytest.mark.anyio
 async def test_a_closing_call_marks_only_what_another_task_reads_back() -> None:
-    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]))
-    await fake.model(prompt_cache=PromptCache()).complete(cached_request(last_call=True))
+    fake = FakeProvider(message([{"type": "text", "text": "ok"}]))
+    await anthropic_model(fake, prompt_cache=PromptCache()).complete(cached_request(last_call=True))
     assert [where for where, _ in marks(fake.body())] == ["system 0"]
 
 
@@ -433,8 +392,8 @@ async def test_a_closing_call_marks_only_what_another_task_reads_back() -> None:
 async def test_a_prefix_below_the_models_minimum_is_not_marked() -> None:
     # Opus 4.5 caches nothing under 4,096 tokens: the agent's prompt (about 1,200) is not
     # marked, and a whole request that short is not marked anywhere.
-    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]), message([]))
-    model = fake.model("claude-opus-4-5", prompt_cache=PromptCache())
+    fake = FakeProvider(message([{"type": "text", "text": "ok"}]), message([]))
+    model = anthropic_model(fake, "claude-opus-4-5", prompt_cache=PromptCache())
     await model.complete(cached_request())
     assert marks(fake.body()) == []
     long_thread = Message(role="user", content="a long thread " * 1200)
@@ -444,8 +403,8 @@ async def test_a_prefix_below_the_models_minimum_is_not_marked() -> None:
 
 @pytest.mark.anyio
 async def test_without_the_cache_the_request_is_todays() -> None:
-    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}]))
-    await fake.model(prompt_cache=None).complete(cached_request())
+    fake = FakeProvider(message([{"type": "text", "text": "ok"}]))
+    await anthropic_model(fake, prompt_cache=None).complete(cached_request())
     body = fake.body()
     assert body["system"] == AGENT_PROMPT + "\n\nBudget: $0.10 of $1.00 used today."
     assert marks(body) == []
@@ -460,8 +419,10 @@ async def test_cache_tokens_are_reported_and_an_hours_write_costs_twice_the_inpu
         "cache_creation_input_tokens": 1000,
         "cache_creation": {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 800},
     }
-    fake = FakeAnthropic(message([{"type": "text", "text": "ok"}], usage=usage))
-    response = await fake.model(prompt_cache=PromptCache(ttl="1h")).complete(cached_request())
+    fake = FakeProvider(message([{"type": "text", "text": "ok"}], usage=usage))
+    response = await anthropic_model(fake, prompt_cache=PromptCache(ttl="1h")).complete(
+        cached_request()
+    )
     assert (response.usage.cache_read_tokens, response.usage.cache_write_tokens) == (3000, 1000)
     assert response.usage.input_tokens == 4100
     # $3 fresh, $0.30 read, $3.75 a 5-minute write, $6 an hour's write, $15 output per million.

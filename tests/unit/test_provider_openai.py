@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import json
-from collections import deque
 from typing import Any
 
 import httpx2
 import openai
 import pytest
 
-from tests.support.provider_wire import SEARCH, on_the_wire, search_transcript
+from tests.support.provider_wire import (
+    SEARCH,
+    FakeProvider,
+    completion,
+    on_the_wire,
+    search_transcript,
+)
 from worker.exceptions import ModelAuthError, ModelRequestError, ModelUnavailable
 from worker.models import _openai
 from worker.models._cache import PromptCache, agent_cache_key
@@ -27,61 +31,10 @@ def official_endpoint_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
 
-class FakeOpenAI:
-    """Answers each HTTP request with the next scripted response; records what was sent."""
-
-    def __init__(self, *answers: httpx2.Response | Exception) -> None:
-        self.answers: deque[httpx2.Response | Exception] = deque(answers)
-        self.requests: list[httpx2.Request] = []
-        self.sleeps: list[float] = []
-
-    def handle(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        answer = self.answers.popleft()
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-
-    def body(self, index: int = -1) -> dict[str, Any]:
-        body: dict[str, Any] = json.loads(self.requests[index].content)
-        return body
-
-    def model(self, name: str = "gpt-4o", **options: Any) -> OpenAIModel:
-        options.setdefault("retry", RetryPolicy(max_retries=2, jitter=False, sleep=self.sleep))
-        return OpenAIModel(
-            name,
-            api_key=API_KEY,
-            http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle)),
-            **options,
-        )
-
-
-def completion(
-    content: str | None = "",
-    *,
-    tool_calls: list[dict[str, Any]] | None = None,
-    finish_reason: str = "stop",
-    model: str = "gpt-4o-2024-08-06",
-    usage: dict[str, Any] | None = None,
-    refusal: str | None = None,
-) -> httpx2.Response:
-    answer: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
-    if tool_calls is not None:
-        answer["tool_calls"] = tool_calls
-    return httpx2.Response(
-        200,
-        json={
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": model,
-            "choices": [{"index": 0, "message": answer, "finish_reason": finish_reason}],
-            "usage": usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        },
-    )
+def openai_model(fake: FakeProvider, name: str = "gpt-4o", **options: Any) -> OpenAIModel:
+    """The SDK's model on ``fake``, with 2 retries that only record their pauses."""
+    options.setdefault("retry", RetryPolicy(max_retries=2, jitter=False, sleep=fake.sleep))
+    return OpenAIModel(name, api_key=API_KEY, http_client=fake.client(), **options)
 
 
 def function_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
@@ -99,7 +52,7 @@ def ask(text: str = "hello", **options: Any) -> ModelRequest:
 
 @pytest.mark.anyio
 async def test_text_answer_maps_text_usage_and_cost() -> None:
-    fake = FakeOpenAI(
+    fake = FakeProvider(
         completion(
             "Hi there",
             usage={
@@ -110,7 +63,7 @@ async def test_text_answer_maps_text_usage_and_cost() -> None:
             },
         )
     )
-    response = await fake.model(temperature=0.3).complete(ask())
+    response = await openai_model(fake, temperature=0.3).complete(ask())
 
     assert response.text == "Hi there"
     assert response.stop_reason is StopReason.END_TURN
@@ -136,8 +89,8 @@ async def test_text_answer_maps_text_usage_and_cost() -> None:
 
 @pytest.mark.anyio
 async def test_compatible_servers_get_max_tokens() -> None:
-    fake = FakeOpenAI(completion("ok"))
-    await fake.model("llama3.1", base_url="http://ollama.local:11434/v1").complete(
+    fake = FakeProvider(completion("ok"))
+    await openai_model(fake, "llama3.1", base_url="http://ollama.local:11434/v1").complete(
         ask(max_output_tokens=77)
     )
     assert str(fake.requests[0].url) == "http://ollama.local:11434/v1/chat/completions"
@@ -147,7 +100,7 @@ async def test_compatible_servers_get_max_tokens() -> None:
 
 @pytest.mark.anyio
 async def test_tool_use_request_and_answer() -> None:
-    fake = FakeOpenAI(
+    fake = FakeProvider(
         completion(
             None,
             tool_calls=[function_call("call_9", "hub__search", '{"q": "rq"}')],
@@ -167,7 +120,7 @@ async def test_tool_use_request_and_answer() -> None:
         Message(role="tool", content="server down", tool_call_id="call_a", is_error=True),
         Message(role="tool", content="post p-1", tool_call_id="call_b"),
     ]
-    response = await fake.model().complete(
+    response = await openai_model(fake).complete(
         ModelRequest(system="sys", messages=transcript, tools=[SEARCH])
     )
 
@@ -206,12 +159,12 @@ async def test_tool_use_request_and_answer() -> None:
 @pytest.mark.anyio
 async def test_malformed_tool_arguments_pass_through_raw() -> None:
     raw = '{"q": "rq", "limit": 5,,'
-    fake = FakeOpenAI(
+    fake = FakeProvider(
         completion(
             "", tool_calls=[function_call("call_1", "hub__search", raw)], finish_reason="tool_calls"
         )
     )
-    response = await fake.model().complete(ask())
+    response = await openai_model(fake).complete(ask())
     assert response.tool_calls[0].arguments == raw
 
 
@@ -227,30 +180,30 @@ async def test_malformed_tool_arguments_pass_through_raw() -> None:
     ],
 )
 async def test_finish_reasons(finish_reason: str, expected: StopReason) -> None:
-    fake = FakeOpenAI(completion("x", finish_reason=finish_reason))
-    response = await fake.model().complete(ask())
+    fake = FakeProvider(completion("x", finish_reason=finish_reason))
+    response = await openai_model(fake).complete(ask())
     assert response.stop_reason is expected
 
 
 @pytest.mark.anyio
 async def test_refusal_and_tool_calls_reported_as_stop() -> None:
-    refused = FakeOpenAI(completion(None, refusal="I can't help with that."))
-    response = await refused.model().complete(ask())
+    refused = FakeProvider(completion(None, refusal="I can't help with that."))
+    response = await openai_model(refused).complete(ask())
     assert response.stop_reason is StopReason.REFUSAL
     assert response.text == "I can't help with that."
 
     # Some compatible servers say "stop" although the model called a tool.
-    compat = FakeOpenAI(completion("", tool_calls=[function_call("c1", "hub__search", "{}")]))
-    assert (await compat.model().complete(ask())).stop_reason is StopReason.TOOL_USE
+    compat = FakeProvider(completion("", tool_calls=[function_call("c1", "hub__search", "{}")]))
+    assert (await openai_model(compat).complete(ask())).stop_reason is StopReason.TOOL_USE
 
 
 @pytest.mark.anyio
 async def test_429_is_retried_after_retry_after_ms() -> None:
-    fake = FakeOpenAI(
+    fake = FakeProvider(
         error(429, "rate limited", headers={"retry-after-ms": "1500", "retry-after": "9"}),
         completion("done"),
     )
-    response = await fake.model().complete(ask())
+    response = await openai_model(fake).complete(ask())
     assert response.text == "done"
     assert response.attempts == 2
     assert fake.sleeps == [1.5]
@@ -258,11 +211,11 @@ async def test_429_is_retried_after_retry_after_ms() -> None:
 
 @pytest.mark.anyio
 async def test_503_until_retries_run_out_raises_model_unavailable() -> None:
-    fake = FakeOpenAI(
+    fake = FakeProvider(
         error(503, "busy"), error(503, "busy"), error(503, "busy", headers={"retry-after": "3"})
     )
     with pytest.raises(ModelUnavailable) as caught:
-        await fake.model().complete(ask())
+        await openai_model(fake).complete(ask())
     assert len(fake.requests) == 3
     assert fake.sleeps == [0.5, 1.0]
     assert caught.value.retry_after_s == 3.0
@@ -271,17 +224,17 @@ async def test_503_until_retries_run_out_raises_model_unavailable() -> None:
 
 @pytest.mark.anyio
 async def test_timeout_errors_are_retried() -> None:
-    fake = FakeOpenAI(httpx2.ReadTimeout("slow"), completion("ok"))
-    response = await fake.model().complete(ask())
+    fake = FakeProvider(httpx2.ReadTimeout("slow"), completion("ok"))
+    response = await openai_model(fake).complete(ask())
     assert response.attempts == 2
 
 
 @pytest.mark.anyio
 async def test_401_raises_auth_error_without_the_key() -> None:
     echoed = "Incorrect API key provided: sk-proj-****************6789. Check your key."
-    fake = FakeOpenAI(error(401, f"{echoed} ({API_KEY})"))
+    fake = FakeProvider(error(401, f"{echoed} ({API_KEY})"))
     with pytest.raises(ModelAuthError) as caught:
-        await fake.model().complete(ask())
+        await openai_model(fake).complete(ask())
     assert len(fake.requests) == 1
     assert API_KEY not in caught.value.message
     assert "6789" not in caught.value.message
@@ -291,23 +244,25 @@ async def test_401_raises_auth_error_without_the_key() -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("status", [400, 404, 422])
 async def test_invalid_request_raises_request_error(status: int) -> None:
-    fake = FakeOpenAI(error(status, "bad request"))
+    fake = FakeProvider(error(status, "bad request"))
     with pytest.raises(ModelRequestError, match=f"HTTP {status}"):
-        await fake.model().complete(ask())
+        await openai_model(fake).complete(ask())
     assert len(fake.requests) == 1
 
 
 @pytest.mark.anyio
 async def test_timeout_is_the_remaining_budget() -> None:
-    fake = FakeOpenAI(completion("x"))
-    await fake.model(default_timeout_s=60.0).complete(ask(timeout_s=12.0))
+    fake = FakeProvider(completion("x"))
+    await openai_model(fake, default_timeout_s=60.0).complete(ask(timeout_s=12.0))
     assert fake.requests[0].extensions["timeout"]["read"] == pytest.approx(12.0, abs=0.5)
 
 
 @pytest.mark.anyio
 async def test_unknown_model_has_unknown_cost() -> None:
-    fake = FakeOpenAI(completion("x", model="qwen2.5:7b"))
-    response = await fake.model("qwen2.5:7b", base_url="http://vllm.local/v1").complete(ask())
+    fake = FakeProvider(completion("x", model="qwen2.5:7b"))
+    response = await openai_model(fake, "qwen2.5:7b", base_url="http://vllm.local/v1").complete(
+        ask()
+    )
     assert response.usage.cost_usd is None
     assert response.usage.total_tokens == 15
 
@@ -315,8 +270,8 @@ async def test_unknown_model_has_unknown_cost() -> None:
 @pytest.mark.anyio
 async def test_response_schema_becomes_a_strict_json_schema_format() -> None:
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-    fake = FakeOpenAI(completion('{"ok": true}'))
-    await fake.model().complete(ask(response_schema=schema, response_schema_name="Verdict"))
+    fake = FakeProvider(completion('{"ok": true}'))
+    await openai_model(fake).complete(ask(response_schema=schema, response_schema_name="Verdict"))
     assert fake.body()["response_format"] == {
         "type": "json_schema",
         "json_schema": {"name": "Verdict", "schema": schema, "strict": True},
@@ -328,8 +283,8 @@ async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
     # The model posts its body through the SDK's ``post`` (no TypedDict transform): the same
     # method, URL, headers (the key as bearer) and body as ``chat.completions.create``.
     transcript = search_transcript("call_a")
-    fake = FakeOpenAI(completion("done"), completion("done"))
-    model = fake.model(temperature=0.2)
+    fake = FakeProvider(completion("done"), completion("done"))
+    model = openai_model(fake, temperature=0.2)
     await model.complete(
         ModelRequest(
             system="sys",
@@ -364,8 +319,8 @@ async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
 
 @pytest.mark.anyio
 async def test_the_agents_cache_key_and_one_system_text_are_sent() -> None:
-    fake = FakeOpenAI(completion("done"))
-    model = fake.model(prompt_cache=PromptCache(key=agent_cache_key("reviewer")))
+    fake = FakeProvider(completion("done"))
+    model = openai_model(fake, prompt_cache=PromptCache(key=agent_cache_key("reviewer")))
     await model.complete(ask(system="You review.", system_context="Budget: $0.10 of $1.00."))
     body = fake.body()
     assert body["prompt_cache_key"] == agent_cache_key("reviewer")
@@ -380,9 +335,11 @@ async def test_the_agents_cache_key_and_one_system_text_are_sent() -> None:
 
 @pytest.mark.anyio
 async def test_no_cache_key_when_the_cache_is_off_or_the_operator_opts_out() -> None:
-    fake = FakeOpenAI(completion("a"), completion("b"))
-    await fake.model(prompt_cache=None).complete(ask())
-    await fake.model(prompt_cache=PromptCache(key="agent-x", send_key=False)).complete(ask())
+    fake = FakeProvider(completion("a"), completion("b"))
+    await openai_model(fake, prompt_cache=None).complete(ask())
+    await openai_model(fake, prompt_cache=PromptCache(key="agent-x", send_key=False)).complete(
+        ask()
+    )
     assert "prompt_cache_key" not in fake.body(0)
     assert "prompt_cache_key" not in fake.body(1)
 
@@ -393,8 +350,10 @@ async def test_a_server_refusing_the_cache_key_is_asked_again_without_it_and_rem
 ) -> None:
     monkeypatch.setattr(_openai, "_REFUSE_CACHE_KEY", set())
     refusal = error(400, "Unrecognized request argument supplied: prompt_cache_key")
-    fake = FakeOpenAI(refusal, completion("first"), completion("second"))
-    model = fake.model(base_url="http://llm.internal/v1", prompt_cache=PromptCache(key="agent-x"))
+    fake = FakeProvider(refusal, completion("first"), completion("second"))
+    model = openai_model(
+        fake, base_url="http://llm.internal/v1", prompt_cache=PromptCache(key="agent-x")
+    )
     assert (await model.complete(ask())).text == "first"
     assert (await model.complete(ask())).text == "second"
     sent = [fake.body(i).get("prompt_cache_key") for i in range(3)]
@@ -405,8 +364,8 @@ async def test_a_server_refusing_the_cache_key_is_asked_again_without_it_and_rem
 @pytest.mark.anyio
 async def test_another_400_is_not_retried_without_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_openai, "_REFUSE_CACHE_KEY", set())
-    fake = FakeOpenAI(error(400, "messages: too many"))
-    model = fake.model(prompt_cache=PromptCache(key="agent-x"))
+    fake = FakeProvider(error(400, "messages: too many"))
+    model = openai_model(fake, prompt_cache=PromptCache(key="agent-x"))
     with pytest.raises(ModelRequestError):
         await model.complete(ask())
     assert len(fake.requests) == 1

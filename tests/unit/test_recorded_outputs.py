@@ -13,7 +13,8 @@ import itertools
 
 import pytest
 
-from tests.support.recorded_llm import RecordedEndpoint, exchanges
+from tests.support.provider_wire import FakeProvider
+from tests.support.recorded_llm import exchanges, local_model, replaying
 from worker.loop import AgentLoop, Closing, LoopSettings, RunLimits, RunResult, ToolCallRecord
 from worker.models import Message
 from worker.task import Outcome
@@ -33,7 +34,7 @@ class TimeIsARead:
 
 
 async def test_a_model_that_repeats_its_call_gets_notes_then_a_closing_turn() -> None:
-    endpoint = RecordedEndpoint(GET_TIME * 6)
+    endpoint = replaying(GET_TIME * 6)
     times: list[str] = []
 
     def get_time() -> str:
@@ -41,7 +42,7 @@ async def test_a_model_that_repeats_its_call_gets_notes_then_a_closing_turn() ->
         return "2026-11-24T12:00:00Z"
 
     loop = AgentLoop(
-        model=endpoint.model(),
+        model=local_model(endpoint),
         toolbox=LocalToolbox([LocalTool(name="get_time", function=get_time)]),
         system="",
         settings=LoopSettings(call_rules=TimeIsARead(), max_same_call_repeats=3),
@@ -51,9 +52,9 @@ async def test_a_model_that_repeats_its_call_gets_notes_then_a_closing_turn() ->
     result = await loop.run([Message(role="user", content="What time is it? Use the tool.")])
     assert times == ["12:00"]  # run once; the repeats got the earlier result
     assert [step.requested_calls[0].name for step in result.steps[:4]] == ["get_time"] * 4
-    notes = [m["content"] for m in endpoint.requests[2]["messages"] if m["role"] == "user"]
+    notes = [m["content"] for m in endpoint.body(2)["messages"] if m["role"] == "user"]
     assert "is the same as in step 1, so it was not run again" in notes[-1]
-    closing, retold = endpoint.requests[-2:]
+    closing, retold = endpoint.body(-2), endpoint.body(-1)
     assert "tools" not in closing and "Do not call any tool" in closing["messages"][-1]["content"]
     # The model wrote nothing but calls: each is told on the user's side, with its result.
     [told] = retold["messages"]
@@ -110,10 +111,10 @@ def hub_tools(posted: list[str]) -> LocalToolbox:
     )
 
 
-async def ask_the_redis_port(endpoint: RecordedEndpoint, posted: list[str]) -> RunResult:
+async def ask_the_redis_port(endpoint: FakeProvider, posted: list[str]) -> RunResult:
     """``make eval``'s question in a thread, to the eval agent's loop on recorded answers."""
     loop = AgentLoop(
-        model=endpoint.model(),
+        model=local_model(endpoint),
         toolbox=hub_tools(posted),
         system="You are eval-agent.",
         settings=LoopSettings(call_rules=HubReads(), limits=RunLimits(max_iterations=6)),
@@ -125,11 +126,11 @@ async def ask_the_redis_port(endpoint: RecordedEndpoint, posted: list[str]) -> R
 
 
 async def test_a_closing_turn_answered_with_a_call_is_retold_in_plain_text() -> None:
-    endpoint = RecordedEndpoint(REDIS_PORT)
+    endpoint = replaying(REDIS_PORT)
     posted: list[str] = []
     result = await ask_the_redis_port(endpoint, posted)
     assert posted == ["The default TCP port of a Redis server is 6379."]
-    first_closing, retold = endpoint.requests[-2], endpoint.requests[-1]
+    first_closing, retold = endpoint.body(-2), endpoint.body(-1)
     assert "tools" not in first_closing
     assert any(m.get("tool_calls") for m in first_closing["messages"])
     # Retold: no tool calls nor tool messages, roles alternating, the closing prompt last.
@@ -156,10 +157,10 @@ REDIS_PORT_RETOLD = exchanges("qwen2.5-coder-1.5b-redis-port-retold.jsonl")
 
 
 async def test_a_retelling_on_the_users_side_gets_the_small_models_answer() -> None:
-    endpoint = RecordedEndpoint(REDIS_PORT_RETOLD)
+    endpoint = replaying(REDIS_PORT_RETOLD)
     posted: list[str] = []
     result = await ask_the_redis_port(endpoint, posted)
-    retold = endpoint.requests[-1]["messages"]
+    retold = endpoint.body(-1)["messages"]
     assert [message["role"] for message in retold] == ["system", "user"]
     assert 'You called hub__get_thread with {"post_id": "p-1"}. Result:' in retold[-1]["content"]
     # The loop guard closed the run and the retold closing turn brought the answer.
@@ -178,7 +179,7 @@ LONG_THREAD = exchanges("qwen2.5-coder-1.5b-long-thread.jsonl")
 
 async def test_a_prompt_the_server_finds_too_long_is_cut_again_by_its_count() -> None:
     refused = LONG_THREAD[0]["request"]
-    endpoint = RecordedEndpoint(LONG_THREAD)
+    endpoint = replaying(LONG_THREAD)
     tools = [
         LocalTool(
             name=tool["function"]["name"],
@@ -189,7 +190,7 @@ async def test_a_prompt_the_server_finds_too_long_is_cut_again_by_its_count() ->
         for tool in refused["tools"]
     ]
     loop = AgentLoop(
-        model=endpoint.model(),
+        model=local_model(endpoint),
         toolbox=LocalToolbox(tools),
         system=refused["system"],
         settings=LoopSettings(
@@ -203,7 +204,7 @@ async def test_a_prompt_the_server_finds_too_long_is_cut_again_by_its_count() ->
     )
     thread = refused["last_message"]["content"]
     result = await loop.run([Message(role="user", content=thread)])
-    first, second = (request["messages"][-1]["content"] for request in endpoint.requests[:2])
+    first, second = (endpoint.body(i)["messages"][-1]["content"] for i in (0, 1))
     assert first == thread
     assert "characters of older content left out" in second and len(second) < len(thread)
     assert second.endswith(thread[-600:])  # the newest comments, with the question, stay

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import http.server
 import ipaddress
 import re
-import threading
 from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit
 
@@ -22,6 +20,7 @@ from mcp_servers._ssrf import (
     VettingNetworkBackend,
     resolve,
 )
+from tests.support.loopback_web import loopback_host
 from tests.support.redis_server import free_port
 
 # Every one of these must be refused, by the URL check or at connect time.
@@ -202,30 +201,10 @@ def test_a_malformed_allow_list_names_the_variable() -> None:
         AddressPolicy.from_env({ALLOW_NETWORKS_ENV: "10.0.0.0/8,not-a-network"})
 
 
-class _PageHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"hello from loopback"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def local_http_url() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PageHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with loopback_host() as host:
+        yield f"{host.url}/page/ssrf"
 
 
 @pytest.mark.anyio
@@ -248,7 +227,7 @@ async def test_the_transport_connects_where_the_policy_allows_and_ignores_env_pr
         response = await client.get(local_http_url)
 
     assert response.status_code == 200
-    assert response.text == "hello from loopback"
+    assert "PAGE-OK-ssrf" in response.text
 
 
 @pytest.mark.anyio

@@ -8,28 +8,21 @@ for a native agent, and from the fake ``claude`` CLI reporting it as its
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import fakeredis
 import httpx2
 import pytest
 
-from hub_client import HubClient
-from hub_client.devhub import create_app
 from tests.support.definitions import write_agent
 from tests.support.fake_clis import install_fake_cli
-from worker.agents import AgentDefinition, AgentStore
-from worker.jobs import TaskRuntime, execute_task
-from worker.metrics import JobMetrics
+from tests.support.pipeline import in_process_hub, task_runtime
+from worker.jobs import execute_task
 from worker.models import Model
 from worker.models._anthropic import AnthropicModel
 from worker.models._retry import RetryPolicy
-from worker.redaction import Redactor
 from worker.settings import Settings
-from worker.task import AgentReport, Outcome, Task
-from worker.tools import LocalToolbox, ScopeCell, Toolbox
+from worker.task import AgentReport, Outcome
 
 pytestmark = pytest.mark.anyio
 
@@ -96,33 +89,25 @@ def provider_answering(status: int) -> Model:
 async def task_outcome(
     agent_id: str, status: int, agents_root: Path, redis: fakeredis.FakeRedis
 ) -> AgentReport:
-    app = create_app(api_key=HUB_KEY)
-
-    @asynccontextmanager
-    async def no_tools(
-        agent: AgentDefinition, task: Task, scope: ScopeCell
-    ) -> AsyncIterator[Toolbox]:
-        yield LocalToolbox([])
-
-    async with HubClient("http://devhub", HUB_KEY, transport=httpx2.ASGITransport(app=app)) as hub:
+    async with in_process_hub(HUB_KEY) as hub:
         post = await hub.create_post(
             agent_id="alice", content=f"@{agent_id} hello?", idempotency_key=f"seed-{status}"
         )
-        runtime = TaskRuntime(
-            settings=Settings(
-                hub_url="http://devhub",
-                hub_api_key=HUB_KEY,  # type: ignore[arg-type]
-                anthropic_api_key=ANTHROPIC_KEY,  # type: ignore[arg-type]
-                anthropic_base_url="http://127.0.0.1:9/anthropic",
-                cli_sandbox="off",  # the fake runs on this interpreter
-            ),
-            redis=redis,
-            agents=AgentStore(str(agents_root), redis=redis),
-            metrics=JobMetrics(),
-            redactor=Redactor([HUB_KEY, ANTHROPIC_KEY]),
-            make_model=lambda agent: provider_answering(status),
-            open_toolbox=no_tools,
-            hub=hub,
+        settings = Settings(
+            hub_url="http://devhub",
+            hub_api_key=HUB_KEY,  # type: ignore[arg-type]
+            anthropic_api_key=ANTHROPIC_KEY,  # type: ignore[arg-type]
+            anthropic_base_url="http://127.0.0.1:9/anthropic",
+            cli_sandbox="off",  # the fake runs on this interpreter
+        )
+        runtime = task_runtime(
+            hub,
+            redis,
+            provider_answering(status),
+            agents_dir=agents_root,
+            api_key=HUB_KEY,
+            settings=settings,
+            also_secret=[ANTHROPIC_KEY],
         )
         task = {
             "task_id": f"{agent_id}-{status}",

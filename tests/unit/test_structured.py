@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-import httpx2
 import pytest
 from pydantic import BaseModel, Field
 
+from tests.support.provider_wire import FakeProvider, completion
 from worker.exceptions import StructuredOutputError
 from worker.models._openai import OpenAIModel
 from worker.models._scripted import ScriptedModel, Turn
@@ -144,35 +144,11 @@ async def test_no_json_at_all_and_truncation_are_explained() -> None:
 
 @pytest.mark.anyio
 async def test_generate_through_openai_uses_strict_response_format() -> None:
-    sent: list[dict[str, Any]] = []
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(json.loads(request.content))
-        return httpx2.Response(
-            200,
-            json={
-                "id": "c",
-                "object": "chat.completion",
-                "created": 1,
-                "model": "gpt-4o-mini",
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": json.dumps(VALID)},
-                    }
-                ],
-            },
-        )
-
-    model = OpenAIModel(
-        "gpt-4o-mini",
-        api_key="sk-test",
-        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
-    )
+    fake = FakeProvider(completion(json.dumps(VALID), model="gpt-4o-mini"))
+    model = OpenAIModel("gpt-4o-mini", api_key="sk-test", http_client=fake.client())
     verdict = await generate(model, ask(), Verdict)
     assert verdict.tags == [Tag(name="ads")]
-    assert sent[0]["response_format"] == {
+    assert fake.body(0)["response_format"] == {
         "type": "json_schema",
         "json_schema": {"name": "Verdict", "schema": strict_json_schema(Verdict), "strict": True},
     }

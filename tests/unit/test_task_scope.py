@@ -11,7 +11,8 @@ import fakeredis
 import pytest
 
 from hub_client import Author, Comment, Post
-from worker.agents import AgentConfig, AgentDefinition, Memory, MemoryRetrieval
+from tests.support.definitions import agent_definition
+from worker.agents import AgentDefinition, Memory, MemoryRetrieval
 from worker.executors._gateway_link import SCOPE, GatewaySpec
 from worker.memory import (
     AgentMemory,
@@ -45,10 +46,7 @@ AGENT = "scoped-agent"
 
 
 def agent(**sections: Any) -> AgentDefinition:
-    config = AgentConfig.model_validate(
-        {"name": AGENT, "brain": {"provider": "openai", "model": "m"}, **sections}
-    )
-    return AgentDefinition(config=config, system_prompt="")
+    return agent_definition(AGENT, **sections)
 
 
 def notification(post_id: str = "p-1", kind: str | None = None) -> Task:

@@ -465,7 +465,7 @@ async def test_a_fallback_after_a_failed_model_is_a_sibling_chat_span(
 async def test_a_cli_run_is_one_span_and_hands_its_traceparent_to_the_cli_and_gateway(
     spans: InMemorySpanExporter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.unit.test_executors import (
+    from tests.support.cli_runs import (
         executor,
         make_agent,
         make_request,

@@ -4,17 +4,15 @@ the content cannot close, whatever spelling of the closing tag it tries."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from hub_client import Author, Comment, Post
+from tests.support.definitions import SHIPPED_DEMO_AGENTS
 from worker.agents import AgentDefinition, AgentStore
 from worker.models import UntrustedBlocks
 from worker.pipeline import _prompt
 from worker.task import parse_task
-
-DEMO_AGENTS = Path(__file__).resolve().parents[2] / "worker" / "dev" / "demo" / "agents"
 
 # What a thread author may write to end the block early and pose as the worker.
 FORGED_CLOSINGS = [
@@ -38,7 +36,7 @@ FORGED_CLOSINGS = [
 
 
 def agent() -> AgentDefinition:
-    return AgentStore(str(DEMO_AGENTS)).load("demo-agent")
+    return AgentStore(str(SHIPPED_DEMO_AGENTS)).load("demo-agent")
 
 
 def thread_with(content: str) -> Post:

@@ -18,12 +18,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,8 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from hub_client import HubClient
-from worker.dev.devstack import DevStack, free_port, running_stack
+from worker.dev.devstack import DevStack, running_stack
+from worker.dev.post_proxy import LoopbackServer, serving
 from worker.dev.realmodel._record import exchanges, recording_proxy
 from worker.dev.realmodel._scenarios import AGENT, PAGE_HTML, PAGE_PATH, SCENARIOS, Scenario
 from worker.dev.realmodel._server import RunningModel
@@ -303,15 +303,8 @@ def page_server() -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             return  # the evaluation prints its own table
 
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}{PAGE_PATH}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(LoopbackServer(Page)) as server:
+        yield server.url + PAGE_PATH
 
 
 async def _seed_all(
