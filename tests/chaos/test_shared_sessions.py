@@ -57,11 +57,11 @@ def kit(chaos_stack: ChaosStack) -> Iterator[ManagedProcess]:
 @pytest.fixture
 def start_worker(chaos: ChaosStack, kit: ManagedProcess) -> Callable[..., WorkerProcess]:
     """Starts a worker running four tasks at once, with the hub and the HTTP toolkit
-    first-party, each tool call bounded by ``mcp_timeout_s`` (MCP_TIMEOUT_S)."""
+    first-party (the one on ``kit_port``), each tool call bounded by ``mcp_timeout_s``."""
 
-    def start(mcp_timeout_s: float = 30) -> WorkerProcess:
+    def start(mcp_timeout_s: float = 30, kit_port: int = kit.port) -> WorkerProcess:
         config_path = chaos.workdir / f"{unique('mcp-shared')}.yaml"
-        _write_mcp_config(config_path, chaos.mcp_config, kit.port)
+        _write_mcp_config(config_path, chaos.mcp_config, kit_port)
         write_agent(
             chaos.agents_dir,
             SESSION_AGENT,
@@ -149,6 +149,41 @@ def test_a_keyed_call_in_flight_when_its_server_restarts_is_sent_again_on_a_new_
 
     assert any("slept 2" in result for result in _tool_results(chaos, task_id))
     assert _opened(worker)["kit"] == 2
+    assert len(worker.events("mcp_shared_session_retry")) == 1
+
+
+def test_a_session_the_server_forgot_is_opened_again_and_the_keyed_call_sent_once_more(
+    chaos: ChaosStack, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    # A server of the 2025 handshake gives the session an id; restarted, it answers that id
+    # with 404. The next call opens a new session and is sent again there.
+    port = free_port()
+    legacy = ManagedProcess(
+        "kit-legacy",
+        python_module("tests.support.mcp_test_servers.legacy_toolkit", "--port", str(port)),
+        port,
+        {"MCP_AUTH_TOKEN": chaos.canaries.mcp_auth_token, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    legacy.start(ready_timeout_s=SERVER_READY_TIMEOUT_S)
+    try:
+        worker = start_worker(kit_port=port)
+        before, after = unique("before"), unique("after")
+        _script(chaos, before, [_echo("before the restart")], "one")
+        _script(chaos, after, [_echo("after the restart")], "two")
+        _enqueue(chaos, before, _thread(chaos, before))
+        assert chaos.wait_for_status(before, timeout_s=120) == "finished"
+        legacy.stop()
+        legacy.start(ready_timeout_s=SERVER_READY_TIMEOUT_S)
+        _enqueue(chaos, after, _thread(chaos, after))
+        assert chaos.wait_for_status(after, timeout_s=120) == "finished"
+    finally:
+        legacy.stop()
+        legacy.remove_log()
+
+    (echoed,) = _echoed_meta(chaos, after)
+    assert echoed["text"] == "after the restart"
+    protocols = [e["protocol"] for e in worker.events("mcp_shared_session_opened")]
+    assert protocols.count("2025-11-25") == 2
     assert len(worker.events("mcp_shared_session_retry")) == 1
 
 

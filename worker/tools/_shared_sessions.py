@@ -49,7 +49,7 @@ from mcp.client import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
+from mcp_types import CONNECTION_CLOSED
 
 from worker._process_loop import ProcessLoop, pool_limits
 from worker.logs import log_event
@@ -59,8 +59,6 @@ from worker.tools._tool_cache import tool_lists
 from worker.tools._transports import http_streams
 
 _T = TypeVar("_T")
-# What the SDK answers when a server no longer knows the session id (HTTP 404).
-_SESSION_TERMINATED = "Session terminated"
 _MAX_LIST_PAGES = 100
 # How often a call that lost its session tries to open a new one.
 _REOPEN_INTERVAL_S = 0.25
@@ -104,6 +102,8 @@ class _Session:
     # The server's whole tool list, kept while the server promised to say when it changes.
     tools: tuple[mcp_types.Tool, ...] | None = None
     watches_list: bool = False
+    # The server answered the session's id with 404: it restarted, or the session expired.
+    server_forgot: bool = False
     ready: anyio.Event = field(default_factory=anyio.Event)
     # Set once the session ends (lost, or the process stops it): never handed out again.
     stop: anyio.Event = field(default_factory=anyio.Event)
@@ -123,6 +123,7 @@ class _Session:
             max_result_bytes=settings.max_result_bytes,
             on_refused=self._note_refusal,
             limits=pool_limits(settings.concurrency),
+            on_session_gone=self._note_session_gone,
         )
         # Bounds the opening only: the deadline is lifted once the session is ready.
         with anyio.CancelScope(
@@ -212,6 +213,9 @@ class _Session:
     def _note_refusal(self, status: int) -> None:
         self.refused_status = status
 
+    def _note_session_gone(self) -> None:
+        self.server_forgot = True
+
     async def list_all_tools(self) -> tuple[mcp_types.Tool, ...]:
         """The whole list, from the session's copy while the server would have said otherwise."""
         if self.tools is not None:
@@ -281,7 +285,7 @@ class SharedSessions:
         try:
             return await work(session)
         except Exception as exc:
-            if not _session_lost(exc):
+            if not (session.server_forgot or _session_lost(exc)):
                 raise
             session.lose(describe_failure(exc))
             if not replayable:
@@ -309,12 +313,10 @@ class SharedSessions:
 
 
 def _session_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` says the session (not the call) failed: its connection closed, or
-    the server forgot the session id (404 "Session terminated")."""
+    """Whether ``exc`` says the session (not the call) failed: its connection closed (a
+    404 to the session's id is heard by the transport: ``_Session.server_forgot``)."""
     if isinstance(exc, MCPError):
-        if exc.code == CONNECTION_CLOSED:
-            return True
-        return exc.code == INVALID_REQUEST and exc.message == _SESSION_TERMINATED
+        return exc.code == CONNECTION_CLOSED
     return isinstance(exc, OSError)
 
 
