@@ -5,7 +5,7 @@ Real redis-server, the devhub, the MCP servers and the scripted model endpoint; 
 tasks, the table shows per measured task: the worker's CPU, the model requests, and
 the new connections the model endpoint saw (distinct client ports of those requests).
 
-The TLS row puts the devhub and the model endpoint behind a TLS proxy in this process
+The TLS row puts the devhub, the model endpoint and mcp-hub behind a TLS proxy in this process
 (a self-signed certificate made with openssl, which the worker trusts through
 SSL_CERT_FILE); the proxy counts the connections it accepted, each a full handshake.
 Run it on two checkouts to put one code's figures beside another's.
@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
+import yaml
 
 from bench._procs import cpu_seconds
 from bench._report import Table
@@ -53,7 +54,7 @@ def benchmark(*, size: Size) -> list[Table]:
             "CPU ms per task",
             "model requests per task",
             "new model connections per task",
-            "TLS handshakes per task (Hub, model)",
+            "TLS handshakes per task (Hub, model, mcp-hub)",
         ],
     )
     with bench_stack() as bench:
@@ -61,23 +62,28 @@ def benchmark(*, size: Size) -> list[Table]:
         llm_url = bench.stack.llm_base_url
         cpu_ms, requests, new_ports, _ = _window(bench, {}, llm_url, warm_up, measured)
         table.add("HTTP", measured, f"{cpu_ms:.1f}", requests, new_ports, "n/a")
-        with tls_proxies(bench.stack.hub_url, llm_url) as (hub, llm, ca_file):
+        mcp_hub_url = _mcp_hub_url(bench.stack.mcp_config)
+        with tls_proxies(bench.stack.hub_url, llm_url, mcp_hub_url) as (hub, llm, mcp, ca_file):
             env = {
                 "SSL_CERT_FILE": str(ca_file),
                 "HUB_URL": hub.url,
                 "OPENAI_BASE_URL": f"{llm.url}/v1",
                 "ANTHROPIC_BASE_URL": llm.url,
+                "MCP_CONFIG": str(
+                    _behind(bench.stack.mcp_config, f"{mcp.url}/mcp", Path(str(ca_file)))
+                ),
             }
             cpu_ms, requests, new_ports, handshakes = _window(
-                bench, env, llm_url, warm_up, measured, (hub, llm)
+                bench, env, llm_url, warm_up, measured, (hub, llm, mcp)
             )
         table.add("HTTPS", measured, f"{cpu_ms:.1f}", requests, new_ports, handshakes)
     table.notes = [
         "CPU: user + system of the worker (/proc), from the end of the warm-up tasks to",
         "  the end of the measured ones. New connections: client ports the model endpoint",
         "  had not seen before the window (the window's requests may include the tail task's).",
-        "HTTPS: the devhub and the model endpoint behind a TLS proxy (self-signed certificate",
-        "  trusted through SSL_CERT_FILE); each connection the proxy accepts is one handshake.",
+        "HTTPS: the devhub, the model endpoint and mcp-hub each behind a TLS proxy (self-signed",
+        "  certificate trusted through SSL_CERT_FILE); each connection a proxy accepts is one",
+        "  handshake.",
     ]
     return [table]
 
@@ -184,6 +190,21 @@ def tls_proxies(*targets: str) -> Iterator[tuple[_TlsProxy, ...] | Any]:
         finally:
             loop.call_soon_threadsafe(stop.set)
             thread.join(10)
+
+
+def _mcp_hub_url(config_path: Path) -> str:
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    url = str(config["servers"]["hub"]["url"])
+    return url.removesuffix("/mcp")
+
+
+def _behind(config_path: Path, hub_url: str, beside: Path) -> Path:
+    """The stack's MCP_CONFIG with mcp-hub at ``hub_url``, written next to ``beside``."""
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    config["servers"]["hub"]["url"] = hub_url
+    path = beside.with_name("mcp-tls.yaml")
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
 
 
 def _model_requests(llm_url: str) -> list[dict[str, Any]]:
