@@ -188,14 +188,20 @@ class _Session:
     async def _listen(
         self, client: Client, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        listening = False
         try:
             async with client.listen(tools_list_changed=True) as subscription:
                 honored = subscription.honored
                 self.watches_list = bool(honored and honored.tools_list_changed)
                 task_status.started()
+                listening = True
                 async for _ in subscription:
                     self._forget_list()
         except (SubscriptionLost, MCPError) as exc:
+            if not listening:  # refused: the session goes on, its list kept by the TTL cache
+                log_event("mcp_tool_list_unwatched", server=self.name, reason=describe_failure(exc))
+                task_status.started()
+                return
             # The server went away under the stream: the session is as good as gone.
             self.lose(describe_failure(exc))
             return
