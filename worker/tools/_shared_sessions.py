@@ -78,14 +78,15 @@ class SessionSettings:
     """How a session is opened: one shared session per distinct value."""
 
     url: str
-    headers: tuple[tuple[str, str], ...]
+    # The worker's token among them: never in a repr.
+    headers: tuple[tuple[str, str], ...] = field(repr=False)
     max_result_bytes: int
     connect_timeout_s: float
     concurrency: int
 
     def key(self, name: str, config: McpServerConfig) -> str:
         """A digest, not the headers: no secret sits in a key."""
-        parts = (name, config.identity(name), repr(self))
+        parts = (name, config.identity(name), repr(self), repr(self.headers))
         return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
@@ -248,6 +249,7 @@ class SharedSessions:
         self._owner = owner
         # Touched on the process loop only.
         self._sessions: dict[str, _Session] = {}
+        self._runners: set[asyncio.Task[None]] = set()
 
     async def session(
         self, name: str, config: McpServerConfig, settings: SessionSettings
@@ -268,7 +270,10 @@ class SharedSessions:
         if session is None or not session.usable:
             session = _Session(name=name, config=config, settings=settings)
             self._sessions[key] = session
-            asyncio.get_running_loop().create_task(session.run())
+            runner = asyncio.get_running_loop().create_task(session.run())
+            # The loop keeps only a weak reference to a task.
+            self._runners.add(runner)
+            runner.add_done_callback(self._runners.discard)
         await session.ready.wait()
         if session.client is None:
             raise SharedSessionUnavailable(
