@@ -32,6 +32,7 @@ OWN_WORKER_MODE = (
     "tests/chaos/test_concurrent.py",
     "tests/chaos/test_prometheus_server.py",  # its pool sets --concurrency itself
     "tests/conformance/test_pool.py",
+    "tests/chaos/test_shared_sessions.py",
 )
 CONCURRENT_MODE_CONCURRENCY = "4"
 _REPO_ROOT = Path(__file__).resolve().parents[1]

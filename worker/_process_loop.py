@@ -27,6 +27,7 @@ process forked from one that owns the loop starts with none (``os.register_at_fo
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -80,8 +81,14 @@ class ProcessLoop:
                 self._loop = loop
             return self._loop
 
-    async def run(self, work: Coroutine[Any, Any, _T]) -> _T:
-        """Await ``work`` on the process loop; cancelling the caller cancels it there."""
+    async def run(
+        self, work: Coroutine[Any, Any, _T], *, context: contextvars.Context | None = None
+    ) -> _T:
+        """Await ``work`` on the process loop; cancelling the caller cancels it there.
+        With ``context`` (the caller's ``contextvars.copy_context()``) ``work`` runs in it:
+        its trace context and call notes go with it."""
+        if context is not None:
+            work = _in_context(work, context)
         future = asyncio.run_coroutine_threadsafe(work, self.loop())
         return await asyncio.wrap_future(future)
 
@@ -96,8 +103,19 @@ class ProcessLoop:
             return inner
 
 
+async def _in_context(work: Coroutine[Any, Any, _T], context: contextvars.Context) -> _T:
+    # Awaiting the task passes a cancellation on to it.
+    return await asyncio.get_running_loop().create_task(work, context=context)
+
+
 _process_loop = ProcessLoop()
 os.register_at_fork(after_in_child=_process_loop.forget_after_fork)
+
+
+def process_loop() -> ProcessLoop | None:
+    """This process's loop for long-lived clients; None in an rq job process, whose
+    clients and sessions are its one task's (the fork-per-job mode)."""
+    return None if in_job_process() else _process_loop
 
 
 def process_transport(

@@ -162,10 +162,12 @@ async def test_stdio_server_env_holds_only_what_its_entry_names(
         assert secret not in result.content
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["own session", "shared session"])
 async def test_a_server_refusing_the_token_is_withdrawn_saying_the_token_was_refused(
-    log_stream: io.StringIO,
+    log_stream: io.StringIO, shared: bool
 ) -> None:
-    # The real mcp-hub, which wants another bearer token than the worker sends.
+    # The real mcp-hub, which wants another bearer token than the worker sends; with
+    # ``shared`` through the process's session (a worker running tasks in threads).
     with running_mcp(
         "hub", hub_url="http://127.0.0.1:9", auth_token="the-servers-own-token-5c1a"
     ) as hub:
@@ -173,7 +175,9 @@ async def test_a_server_refusing_the_token_is_withdrawn_saying_the_token_was_ref
             {"servers": {"hub": {"url": hub.url, "first_party": True, "tools": {"*": "hub:read"}}}}
         )
         grants = EffectiveGrants.of(["hub:read"])
-        async with McpToolbox.open(config, grants=grants, auth_token=WORKER_TOKEN) as toolbox:
+        async with McpToolbox.open(
+            config, grants=grants, auth_token=WORKER_TOKEN, share_sessions=shared
+        ) as toolbox:
             reason = toolbox.unavailable_servers["hub"]
 
     assert reason == (

@@ -216,6 +216,8 @@ def toolbox_opener(
             capability=_capability(config, agent, task, grants, deadline_cap_s, redis, scope),
             max_result_bytes=config.mcp_result_max_bytes,
             on_spawn=on_spawn,
+            share_sessions=True,
+            concurrency=config.worker_concurrency,
         ) as toolbox:
             yield toolbox
 

@@ -23,9 +23,11 @@ Each server's connection lives in its own task, so one server's crash
 neither cancels the caller nor leaks the others; stdio servers run in
 their own session (process group) and are killed with it on every exit path.
 A stdio server marked ``pool: true`` is the exception: it is the process's
-(``worker.tools._pool``), used by this task and left running when it ends. Tool
-lists of HTTP and pooled servers come from the per-process cache
-(``worker.tools._tool_cache``) while fresh.
+(``worker.tools._pool``), used by this task and left running when it ends. So is a
+first-party HTTP server's session in a worker process that runs several tasks at once
+(``worker.tools._shared_sessions``): the worker's token is the same for every task, and
+who calls goes in each call's ``_meta``. Tool lists of HTTP and pooled servers come from
+the per-process cache (``worker.tools._tool_cache``) while fresh.
 
 Credentials go per server (``McpServerConfig.http_headers``): the worker's
 ``MCP_AUTH_TOKEN`` and the task's signed capability only reach servers marked
@@ -50,6 +52,7 @@ from mcp.client import Client, Transport
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+from worker._process_loop import process_loop
 from worker._spawn import SpawnHook, ignore_spawn
 from worker._task_groups import background_task_group
 from worker.exceptions import ToolFailed, ToolNotFound, ToolServerDown
@@ -65,15 +68,10 @@ from worker.tools._base import (
 )
 from worker.tools._config import McpConfig, McpServerConfig
 from worker.tools._grants import EffectiveGrants
-from worker.tools._links import (
-    CLIENT_INFO,
-    SEPARATOR,
-    ServerLink,
-    ToolCaller,
-    server_tools,
-)
+from worker.tools._links import CLIENT_INFO, SEPARATOR, ServerLink, ToolCaller, server_tools
 from worker.tools._pool import stdio_pool
 from worker.tools._results import result_text
+from worker.tools._shared_sessions import SessionSettings, SharedSessionUnavailable, shared_sessions
 from worker.tools._tool_cache import DEFAULT_TOOL_LIST_TTL_S, tool_lists
 from worker.tools._transports import (
     OversizeNote,
@@ -122,6 +120,8 @@ class McpToolbox:
         connect_timeout_s: float,
         on_spawn: SpawnHook,
         tool_list_ttl_s: float,
+        share_sessions: bool,
+        concurrency: int,
     ) -> None:
         self._grants = grants
         self._allowed_tools = None if allowed_tools is None else frozenset(allowed_tools)
@@ -133,6 +133,8 @@ class McpToolbox:
         self._connect_timeout_s = connect_timeout_s
         self._on_spawn = on_spawn
         self._tool_list_ttl_s = tool_list_ttl_s
+        self._share_sessions = share_sessions and process_loop() is not None
+        self._concurrency = concurrency
         # The servers this agent may use at all: the config, narrowed by the agent's list.
         self._servers = {
             name: server
@@ -158,6 +160,8 @@ class McpToolbox:
         connect_timeout_s: float = 10.0,
         on_spawn: SpawnHook = ignore_spawn,
         tool_list_ttl_s: float = DEFAULT_TOOL_LIST_TTL_S,
+        share_sessions: bool = False,
+        concurrency: int = 1,
     ) -> AsyncIterator[McpToolbox]:
         """Connect for one task; every session and child process is closed on exit.
 
@@ -170,7 +174,10 @@ class McpToolbox:
         this task (pooled servers are the pool's, not the task's, except in a forked job
         process, where the pool ends with the job). Tool lists of HTTP and
         pooled servers come from this process's cache when younger than ``tool_list_ttl_s``
-        (0: always ask the server).
+        (0: always ask the server). ``share_sessions`` uses the process's session to each
+        first-party HTTP server (``worker.tools._shared_sessions``) instead of one of this
+        task's own, except in an rq job process; ``concurrency`` (WORKER_CONCURRENCY) sizes
+        its connection pool.
         """
         toolbox = cls(
             config,
@@ -183,6 +190,8 @@ class McpToolbox:
             connect_timeout_s=connect_timeout_s,
             on_spawn=on_spawn,
             tool_list_ttl_s=tool_list_ttl_s,
+            share_sessions=share_sessions,
+            concurrency=concurrency,
         )
         # Runners never raise: what the caller's block raises comes out as it was.
         async with background_task_group() as runners:
@@ -336,6 +345,8 @@ class McpToolbox:
             try:
                 if link.config.pool:
                     await self._hold_pooled(link)
+                elif self._shares(link.config):
+                    await self._hold_shared(link)
                 else:
                     await self._hold_session(link)
             except Exception as exc:
@@ -371,6 +382,31 @@ class McpToolbox:
             watch.start_soon(withdraw_when_closing)
             await link.closing.wait()
             watch.cancel_scope.cancel()
+
+    def _shares(self, server: McpServerConfig) -> bool:
+        """Whether this server's session is the process's: a first-party HTTP server, in a
+        process with a loop for long-lived clients (not an rq job process)."""
+        return self._share_sessions and server.first_party and server.is_http
+
+    async def _hold_shared(self, link: ServerLink) -> None:
+        """The process's session to a first-party HTTP server, used by this task."""
+        owner = process_loop()
+        assert owner is not None and link.config.url is not None
+        settings = SessionSettings(
+            url=link.config.url,
+            headers=tuple(sorted(link.config.http_headers(self._auth_token).items())),
+            max_result_bytes=self._max_result_bytes,
+            connect_timeout_s=self._connect_timeout_s,
+            concurrency=self._concurrency,
+        )
+        try:
+            session = await shared_sessions(owner).session(link.name, link.config, settings)
+        except SharedSessionUnavailable as exc:
+            if exc.refused_status is not None:
+                link.note_refusal(exc.refused_status)
+            raise
+        await self._offer(link, session)
+        await link.closing.wait()
 
     async def _offer(self, link: ServerLink, client: ToolCaller) -> None:
         """List the server's tools (or take them from the cache), then mark the link ready."""

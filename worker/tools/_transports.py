@@ -23,7 +23,7 @@ import anyio.abc
 import httpx2
 import mcp_types
 from mcp.client.stdio import get_default_environment
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
@@ -32,6 +32,8 @@ from worker._spawn import SpawnHook
 from worker.logs import log_event
 from worker.tools._config import McpServerConfig
 
+# httpx's own default pool, for a session of one task's.
+_DEFAULT_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20)
 # Room for the JSON-RPC envelope around a result of the allowed size.
 _ENVELOPE_BYTES = 64 * 1024
 # Stdio shutdown, as the MCP spec orders it: close stdin, wait, then signal the group.
@@ -125,6 +127,10 @@ def _no_refusal_hook(status: int) -> None:
     """Nobody asked to hear about a refusal."""
 
 
+def _nobody_told() -> None:
+    """Nobody asked to hear about it."""
+
+
 @asynccontextmanager
 async def http_streams(
     url: str,
@@ -133,20 +139,28 @@ async def http_streams(
     connect_timeout_s: float,
     max_result_bytes: int,
     on_refused: OnRefused = _no_refusal_hook,
+    limits: httpx2.Limits | None = None,
+    on_session_gone: Callable[[], None] = _nobody_told,
 ) -> AsyncIterator[_Streams]:
     """The streams of an MCP session over streamable HTTP. ``on_refused`` gets the status of
     a 401 or 403 answer: the SDK reports it only as "Server returned an error response",
-    and an operator must tell a refused token from a server fault."""
+    and an operator must tell a refused token from a server fault. ``limits`` bound its
+    connection pool (a session shared by a process's tasks: sized from the concurrency).
+    ``on_session_gone`` hears of a 404 to a request naming a session id: the server no
+    longer knows the session (it restarted, or the session expired)."""
     # Read timeout stays long: a server may hold a response stream open, and each
     # call is bounded by its own remaining budget anyway.
     timeout = httpx2.Timeout(connect_timeout_s, read=300.0)
     transport = CappedTransport(
-        httpx2.AsyncHTTPTransport(verify=client_ssl_context()), max_result_bytes
+        httpx2.AsyncHTTPTransport(verify=client_ssl_context(), limits=limits or _DEFAULT_LIMITS),
+        max_result_bytes,
     )
 
     async def note_refusal(response: httpx2.Response) -> None:
         if response.status_code in (401, 403):
             on_refused(response.status_code)
+        elif response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
+            on_session_gone()
 
     async with (
         httpx2.AsyncClient(

@@ -36,6 +36,8 @@ def add(a: int, b: int) -> str:
 @server.tool()
 async def slow(seconds: float) -> str:
     """Sleep for the given number of seconds, then answer."""
+    # A test that stops the server mid-call waits for this line.
+    print(f"slow started: {seconds}", file=sys.stderr, flush=True)
     await anyio.sleep(seconds)
     return f"slept {seconds}"
 
@@ -44,6 +46,18 @@ async def slow(seconds: float) -> str:
 def pid() -> str:
     """Return the server's process id."""
     return str(os.getpid())
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Add a tool ``name`` (it answers its own name) and tell listening clients."""
+
+    def grown() -> str:
+        return name
+
+    server.add_tool(grown, name=name, description=f"The tool {name}, added at run time.")
+    await ctx.notify_tools_changed()
+    return f"added {name}"
 
 
 @server.tool()
