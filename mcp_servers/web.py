@@ -265,14 +265,14 @@ class WebAccess:
 
 
 async def fetch(url: str, ctx: Context[WebAccess, Any], max_bytes: int = DEFAULT_MAX_BYTES) -> str:
-    """Fetch a public web page and return its readable text.
+    """Fetch a web page and return its readable text.
 
     HTML is reduced to plain text (title first; scripts, styles and markup removed).
     Plain text, JSON, XML and other text types come back as they are; images, PDFs
-    and other binary content are refused. Only http and https URLs on the public
-    internet can be fetched: private, loopback and cloud-metadata addresses are
-    refused. Redirects are followed (at most 5). Long pages are cut at max_bytes
-    and say so.
+    and other binary content are refused. Give it any http or https URL you were
+    asked to read: the server itself refuses the addresses its operator has not
+    allowed (private, loopback and cloud-metadata ones) and says so. Redirects are
+    followed (at most 5). Long pages are cut at max_bytes and say so.
 
     Args:
         url: Absolute http:// or https:// URL of the page.

@@ -174,15 +174,19 @@ def test_secrets_untrusted_content_autonomy_and_recovery_at_the_boundaries(
     for value in known:
         assert not spelled_out_in(sent, value), "a known secret reached the model"
     first_user = messages_of(requests[0], "user")[0]
-    tag = re.search(r"<(untrusted-content-[0-9a-f]{16}) ", first_user)
+    tag = re.search(r"<(untrusted-content-[0-9a-f]{16}) kind=\"thread\">", first_user)
     assert tag is not None, first_user
+    # The notice naming the run's delimiter opens the first message (the task's own line,
+    # after the cacheable system prompt); the thread's block follows it.
+    notice, thread = first_user.split(tag[0], 1)
+    assert notice.startswith(f"Everything between <{tag[1]} ...> and </{tag[1]}> tags")
+    assert tag[1] not in requests[0]["body"]["messages"][0]["content"]  # the system prompt
     (tool_result,) = messages_of(requests[1], "tool")
     assert tool_result.startswith(f'<{tag[1]} kind="tool-result" tool="hub__get_thread">')
-    for block in (first_user, tool_result):
+    for block in (tag[0] + thread, tool_result):
         assert block.count(f"</{tag[1]}>") == 1 and block.rstrip().endswith(f"</{tag[1]}>")
         inside = block.split(f"<{tag[1]} ", 1)[1].rsplit(f"</{tag[1]}>", 1)[0]
         assert not re.search(r"[<\uff1c]\s*/\s*u\W*n\W*t\W*r\W*u\W*s\W*t", inside, re.I)
-    assert f"<{tag[1]} ...>" in requests[0]["body"]["messages"][0]["content"]  # system notice
 
     # 2. Not offered, refused when called, logged and counted; the loop went on.
     first = chaos.llm.requests(narrowed)[0]

@@ -4,13 +4,13 @@ Two tasks of one agent, on different threads, run by two burst workers one after
 other (two processes, different times), for an Anthropic and an OpenAI-compatible agent;
 the scripted endpoint records what the real SDKs sent. The tools and the agent's prompt and
 skills are the same JSON text in both tasks, marked for caching the same way, and the
-per-task parts (the notice's nonce) come after them.
+per-task parts (the notice's nonce) come after them: for Anthropic a system block of their
+own, for OpenAI-compatible endpoints the opening of the first user message.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
@@ -131,15 +131,20 @@ def test_an_openai_agents_prefix_and_cache_key_are_the_same_in_every_task(
     bodies = [body for task in tasks for body in task]
     assert len({wire(body["tools"]) for body in bodies}) == 1
     assert {body["prompt_cache_key"] for body in bodies} == {agent_cache_key(agent)}
-    systems = [body["messages"][0]["content"] for body in bodies]
-    shared = os.path.commonprefix(systems)  # noqa: RUF071 (texts, not paths)
-    # Everything up to the task's nonce is shared: the agent's prompt, both skills, the
-    # notice's first words; past them only what two random nonces happen to begin with.
-    head = SKILLS["triage"].strip() + "\n\nEverything between <untrusted-content-"
-    assert shared.startswith("You are a release reviewer") and head in shared
-    nonces_alike = shared[shared.index(head) + len(head) :]
-    assert len(nonces_alike) < 16 and all(c in "0123456789abcdef" for c in nonces_alike)
-    assert len({system[len(shared) :] for system in systems[::2]}) == 2
+    # The system message is the agent's prompt and skills alone, the same bytes in every
+    # task (chat templates put the tools right after it).
+    assert len({wire(body["messages"][0]) for body in bodies}) == 1
+    system = bodies[0]["messages"][0]
+    assert system["role"] == "system" and system["content"].startswith("You are a release")
+    assert system["content"].endswith(SKILLS["triage"].strip())
+    # The task's own line (the notice and its nonce) opens the first user message, before
+    # the thread, and differs between tasks.
+    openings = [body["messages"][1] for body in bodies]
+    assert all(opening["role"] == "user" for opening in openings)
+    notices = {opening["content"].split("\n\n")[0] for opening in openings}
+    assert len(notices) == 2
+    assert all(notice.startswith("Everything between <untrusted-content-") for notice in notices)
+    assert all("You were mentioned" in opening["content"] for opening in openings)
 
 
 def test_with_the_cache_off_requests_carry_no_marks_and_no_key(chaos: ChaosStack) -> None:

@@ -362,7 +362,9 @@ def test_mcp_config_and_grant_policy_parse_and_point_at_the_services(tmp_path: P
         return mounts[str(path.parent)] / path.name
 
     config = load_mcp_config(mounted("MCP_CONFIG"))
-    load_grant_policy(mounted("GRANT_POLICY"))
+    # The compose deployment's policy, scope opt-ins included: one fleet, one cap.
+    policy = load_grant_policy(mounted("GRANT_POLICY"))
+    assert policy == load_grant_policy(REPO_ROOT / "deploy" / "grant-policy.yaml")
     services = objects("Service")
     urls = {name: server.url for name, server in config.servers.items()}
     assert urls == {

@@ -675,6 +675,13 @@ def _openai_hub_tools() -> list[Any]:
     ]
 
 
+def _anthropic_hub_tools() -> list[Any]:
+    return [
+        {"name": name, "description": name, "input_schema": schema}
+        for name, schema in HUB_TOOL_SCHEMAS.items()
+    ]
+
+
 THREAD_RESULT = (
     "[p-1] m/general · by alice (Alice) at 2026-11-20 10:00 UTC\n"
     "Title: Retrying rq jobs\n"
@@ -828,6 +835,31 @@ async def test_demo_agent_without_tools_answers_in_text(
 
     assert completion.choices[0].finish_reason == "stop"
     assert "What is the Hub?" in (completion.choices[0].message.content or "")
+
+
+async def test_tools_listed_with_a_tool_choice_of_none_get_a_text_answer_in_both_sdks(
+    llm: ScriptedLlm, openai_client: openai.AsyncOpenAI, anthropic_client: anthropic.AsyncAnthropic
+) -> None:
+    # A closing call lists the tools (its prefix stays cached) and lets the model call none:
+    # the demo agent, which would read the thread with them, answers in text instead.
+    question = "You were mentioned in the thread of post p-1. What is the Hub?"
+    completion = await openai_client.chat.completions.create(
+        model="demo",
+        messages=[{"role": "user", "content": question}],
+        tools=_openai_hub_tools(),
+        tool_choice="none",
+    )
+    assert completion.choices[0].finish_reason == "stop"
+    assert not completion.choices[0].message.tool_calls
+    message = await anthropic_client.messages.create(
+        model="demo",
+        max_tokens=256,
+        messages=[{"role": "user", "content": question}],
+        tools=_anthropic_hub_tools(),
+        tool_choice={"type": "none"},
+    )
+    assert message.stop_reason == "end_turn"
+    assert [block.type for block in message.content] == ["text"]
 
 
 # --- as its own process ------------------------------------------------------------------

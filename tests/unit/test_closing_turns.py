@@ -96,7 +96,7 @@ async def test_a_delivered_reply_closes_the_run_with_a_tool_less_turn() -> None:
     )
     assert result.outcome is Outcome.COMPLETED and result.output == "I answered on the thread."
     closing = model.requests[-1]
-    assert not closing.tools and "Do not call any tool" in closing.messages[-1].content
+    assert not closing.tools_callable and "Do not call any tool" in closing.messages[-1].content
     assert box.calls == [("post", {"text": REPLY})]
 
 
@@ -221,7 +221,7 @@ async def test_a_call_in_tool_call_tags_is_run() -> None:
 async def test_an_announcement_alone_is_never_the_answer() -> None:
     result, model, _ = await run([Turn(text="Let me look that up for you."), Turn(text=REPLY)])
     assert result.outcome is Outcome.COMPLETED and result.output == REPLY
-    assert not model.requests[-1].tools
+    assert not model.requests[-1].tools_callable
 
 
 async def test_an_announcement_in_the_closing_turn_leaves_no_answer_to_post() -> None:

@@ -143,7 +143,8 @@ async def test_a_model_call_cut_by_the_deadline_ends_deadline_with_a_closing_ans
     assert result.outcome is Outcome.DEADLINE
     assert result.error is None  # not a model error: nothing to requeue
     assert result.output == "closing answer"
-    assert model.requests[-1].tools == () and model.requests[-1].timeout_s == pytest.approx(5)
+    closing = model.requests[-1]
+    assert not closing.tools_callable and closing.timeout_s == pytest.approx(5)
 
 
 async def test_a_hanging_model_call_ends_deadline_not_model_error() -> None:

@@ -87,7 +87,7 @@ async def test_a_reply_posted_through_a_tool_completes_the_task_once(
     assert [c["content"] for c in state["comments"]] == [REPLY]
     assert report.posted == [state["comments"][0]["id"]]
     assert not error_posts(state)
-    assert not h.model.requests[-1].tools  # the closing turn offered none
+    assert not h.model.requests[-1].tools_callable  # the closing turn: none callable
 
 
 async def test_an_exploration_repeating_its_feed_read_closes_with_an_answer(

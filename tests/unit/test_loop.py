@@ -144,7 +144,7 @@ async def test_max_iterations_makes_one_tool_less_final_call() -> None:
     assert result.output == "Best effort answer."
     assert len(box.calls) == 3
     final_request = model.requests[-1]
-    assert final_request.tools == ()
+    assert final_request.tools and not final_request.tools_callable
     assert "limit" in final_request.messages[-1].content
     assert result.state.iterations == 3 and result.state.llm_calls == 4
     assert result.steps[-1].final
@@ -175,6 +175,8 @@ async def test_max_tokens_stops_before_a_step_that_would_cross_the_limit() -> No
     # 550 used + about 550 for the next step does not fit: wind down instead.
     assert result.outcome is Outcome.MAX_TOKENS
     assert result.output == "closing answer"
+    # The tools' tokens would not fit what is left: the closing call lists none (an answer
+    # matters more than a cached prefix).
     assert model.requests[-1].tools == ()
     # Its output is budgeted: the 550 used plus its estimated input and output fit the 1000.
     closing = model.requests[-1].max_output_tokens
@@ -204,7 +206,7 @@ async def test_cost_budget_winds_down_before_a_step_that_would_cross_it() -> Non
     assert result.outcome is Outcome.BUDGET
     assert len(box.calls) == 2
     assert result.output == "cheap closing answer"
-    assert model.requests[-1].tools == ()
+    assert not model.requests[-1].tools_callable
     assert result.state.usage.cost_usd == pytest.approx(0.071)
 
 
@@ -238,7 +240,7 @@ async def test_deadline_winds_down_with_a_final_call() -> None:
     result, model, _ = await run(turns, toolbox=box, settings=settings, clock=clock)
     assert result.outcome is Outcome.DEADLINE
     assert result.output == "closing answer"
-    assert model.requests[-1].tools == ()
+    assert not model.requests[-1].tools_callable
     assert model.requests[-1].timeout_s == pytest.approx(5, abs=0.01)
 
 
@@ -383,7 +385,7 @@ async def test_consecutive_failed_steps_close_with_a_tool_less_turn() -> None:
     result, model, _ = await run(turns, settings=LoopSettings(max_consecutive_error_steps=3))
     assert result.outcome is Outcome.COMPLETED
     assert result.output == "The tool is broken, so here is what I know."
-    assert result.state.iterations == 3 and not model.requests[-1].tools
+    assert result.state.iterations == 3 and not model.requests[-1].tools_callable
     assert "Do not call any tool" in model.requests[-1].messages[-1].content
 
 

@@ -145,7 +145,7 @@ async def test_steps_fallbacks_steering_and_the_closing_call_all_pass_the_bounda
     for request in [*down.requests, *backup.requests]:
         assert not spelled_out_in(every_text(request), CANARY)
     closing = backup.requests[-1]
-    assert not closing.tools
+    assert not closing.tools_callable
     assert [m.content for m in closing.messages if m.role == "tool"] == [
         wrap("leak", f"s.e.c.r.e.t {MASK}")
     ]

@@ -389,6 +389,27 @@ async def test_a_closing_call_marks_only_what_another_task_reads_back() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_closing_call_keeps_the_tools_and_lets_the_model_call_none() -> None:
+    # The tools open the cached prefix: a closing call without them would read nothing back.
+    fake = FakeProvider(*(message([{"type": "text", "text": "ok"}]) for _ in range(3)))
+    model = anthropic_model(fake, prompt_cache=PromptCache())
+    await model.complete(cached_request())
+    await model.complete(cached_request(tools_callable=False, last_call=True))
+    step, closing = fake.body(0), fake.body(1)
+    assert closing["tools"] == step["tools"]
+    assert "tool_choice" not in step
+    assert closing["tool_choice"] == {"type": "none"}
+    # The same body through the SDK's own ``messages.create``: the field is one it knows.
+    sdk = anthropic.AsyncAnthropic(
+        api_key=API_KEY,
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(fake.handle)),
+    )
+    await sdk.messages.create(**closing)
+    assert on_the_wire(fake.requests[2])[3] == on_the_wire(fake.requests[1])[3]
+
+
+@pytest.mark.anyio
 async def test_a_prefix_below_the_models_minimum_is_not_marked() -> None:
     # Opus 4.5 caches nothing under 4,096 tokens: the agent's prompt (about 1,200) is not
     # marked, and a whole request that short is not marked anywhere.

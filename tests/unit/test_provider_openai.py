@@ -318,19 +318,40 @@ async def test_the_request_is_the_one_the_sdks_create_sends() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_agents_cache_key_and_one_system_text_are_sent() -> None:
-    fake = FakeProvider(completion("done"))
+async def test_the_agents_cache_key_is_sent_and_the_tasks_line_opens_the_first_message() -> None:
+    fake = FakeProvider(completion("done"), completion("done"))
     model = openai_model(fake, prompt_cache=PromptCache(key=agent_cache_key("reviewer")))
     await model.complete(ask(system="You review.", system_context="Budget: $0.10 of $1.00."))
     body = fake.body()
     assert body["prompt_cache_key"] == agent_cache_key("reviewer")
     assert body["prompt_cache_key"] != agent_cache_key("writer")
     assert "reviewer" not in body["prompt_cache_key"]
-    # The agent's prompt first, the task's line after it: the prefix a server caches.
-    assert body["messages"][0] == {
+    # The system message holds only the agent's prompt (chat templates put the tools after
+    # it); the task's line opens the first user message, which every template accepts.
+    assert body["messages"] == [
+        {"role": "system", "content": "You review."},
+        {"role": "user", "content": "Budget: $0.10 of $1.00.\n\nhello"},
+    ]
+    # Without the cache: one system text, as before.
+    await openai_model(fake, prompt_cache=None).complete(
+        ask(system="You review.", system_context="Budget: $0.10 of $1.00.")
+    )
+    assert fake.body(1)["messages"][0] == {
         "role": "system",
         "content": "You review.\n\nBudget: $0.10 of $1.00.",
     }
+
+
+@pytest.mark.anyio
+async def test_a_closing_call_lists_the_tools_and_lets_the_model_call_none() -> None:
+    fake = FakeProvider(completion("step"), completion("closing"))
+    model = openai_model(fake, prompt_cache=PromptCache(key="agent-x"))
+    await model.complete(ask(tools=[SEARCH]))
+    await model.complete(ask(tools=[SEARCH], tools_callable=False, last_call=True))
+    step, closing = fake.body(0), fake.body(1)
+    assert closing["tools"] == step["tools"]
+    assert "tool_choice" not in step
+    assert closing["tool_choice"] == "none"
 
 
 @pytest.mark.anyio

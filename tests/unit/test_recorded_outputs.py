@@ -55,7 +55,8 @@ async def test_a_model_that_repeats_its_call_gets_notes_then_a_closing_turn() ->
     notes = [m["content"] for m in endpoint.body(2)["messages"] if m["role"] == "user"]
     assert "is the same as in step 1, so it was not run again" in notes[-1]
     closing, retold = endpoint.body(-2), endpoint.body(-1)
-    assert "tools" not in closing and "Do not call any tool" in closing["messages"][-1]["content"]
+    assert closing["tool_choice"] == "none" and "tools" not in retold
+    assert "Do not call any tool" in closing["messages"][-1]["content"]
     # The model wrote nothing but calls: each is told on the user's side, with its result.
     [told] = retold["messages"]
     assert told["role"] == "user" and told["content"].count("You called get_time with {}.") == 4
@@ -68,7 +69,8 @@ async def test_a_model_that_repeats_its_call_gets_notes_then_a_closing_turn() ->
 # ``qwen2.5-coder-1.5b-redis-port.jsonl``: the same server, ``make eval``'s question in a
 # thread ("what is the default TCP port of a Redis server?") with the Hub's tools. The model
 # searches, reads the thread, posts its answer as a new post, reads that post three times and,
-# at max_iterations, answers the tool-less closing turn with one more call in a ```json fence.
+# at max_iterations, answers the closing turn (no tool callable) with one more call in a
+# ```json fence.
 # The last exchange is its answer to the same closing turn retold in plain text (recorded
 # when the retelling still told the calls in the model's own turns). Each request is kept as
 # its gist only: the tools offered and the last message.
@@ -131,7 +133,7 @@ async def test_a_closing_turn_answered_with_a_call_is_retold_in_plain_text() -> 
     result = await ask_the_redis_port(endpoint, posted)
     assert posted == ["The default TCP port of a Redis server is 6379."]
     first_closing, retold = endpoint.body(-2), endpoint.body(-1)
-    assert "tools" not in first_closing
+    assert first_closing["tool_choice"] == "none"
     assert any(m.get("tool_calls") for m in first_closing["messages"])
     # Retold: no tool calls nor tool messages, roles alternating, the closing prompt last.
     assert "tools" not in retold

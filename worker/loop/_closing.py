@@ -1,14 +1,17 @@
-"""The tool-less closing call: one last request for the run's answer.
+"""The closing call: one last request for the run's answer, no tool callable.
 
 A run that winds down (a limit reached) or closes (a reply delivered, a write refused, a
-loop guard tripped) asks the model once more, without tools:
+loop guard tripped) asks the model once more, without letting it call a tool:
 
     room for it?   time left for a call (MIN_CLOSING_CALL_S), the window cut to fit,
                    the call budgeted (tokens, cost); otherwise no call (None)
-    ask            the closing prompt as a message of its own, no tool offered; tool
-                   calls in the answer are dropped
+    ask            the closing prompt as a message of its own; the run's tools listed
+                   but none callable (the request's prefix stays the one a provider's
+                   prompt cache holds) when the budget has room for them; tool calls in
+                   the answer are dropped
     no answer?     after tool calls, once more with the conversation retold in plain
-                   text (``plain_history``): a small model copies its own calls otherwise
+                   text (``plain_history``) and no tool listed: a small model copies its
+                   own calls otherwise
 """
 
 from __future__ import annotations
@@ -34,19 +37,21 @@ class ClosingCall:
         clock: RunClock,
         *,
         task_id: str,
+        tools: Callable[[], Sequence[ToolSpec]],
         fit_window: Callable[[LoopState, Sequence[ToolSpec], str], None],
         commit: Callable[[LoopState, JournalEntry], None],
     ) -> None:
         self._model = model
         self._clock = clock
         self._task_id = task_id
+        self._tools = tools
         self._fit_window = fit_window
         self._commit = commit
 
     async def answer(
         self, state: LoopState, prompt: str, *, retell: bool = False, worker_words: str = ""
     ) -> ModelResponse | None:
-        """The tool-less closing call; None when there was no room for it or it failed.
+        """The closing call; None when there was no room for it or it failed.
 
         Any tool calls in its answer are dropped: no tools run after a run starts closing.
         With ``retell``, a closing call that brought no answer (only an imitation of a call,
@@ -68,8 +73,17 @@ class ClosingCall:
             if self._clock.remaining() < MIN_CLOSING_CALL_S:
                 raise LimitReached("no time left for a closing answer", limit=Limit.DEADLINE)
             extra = "" if retold else prompt  # a retelling's prompt is in the state already
-            self._fit_window(state, (), extra)
-            plan = self._model.plan(state, (), closing=True, extra=extra)
+            tools = () if retold else self._tools()
+            self._fit_window(state, tools, extra)
+            try:
+                plan = self._model.plan(state, tools, closing=True, extra=extra)
+            except LimitReached:
+                if not tools:
+                    raise
+                # The tools' tokens do not fit what the run has left: an answer matters
+                # more than a cached prefix.
+                tools = ()
+                plan = self._model.plan(state, tools, closing=True, extra=extra)
         except LimitReached as no_room:
             log_event("final_answer_skipped", task=self._task_id, reason=no_room.message)
             return None
@@ -80,7 +94,7 @@ class ClosingCall:
         messages = plain_history(state.messages[:-1]) if retold else None
         try:
             response = await self._model.ask(
-                state, (), step=step, plan=plan, final=True, messages=messages
+                state, tools, step=step, plan=plan, final=True, messages=messages
             )
         except (ModelError, TimeoutError, LimitReached) as exc:
             log_event("final_answer_failed", "warning", task=self._task_id, error=str(exc))

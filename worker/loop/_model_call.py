@@ -158,9 +158,10 @@ class ModelCaller:
         finally:
             self._observe(step, response, status, time.perf_counter() - started, final)
         self._estimator.observe(plan.input_chars, response.usage.input_tokens)
-        # A call the provider left in the text is parsed; with no tools offered (a closing
+        # A call the provider left in the text is parsed; with no tool callable (a closing
         # turn) an imitation of one is taken out, so it is never read as the answer.
-        return with_text_calls(response, [tool.name for tool in tools], id_prefix=f"text-{step}")
+        callable_tools = [] if final else [tool.name for tool in tools]
+        return with_text_calls(response, callable_tools, id_prefix=f"text-{step}")
 
     def _request(
         self,
@@ -180,6 +181,9 @@ class ModelCaller:
             last_call=final or not tools,
             messages=messages,
             tools=tools,
+            # A closing call lists the run's tools (its prefix stays the one the steps left
+            # in the provider's cache) and calls none.
+            tools_callable=not final,
             max_output_tokens=plan.max_output_tokens,
             temperature=self._settings.temperature,
             timeout_s=max(0.001, timeout_s),

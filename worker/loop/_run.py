@@ -137,6 +137,7 @@ class AgentLoop:
             self._model,
             self._run_clock,
             task_id=task_id,
+            tools=self._offered_tools,
             fit_window=self._fit_window,
             commit=self._commit,
         )

@@ -126,6 +126,8 @@ class AnthropicModel(RetryingModel):
                 "format": {"type": "json_schema", "schema": request.response_schema}
             }
         tools = self._tools(request.tools)
+        if tools and not request.tools_callable:
+            body["tool_choice"] = {"type": "none"}
         if self._cache is None:
             # Today's shape: one system text, nothing marked.
             if request.full_system():

@@ -86,6 +86,7 @@ class OpenAIModel(RetryingModel):
         # The server caches a repeated prefix by itself; the key keeps one agent's requests
         # where that cache is.
         self._cache_key = prompt_cache.key if prompt_cache and prompt_cache.send_key else ""
+        self._cached_prefix = prompt_cache is not None
 
     async def _request_once(self, request: ModelRequest, timeout_s: float) -> ModelResponse:
         options: dict[str, Any] = {
@@ -96,6 +97,8 @@ class OpenAIModel(RetryingModel):
             options["temperature"] = temperature
         if request.tools:
             options["tools"] = _tools(request.tools)
+            if not request.tools_callable:
+                options["tool_choice"] = "none"
         if request.response_schema is not None:
             options["response_format"] = {
                 "type": "json_schema",
@@ -107,7 +110,7 @@ class OpenAIModel(RetryingModel):
             }
         body = {
             "model": self._model,
-            "messages": _messages(request.full_system(), request.messages),
+            "messages": self._messages(request),
             **options,
         }
         endpoint = str(self._client.base_url)
@@ -131,6 +134,20 @@ class OpenAIModel(RetryingModel):
         except openai.OpenAIError as exc:
             raise self._failed(exc, timeout_s) from exc
         return self._response(completion)
+
+    def _messages(self, request: ModelRequest) -> list[ChatCompletionMessageParam]:
+        """The conversation; with a prompt cache, the task's own instructions open its
+        first message instead of closing the system message.
+
+        Chat templates render the tools after the whole system message (Qwen2.5's, Hermes'),
+        so a per-task line in it (the notice's nonce) would end the prefix a server keeps
+        before the tools, and every task would compute them again. A second system message
+        would keep them apart too, but some templates refuse one (Mistral's, Gemma's); the
+        first user message is accepted by all.
+        """
+        if not self._cached_prefix:
+            return _messages(request.full_system(), request.messages)
+        return _messages(request.system, request.messages, opening=request.system_context)
 
     async def _post(self, body: dict[str, Any], timeout_s: float) -> ChatCompletion:
         # The body is plain JSON already: ``chat.completions.create`` would walk it
@@ -213,11 +230,21 @@ def _tools(tools: Sequence[ToolSpec]) -> list[ChatCompletionToolUnionParam]:
     ]
 
 
-def _messages(system: str, messages: Sequence[Message]) -> list[ChatCompletionMessageParam]:
+def _messages(
+    system: str, messages: Sequence[Message], *, opening: str = ""
+) -> list[ChatCompletionMessageParam]:
+    """``opening`` starts the first user message (one of its own when the conversation does
+    not begin with the user)."""
     converted: list[dict[str, Any]] = []
     if system:
         converted.append({"role": "system", "content": system})
-    converted.extend(_message(message) for message in messages)
+    turns = [_message(message) for message in messages]
+    if opening:
+        if turns and turns[0]["role"] == "user":
+            turns[0] = {"role": "user", "content": f"{opening}\n\n{turns[0]['content']}"}
+        else:
+            turns.insert(0, {"role": "user", "content": opening})
+    converted.extend(turns)
     return cast(list[ChatCompletionMessageParam], converted)
 
 

@@ -88,6 +88,9 @@ class ModelRequest:
     # This task's own instructions, read right after ``system`` (the untrusted-content
     # notice with its nonce, the budget line): kept out of the cacheable prefix.
     system_context: str = ""
+    # False: ``tools`` are listed but the model may not call one (a closing call). They stay
+    # in the request so its prefix is the one the run's earlier calls left in a cache.
+    tools_callable: bool = True
     # No later call of this run is expected to send this conversation again (a closing call,
     # a call offered no tool): a cache write of it would not be read back.
     last_call: bool = False

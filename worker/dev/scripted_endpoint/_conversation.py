@@ -47,6 +47,8 @@ class Conversation:
     model: str
     system: str
     turns: tuple[Turn, ...]
+    # The tools the model may call: none when the request lists them with a tool_choice of
+    # none (a closing call), as a real provider answers.
     tools: tuple[OfferedTool, ...]
     exchanges: tuple[ToolExchange, ...]
     stream: bool
@@ -130,7 +132,7 @@ def openai_conversation(body: Mapping[str, Any], *, request_chars: int) -> Conve
         model=str(body.get("model") or ""),
         system="\n\n".join(system_parts),
         turns=tuple(turns),
-        tools=tuple(tools),
+        tools=() if body.get("tool_choice") == "none" else tuple(tools),
         exchanges=_paired(calls, results),
         stream=bool(body.get("stream")),
         include_usage=include_usage,
@@ -182,7 +184,7 @@ def anthropic_conversation(body: Mapping[str, Any], *, request_chars: int) -> Co
         model=str(body.get("model") or ""),
         system=_text_of(body.get("system")),
         turns=tuple(turns),
-        tools=tuple(tools),
+        tools=() if body.get("tool_choice") == {"type": "none"} else tuple(tools),
         exchanges=_paired(calls, results),
         stream=bool(body.get("stream")),
         include_usage=True,
