@@ -122,6 +122,14 @@ async def server_tools(
     identity = link.config.identity(link.name) if link.caches_tool_list and ttl_s > 0 else None
     if identity is not None and (cached := tool_lists.get(identity, ttl_s=ttl_s)) is not None:
         return cached
+    tools = await every_page(caller)
+    if identity is not None:
+        tool_lists.put(identity, tools)
+    return tools
+
+
+async def every_page(caller: ToolCaller) -> tuple[mcp_types.Tool, ...]:
+    """The server's tool list, page after page (at most ``_MAX_LIST_PAGES``)."""
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
     for _ in range(_MAX_LIST_PAGES):
@@ -130,8 +138,6 @@ async def server_tools(
         cursor = page.next_cursor
         if cursor is None:
             break
-    if identity is not None:
-        tool_lists.put(identity, tuple(tools))
     return tuple(tools)
 
 

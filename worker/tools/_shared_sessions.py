@@ -54,12 +54,11 @@ from mcp_types import CONNECTION_CLOSED
 from worker._process_loop import ProcessLoop, pool_limits
 from worker.logs import log_event
 from worker.tools._config import McpServerConfig
-from worker.tools._links import CLIENT_INFO, describe_failure
+from worker.tools._links import CLIENT_INFO, describe_failure, every_page
 from worker.tools._tool_cache import tool_lists
 from worker.tools._transports import http_streams
 
 _T = TypeVar("_T")
-_MAX_LIST_PAGES = 100
 # How often a call that lost its session tries to open a new one.
 _REOPEN_INTERVAL_S = 0.25
 
@@ -227,16 +226,7 @@ class _Session:
         """The whole list, from the session's copy while the server would have said otherwise."""
         if self.tools is not None:
             return self.tools
-        client = self.live_client()
-        tools: list[mcp_types.Tool] = []
-        cursor: str | None = None
-        for _ in range(_MAX_LIST_PAGES):
-            page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        listed = tuple(tools)
+        listed = await every_page(self.live_client())
         if self.watches_list and self.usable:
             self.tools = listed
         return listed
