@@ -31,6 +31,7 @@ from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from worker.daemon import AgentWorker as AgentWorker
+    from worker.enqueue import EnqueueResult as EnqueueResult
     from worker.enqueue import enqueue_task as enqueue_task
 
 
