@@ -34,17 +34,13 @@ from worker import logs
 from worker.jobs import metrics_observer
 from worker.loop import AgentLoop, LoopSettings, RunLimits
 from worker.metrics import JobMetrics
-from worker.models import (
-    Message,
-    ModelRequest,
-    ModelResponse,
-    ModelWrapper,
-    ScriptedModel,
-    Turn,
-)
+from worker.models import Message, ModelRequest, ModelResponse
+from worker.models._scripted import ScriptedModel, Turn
+from worker.models._types import ModelWrapper
 from worker.redaction import process_redactor
 from worker.task import Outcome
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 
 STEP_COUNTS = (5, 20, 80)
 # Runs per configuration (after warm-up): enough for a stable median at each length.

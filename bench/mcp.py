@@ -140,7 +140,8 @@ def _probe(variant: Variant, post_id: str, warm_sessions: int) -> list[SessionTi
     from worker.models import PROVIDERS
     from worker.pipeline._runtime import mcp_config, preload
     from worker.settings import settings
-    from worker.tools import McpConfig, McpServerConfig, close_stdio_pool
+    from worker.tools import McpConfig, close_stdio_pool
+    from worker.tools._config import McpServerConfig
 
     preload(PROVIDERS)
     configured = mcp_config(settings().mcp_config)  # type: ignore[arg-type]

@@ -21,7 +21,8 @@ import redis
 from bench._report import Summary, Table
 from bench._size import Size
 from worker._tokens import CHARS_PER_TOKEN
-from worker.agents import Memory, MemoryRemember, MemoryRetrieval
+from worker.agents import Memory, MemoryRemember
+from worker.agents._config import MemoryRetrieval
 from worker.dev.devstack import start_redis
 from worker.dev.scripted_endpoint import ScriptedEndpoint
 from worker.dev.scripted_endpoint._embeddings import embedding
@@ -29,13 +30,12 @@ from worker.memory import (
     AgentMemory,
     MemoryKind,
     MemoryRecord,
-    OpenAIEmbeddings,
     RecallQuery,
     RedisMemoryStore,
     memory_block,
     memory_id,
-    unit,
 )
+from worker.memory._embeddings import OpenAIEmbeddings, unit
 from worker.models import UntrustedBlocks
 
 AGENT = "bench-agent"

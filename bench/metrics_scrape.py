@@ -34,13 +34,8 @@ from rq.registry import FinishedJobRegistry
 from bench._report import Summary, Table
 from bench._size import Size
 from worker.dev.devstack import free_port, start_redis
-from worker.metrics import (
-    JobMetrics,
-    WorkerMetrics,
-    apply_job_metrics,
-    start_metrics_server,
-    stop_metrics_server,
-)
+from worker.metrics import JobMetrics, apply_job_metrics, start_metrics_server, stop_metrics_server
+from worker.metrics._recorders import WorkerMetrics
 
 CHECKPOINTS = (10, 1_000, 10_000, 20_000)
 SCRAPES = 50

@@ -33,9 +33,6 @@ if TYPE_CHECKING:
     from worker.daemon import AgentWorker as AgentWorker
     from worker.enqueue import EnqueueResult as EnqueueResult
     from worker.enqueue import enqueue_task as enqueue_task
-    from worker.operations import CheckReport as CheckReport
-    from worker.operations import run_checks as run_checks
-    from worker.redis_io import register_child_process as register_child_process
 
 
 __getattr__ = lazy_getattr(__name__)

@@ -23,17 +23,12 @@ from tests.support.definitions import write_agent
 from tests.support.e2e import AGENT_WORKER, E2E, REPO_ROOT, task_events, user_messages
 from tests.support.mcp_servers import RunningMcpServer, running_mcp
 from tests.support.workers import parse_events, wait_until
-from worker.agents import Memory, MemoryRetrieval
+from worker.agents import Memory
+from worker.agents._config import MemoryRetrieval
 from worker.dev.devstack import DevStack
-from worker.memory import (
-    BYTES_PER_MB,
-    AgentMemory,
-    MemoryKind,
-    MemoryRecord,
-    OpenAIEmbeddings,
-    RecallQuery,
-    RedisMemoryStore,
-)
+from worker.memory import AgentMemory, MemoryKind, MemoryRecord, RecallQuery, RedisMemoryStore
+from worker.memory._agent_memory import BYTES_PER_MB
+from worker.memory._embeddings import OpenAIEmbeddings
 from worker.redis_io import keys as redis_keys
 
 pytestmark = pytest.mark.integration

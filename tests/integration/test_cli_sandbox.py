@@ -29,9 +29,11 @@ from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.redis_server import RedisServer
 from tests.support.sandbox_probes import _PROBE, assert_sandbox_bounds, find_probe_report
 from tests.support.workers import REPO_ROOT
-from worker.agents import AgentConfig, AgentDefinition
+from worker.agents import AgentDefinition
+from worker.agents._config import AgentConfig
 from worker.dev.scripted_endpoint import ScriptedEndpoint
-from worker.executors import ClaudeCodeExecutor, ExecutionRequest
+from worker.executors import ExecutionRequest
+from worker.executors._claude import ClaudeCodeExecutor
 from worker.loop import LoopSettings, RunLimits
 from worker.models import Message
 from worker.settings import Settings

@@ -46,9 +46,10 @@ from tests.support.promtool import (
 from tests.support.redis_server import RedisServer, free_port, running_redis
 from tests.support.strict_yaml import load_document
 from tests.support.workers import running_worker
-from worker.agents import Limits
-from worker.metrics import JobMetrics, WorkerMetrics, start_metrics_server, stop_metrics_server
+from worker.agents._config import Limits
+from worker.metrics import JobMetrics, start_metrics_server, stop_metrics_server
 from worker.metrics._families import COUNTERS, KNOWN_LABEL_SETS
+from worker.metrics._recorders import WorkerMetrics
 from worker.settings import Settings
 from worker.tools._config import load_mcp_config
 from worker.tools._grants import load_grant_policy

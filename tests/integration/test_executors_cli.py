@@ -26,9 +26,11 @@ from tests.support.devhub import running_devhub
 from tests.support.mcp_servers import running_mcp
 from tests.support.mcp_test_servers.launch import stdio_entry
 from worker import settings as worker_settings
-from worker.agents import AgentConfig, AgentDefinition, AgentStore
+from worker.agents import AgentDefinition, AgentStore
+from worker.agents._config import AgentConfig
 from worker.dev.scripted_endpoint import ScriptedEndpoint
-from worker.executors import ExecutionRequest, OpenCodeExecutor
+from worker.executors import ExecutionRequest
+from worker.executors._opencode import OpenCodeExecutor
 from worker.jobs import TaskRuntime, execute_task
 from worker.loop import LoopSettings, RunLimits
 from worker.metrics import JobMetrics
@@ -36,7 +38,8 @@ from worker.models import Message
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import EffectiveGrants, content_key
+from worker.tools import EffectiveGrants
+from worker.tools._idempotency import content_key
 
 pytestmark = [
     pytest.mark.integration,

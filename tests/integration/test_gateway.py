@@ -33,28 +33,27 @@ from tests.support.jobs import assert_gone
 from tests.support.loopback_web import loopback_host
 from tests.support.mcp_servers import running_mcp
 from tests.support.mcp_test_servers.launch import stdio_entry
-from worker.agents import AgentConfig, AgentDefinition
+from worker.agents import AgentDefinition
+from worker.agents._config import AgentConfig
 from worker.exceptions import AutonomyViolation
-from worker.executors import (
-    EXECUTORS,
-    ClaudeCodeExecutor,
-    CliExecutor,
-    ExecutionRequest,
-    NativeExecutor,
-)
+from worker.executors import EXECUTORS, CliExecutor, ExecutionRequest
+from worker.executors._base import NativeExecutor
 from worker.executors._call_log import read_call_log
+from worker.executors._claude import ClaudeCodeExecutor
 from worker.executors._cli_gateway import gateway_python_path
 from worker.executors._gateway_link import GatewaySpec
 from worker.executors._gateway_secrets import CAPABILITY, gateway_capability, write_secrets_file
 from worker.hub_writes import CappedToolbox, WriteCaps, WriteLedger, counted_refusals
 from worker.loop import GrantDenied, LoopEvent, LoopSettings, RunLimits, ToolCalled
 from worker.metrics import JobMetrics
-from worker.models import Message, ScriptedModel, Turn
+from worker.models import Message
+from worker.models._scripted import ScriptedModel, Turn
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import Reach, TaskScope, Toolbox, content_key
+from worker.tools import Reach, TaskScope, Toolbox
 from worker.tools._config import load_mcp_config
 from worker.tools._grants import EffectiveGrants
+from worker.tools._idempotency import content_key
 from worker.tools._mcp import McpToolbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

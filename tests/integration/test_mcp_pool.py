@@ -27,12 +27,14 @@ from tests.support.jobs import enqueue_test_job
 from tests.support.mcp_test_servers.launch import stdio_entry
 from tests.support.workers import RQ, parse_events, run_burst_worker, worker_env
 from worker.exceptions import ToolFailed, ToolServerDown
-from worker.redis_io import kill_recorded_process_groups, register_child_process
-from worker.tools import StdioPool, close_stdio_pool, stdio_pool
+from worker.redis_io import kill_recorded_process_groups
+from worker.redis_io._children import register_child_process
+from worker.tools import close_stdio_pool
 from worker.tools._base import CallContext
 from worker.tools._config import McpConfig
 from worker.tools._grants import EffectiveGrants
 from worker.tools._mcp import McpToolbox, fixed_capability
+from worker.tools._pool import StdioPool, stdio_pool
 from worker.tools._tool_cache import tool_lists
 
 pytestmark = [pytest.mark.integration]

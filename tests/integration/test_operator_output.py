@@ -16,7 +16,8 @@ import redis
 from tests.support.redis_server import RedisServer, free_port, spawn_redis
 from tests.support.workers import launch_worker, parse_events, wait_until, worker_env
 from worker.dev.devstack import redis_server_command
-from worker.hub_writes import OutboxItem, bury
+from worker.hub_writes import OutboxItem
+from worker.hub_writes._outbox import bury
 
 pytestmark = pytest.mark.integration
 

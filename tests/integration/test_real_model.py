@@ -20,7 +20,8 @@ from worker.agents import AgentDefinition, AgentStore
 from worker.dev.realmodel._server import RunningModel, llama_server
 from worker.dev.realmodel._setup import MODELS, cache_dir, model_path, server_binary
 from worker.loop import AgentLoop, LoopSettings, RunResult
-from worker.models import OpenAIModel, UntrustedBlocks
+from worker.models import UntrustedBlocks
+from worker.models._openai import OpenAIModel
 from worker.pipeline._prompt import first_message, system_prompt, task_instructions
 from worker.task import Outcome, Task
 from worker.tools import LocalToolbox

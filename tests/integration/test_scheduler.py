@@ -25,13 +25,12 @@ from tests.support.definitions import explorer, write_agent
 from tests.support.devhub import DevHub, running_devhub
 from tests.support.workers import REPO_ROOT, parse_events, run_burst, wait_until, worker_env
 from worker.agents import AgentStore, DefinitionPolicy
-from worker.operations import (
-    AgentState,
+from worker.operations._agent_state import AgentState, agent_state_key
+from worker.operations._scheduler import (
     Decision,
     HubStaleAgents,
     ScheduleConfig,
     Scheduler,
-    agent_state_key,
     exploration_task_id,
 )
 from worker.redis_io import keys as redis_keys

@@ -36,12 +36,8 @@ from tests.support.sentinel import MASTER_NAME, SentinelRedis, running_sentinel_
 from tests.support.workers import wait_until
 from worker.dev.devstack import DevStack
 from worker.enqueue import enqueue_task
-from worker.redis_io import (
-    SentinelPrimaryConnection,
-    connect,
-    is_sentinel_managed,
-    patient_redis_retry,
-)
+from worker.redis_io import connect, patient_redis_retry
+from worker.redis_io._connection import SentinelPrimaryConnection, is_sentinel_managed
 from worker.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from worker._spawn import ignore_spawn
-from worker.agents import AgentConfig, AgentDefinition
+from worker.agents import AgentDefinition
+from worker.agents._config import AgentConfig
 from worker.executors import EXECUTORS, CliExecutor, ExecutionRequest
 from worker.loop import NO_CONTROL, ControlSource, LoopSettings, RunLimits
 from worker.models import Message

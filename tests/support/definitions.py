@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 
 import worker.dev.demo.__main__ as demo
-from worker.agents import AgentConfig, AgentDefinition
+from worker.agents import AgentDefinition
+from worker.agents._config import AgentConfig
 
 OPENAI_BRAIN = {"provider": "openai", "model": "gpt-4o-mini"}
 

@@ -22,7 +22,8 @@ from rq.job import Job
 from worker.enqueue import _enqueue_call
 from worker.exceptions import InvalidTask
 from worker.metrics import JobMetrics
-from worker.redis_io import child_process_recorder, register_child_process
+from worker.redis_io import child_process_recorder
+from worker.redis_io._children import register_child_process
 from worker.task import parse_task
 
 RUNS_KEY = "agent-worker-test:runs"

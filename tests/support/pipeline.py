@@ -23,11 +23,13 @@ from tests.support.definitions import demo_agents
 from worker.agents import AgentDefinition, AgentStore
 from worker.jobs import TaskRuntime, TaskVerdict, execute_task
 from worker.metrics import JobMetrics
-from worker.models import Model, ScriptedModel
+from worker.models import Model
+from worker.models._scripted import ScriptedModel
 from worker.redaction import Redactor
 from worker.settings import Settings
 from worker.task import Task
-from worker.tools import LocalTool, LocalToolbox, ScopeCell, Toolbox
+from worker.tools import LocalToolbox, ScopeCell, Toolbox
+from worker.tools._local import LocalTool
 
 HUB_URL = "http://devhub"
 HUB_KEY = "hub-secret-key-0123456789"

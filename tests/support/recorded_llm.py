@@ -14,7 +14,7 @@ import httpx2
 
 from tests.support.provider_wire import FakeProvider
 from worker.dev.realmodel._record import exchanges as recorded_exchanges
-from worker.models import OpenAIModel
+from worker.models._openai import OpenAIModel
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 

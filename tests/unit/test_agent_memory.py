@@ -22,38 +22,31 @@ from tests.support.definitions import write_agent
 from tests.support.fake_redis import FakeRedisClients
 from tests.support.pipeline import in_process_hub, task_runtime
 from tests.support.workers import parse_events
-from worker.agents import (
-    AgentConfig,
-    AgentDefinition,
-    Memory,
-    MemoryRemember,
-    MemoryRetrieval,
-    RecallStrategy,
-)
+from worker.agents import AgentDefinition, Memory, MemoryRemember, RecallStrategy
+from worker.agents._config import AgentConfig, MemoryRetrieval
 from worker.jobs import execute_task
 from worker.memory import (
-    BYTES_PER_MB,
     AgentMemory,
-    Embedded,
-    EmbeddingsUnavailable,
     MemoryKind,
     MemoryRecord,
-    OpenAIEmbeddings,
     Provenance,
-    Recall,
-    Recalled,
     RecallQuery,
     RedisMemoryStore,
     TaskExchange,
-    decision_sentences,
-    estimated_tokens,
     extract_memories,
     memory_block,
-    rank_by_keywords,
-    rank_by_similarity,
-    rank_recent,
 )
-from worker.models import ScriptedModel, Turn, UntrustedBlocks
+from worker.memory._agent_memory import BYTES_PER_MB, Recall
+from worker.memory._embeddings import (
+    Embedded,
+    EmbeddingsUnavailable,
+    OpenAIEmbeddings,
+    estimated_tokens,
+)
+from worker.memory._extract import decision_sentences
+from worker.memory._recall import Recalled, rank_by_keywords, rank_by_similarity, rank_recent
+from worker.models import UntrustedBlocks
+from worker.models._scripted import ScriptedModel, Turn
 from worker.pipeline._memory import recall_query
 from worker.redaction import MASK
 from worker.redis_io import keys as redis_keys

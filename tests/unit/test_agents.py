@@ -13,7 +13,9 @@ import pytest
 import worker.agents._store as store_module
 from tests.support.definitions import SHIPPED_DEMO_AGENTS, write_agent
 from tests.support.fake_redis import FakeRedisClients
-from worker.agents import AgentConfig, AgentDefinition, AgentStore, RecallStrategy, Skill
+from worker.agents import AgentDefinition, AgentStore, RecallStrategy
+from worker.agents._config import AgentConfig
+from worker.agents._definition import Skill
 from worker.agents._sources import DirectorySource
 from worker.exceptions import AgentConfigError, InvalidTask
 

@@ -21,17 +21,15 @@ from worker.exceptions import ConfigurationError
 from worker.executors._gateway_link import GatewaySpec
 from worker.jobs import execute_task, metrics_observer
 from worker.loop import AgentLoop, CanExecuteTool, LoopSettings, RunResult
-from worker.metrics import JobMetrics, WorkerMetrics
-from worker.models import Message, ScriptedModel, ToolSpec, Turn
+from worker.metrics import JobMetrics
+from worker.metrics._recorders import WorkerMetrics
+from worker.models import Message, ToolSpec
+from worker.models._scripted import ScriptedModel, Turn
 from worker.settings import load_settings
 from worker.task import Outcome
-from worker.tools import (
-    LocalTool,
-    LocalToolbox,
-    NotAllowed,
-    Resolution,
-    ToolboxWrapper,
-)
+from worker.tools import LocalToolbox, NotAllowed, ToolboxWrapper
+from worker.tools._base import Resolution
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

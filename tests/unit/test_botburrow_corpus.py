@@ -26,7 +26,7 @@ from tests.support.definitions import write_agent
 from worker.agents import AgentStore, DefinitionPolicy
 from worker.executors import CliExecutor, executor_for
 from worker.executors._sandbox import sandbox_problem
-from worker.operations import run_checks
+from worker.operations._checks import run_checks
 from worker.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,17 +7,20 @@ from typing import Any
 
 import pytest
 
-from worker.loop import FALLBACK_ANSWER, AgentLoop, LoopSettings, RunLimits, RunResult
+from worker.loop import AgentLoop, LoopSettings, RunLimits, RunResult
 from worker.loop._budget import (
     MIN_CLOSING_OUTPUT_TOKENS,
     InputEstimator,
     dearest_price,
     plan_call,
 )
-from worker.models import Message, ModelRequest, ScriptedModel, Turn, Usage
+from worker.loop._limits import FALLBACK_ANSWER
+from worker.models import Message, ModelRequest, Usage
 from worker.models._prices import ModelPrice, PriceTable
+from worker.models._scripted import ScriptedModel, Turn
 from worker.task import Outcome
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,8 @@ import fakeredis
 import jwt
 import pytest
 
-from worker.agents import AgentConfig, AgentDefinition
+from worker.agents import AgentDefinition
+from worker.agents._config import AgentConfig
 from worker.coordination import fix_task_deadline
 from worker.pipeline._runtime import _capability
 from worker.settings import Settings

@@ -14,14 +14,13 @@ from worker.loop import (
     JournalEntry,
     LoopState,
     ResponseEntry,
-    SteerEntry,
     ToolCallRecord,
-    ToolEntry,
     ToolOutcome,
     entry_from_json,
     entry_to_json,
 )
 from worker.loop._entry_json import _entry_from_version_1
+from worker.loop._state import SteerEntry, ToolEntry
 from worker.models import Message, ModelResponse, StopReason, ToolCall, Usage
 from worker.redis_io import keys as redis_keys
 

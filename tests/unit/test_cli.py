@@ -15,15 +15,10 @@ from rq.serializers import JSONSerializer
 
 from worker.daemon._logging import _one_line_task_failure
 from worker.enqueue import enqueue_task
-from worker.operations import (
-    StoredReport,
-    collect_status,
-    failed_task_ids,
-    find_report,
-    render_report,
-    requeue_failed,
-)
 from worker.operations import _cli as cli
+from worker.operations._repairs import failed_task_ids, requeue_failed
+from worker.operations._reports import StoredReport, find_report, render_report
+from worker.operations._status import collect_status
 from worker.redis_io import CappedJob
 from worker.settings import settings
 

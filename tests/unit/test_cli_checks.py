@@ -14,8 +14,9 @@ import yaml
 
 from tests.support.definitions import SHIPPED_DEMO_AGENTS, write_agent
 from worker.agents import AgentStore
-from worker.operations import CheckReport, Severity, check_at_start, run_checks
-from worker.operations._checks import main
+from worker.operations import check_at_start
+from worker.operations._check_report import CheckReport, Severity
+from worker.operations._checks import main, run_checks
 from worker.settings import Settings
 
 

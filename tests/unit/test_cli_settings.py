@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.pipeline import Harness
 from worker.exceptions import ConfigurationError
-from worker.models import Turn
+from worker.models._scripted import Turn
 from worker.settings import Settings, load_settings
 from worker.task import Outcome
 

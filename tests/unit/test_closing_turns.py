@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from worker.loop import (
-    FALLBACK_ANSWER,
     AgentLoop,
     Closing,
     LoopSettings,
@@ -21,10 +20,13 @@ from worker.loop import (
     ToolCallRecord,
     ToolOutcome,
 )
+from worker.loop._limits import FALLBACK_ANSWER
 from worker.loop._output import is_announcement, is_retold_call
-from worker.models import Message, ScriptedModel, Turn
+from worker.models import Message
+from worker.models._scripted import ScriptedModel, Turn
 from worker.task import Outcome
-from worker.tools import LocalTool, LocalToolbox, ToolResult
+from worker.tools import LocalToolbox, ToolResult
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

@@ -31,10 +31,10 @@ from worker.coordination import (
     WorkerLost,
     current_lease_holder,
     in_process_run,
-    lease_holder,
     release_lease_of,
     running_in_process,
 )
+from worker.coordination._leases import lease_holder
 from worker.daemon import AgentWorker
 from worker.daemon._concurrent import JobThreadsWorker, threaded_variant
 from worker.daemon._job_threads import InFlightJob, JobThreadDeathPenalty, size_connection_pool

@@ -17,10 +17,12 @@ from tests.support.pipeline import DEMO_AGENTS
 from worker.agents import AgentDefinition, AgentStore
 from worker.loop import AgentLoop, LoopSettings
 from worker.loop._budget import InputEstimator
-from worker.models import Message, ModelRequest, ScriptedModel, Turn, UntrustedBlocks
+from worker.models import Message, ModelRequest, UntrustedBlocks
+from worker.models._scripted import ScriptedModel, Turn
 from worker.pipeline._prompt import first_message
 from worker.task import Task
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

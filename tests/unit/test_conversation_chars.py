@@ -7,16 +7,11 @@ import pytest
 
 from worker.loop import AgentLoop, LoopSettings, RunLimits
 from worker.loop._budget import ConversationChars, InputEstimator, message_chars
-from worker.models import (
-    Message,
-    ModelRequest,
-    ModelResponse,
-    ModelWrapper,
-    ScriptedModel,
-    ToolCall,
-    Turn,
-)
-from worker.tools import LocalTool, LocalToolbox
+from worker.models import Message, ModelRequest, ModelResponse, ToolCall
+from worker.models._scripted import ScriptedModel, Turn
+from worker.models._types import ModelWrapper
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

@@ -20,14 +20,16 @@ from worker.coordination import (
     forget_task_deadline,
     read_task_deadline,
 )
-from worker.daemon import run_timeout_s
+from worker.daemon._job_timeout import run_timeout_s
 from worker.exceptions import ModelUnavailable
 from worker.loop import AgentLoop, LoopSettings, ResponseEntry, RunLimits, RunResult
-from worker.models import Message, ModelRequest, ModelResponse, ScriptedModel, Turn, Usage
+from worker.models import Message, ModelRequest, ModelResponse, Usage
+from worker.models._scripted import ScriptedModel, Turn
 from worker.redis_io import keys as redis_keys
 from worker.task import Outcome, Task, parse_task
-from worker.tools import CallContext, LocalTool, LocalToolbox
+from worker.tools import CallContext, LocalToolbox
 from worker.tools._idempotency import KeyedCallContext
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ from worker.agents import AgentDefinition, AgentStore, DefinitionPolicy
 from worker.agents._sources import MAX_FILE_BYTES
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models import Message, ModelRequest
-from worker.operations import ScheduleConfig, Scheduler
+from worker.operations._scheduler import ScheduleConfig, Scheduler
 from worker.pipeline import make_model
 from worker.settings import Settings, load_settings
 

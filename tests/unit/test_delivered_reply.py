@@ -17,11 +17,12 @@ import pytest
 
 from tests.support.pipeline import Harness, notification
 from worker.loop import Closing, ToolCallRecord, ToolOutcome
-from worker.models import ScriptedModel, Turn
+from worker.models._scripted import ScriptedModel, Turn
 from worker.pipeline._call_rules import DELIVERED_REASON, TaskCallRules
 from worker.settings import Settings
 from worker.task import Outcome, Task
-from worker.tools import CallContext, LocalTool, LocalToolbox, load_mcp_config
+from worker.tools import CallContext, LocalToolbox, load_mcp_config
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

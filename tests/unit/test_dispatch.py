@@ -19,7 +19,9 @@ from worker.loop import (
     log_observer,
 )
 from worker.models import ToolCall
-from worker.tools import LocalTool, LocalToolbox, NotAllowed, Resolution, ToolboxWrapper
+from worker.tools import LocalToolbox, NotAllowed, ToolboxWrapper
+from worker.tools._base import Resolution
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

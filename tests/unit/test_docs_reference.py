@@ -14,8 +14,8 @@ from worker.dev import docs
 from worker.dev.docs import _settings, hooks
 from worker.dev.docs._commands import commands
 from worker.dev.docs._definition import definition_keys
-from worker.metrics import WorkerMetrics
 from worker.metrics._families import GAUGES
+from worker.metrics._recorders import WorkerMetrics
 from worker.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

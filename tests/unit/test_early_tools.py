@@ -18,7 +18,7 @@ from tests.support.pipeline import Harness, notification
 from worker.agents import AgentDefinition, AgentStore
 from worker.exceptions import ConfigurationError
 from worker.jobs import execute_task
-from worker.models import Turn
+from worker.models._scripted import Turn
 from worker.task import Outcome, Task
 from worker.tools import ScopeCell, Toolbox
 

@@ -35,7 +35,8 @@ from tests.support.cli_runs import (
 from tests.support.cli_runs import worker_secrets as worker_secrets  # an autouse fixture
 from tests.support.fake_clis import install_fake_cli, read_record, set_scenario
 from tests.support.jobs import assert_gone
-from worker.agents import AgentConfig, AgentDefinition
+from worker.agents import AgentDefinition
+from worker.agents._config import AgentConfig
 from worker.exceptions import (
     AgentConfigError,
     ExecutorError,
@@ -43,17 +44,15 @@ from worker.exceptions import (
     ModelRequestError,
     ModelUnavailable,
 )
-from worker.executors import (
-    AiderExecutor,
-    ClaudeCodeExecutor,
-    GooseExecutor,
-    NativeExecutor,
-    OpenCodeExecutor,
-    executor_for,
-)
+from worker.executors import executor_for
+from worker.executors._aider import AiderExecutor
+from worker.executors._base import NativeExecutor
 from worker.executors._call_log import Denial, GatewayActivity, read_call_log
+from worker.executors._claude import ClaudeCodeExecutor
 from worker.executors._gateway_link import GatewaySpec
+from worker.executors._goose import GooseExecutor
 from worker.executors._listing import main as list_executors
+from worker.executors._opencode import OpenCodeExecutor
 from worker.executors._transcript import CliTranscript, CliTurn, RunContext, run_result
 from worker.loop import (
     Control,

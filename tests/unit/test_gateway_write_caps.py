@@ -23,17 +23,18 @@ from worker.executors._gateway_secrets import (
 )
 from worker.hub_writes import (
     RefusalReason,
-    Reservation,
     WriteCaps,
     WriteKind,
     WriteLedger,
     WriteRefused,
     counted_refusals,
 )
+from worker.hub_writes._write_caps import Reservation
 from worker.metrics import JobMetrics
 from worker.models import ToolSpec
 from worker.settings import Settings
-from worker.tools import CallContext, Granted, Resolution, ToolResult
+from worker.tools import CallContext, Granted, ToolResult
+from worker.tools._base import Resolution
 
 REDIS_URL = "redis://:redis-password-for-caps-0123456789@10.0.0.9:6390/3"
 CAPS = WriteCaps(max_daily_comments=2, max_writes_per_post=1)

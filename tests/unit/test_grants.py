@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.agents import AgentConfig, AgentDefinition
+from worker.agents import AgentDefinition
+from worker.agents._config import AgentConfig
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.pipeline._runtime import effective_grants
 from worker.settings import Settings

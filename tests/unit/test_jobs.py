@@ -13,12 +13,15 @@ from tests.support.pipeline import HUB_KEY, Harness, notification
 from worker.coordination import AgentSlots, RedisJournal, TaskLease
 from worker.exceptions import ModelAuthError, ModelUnavailable
 from worker.hub_writes import drain, outbox_size
-from worker.loop import ResponseEntry, ToolCallRecord, ToolEntry, ToolOutcome
-from worker.metrics import WorkerMetrics
-from worker.models import ModelResponse, ScriptedModel, StopReason, ToolCall, Turn, Usage
+from worker.loop import ResponseEntry, ToolCallRecord, ToolOutcome
+from worker.loop._state import ToolEntry
+from worker.metrics._recorders import WorkerMetrics
+from worker.models import ModelResponse, StopReason, ToolCall, Usage
+from worker.models._scripted import ScriptedModel, Turn
 from worker.settings import Settings
 from worker.task import Outcome
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

@@ -22,25 +22,15 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tests.support.workers import wait_until
-from worker.coordination import (
-    AgentSlots,
-    IntentJournalingToolbox,
-    LeaseLost,
-    RedisControl,
-    RedisJournal,
-    TaskLease,
-)
+from worker.coordination import AgentSlots, LeaseLost, RedisControl, RedisJournal, TaskLease
+from worker.coordination._checkpoints import IntentJournalingToolbox
 from worker.models._types import ToolSpec
-from worker.redis_io import (
-    RedisOutage,
-    is_redis_outage,
-    outage_kind,
-    patient_redis_retry,
-    until_redis_answers,
-)
+from worker.redis_io import is_redis_outage, outage_kind, patient_redis_retry, until_redis_answers
 from worker.redis_io import keys as redis_keys
-from worker.tools import ContentKeyedToolbox, content_key
+from worker.redis_io._faults import RedisOutage
+from worker.tools import ContentKeyedToolbox
 from worker.tools._base import CallContext, Granted, Resolution, ToolResult
+from worker.tools._idempotency import content_key
 
 # The shortest lease TaskLease takes (1 s): renewed every third of it.
 TTL_S = 1.0

@@ -9,18 +9,10 @@ import pytest
 
 from tests.support.fake_redis import FakeRedisClients
 from worker.exceptions import ModelUnavailable
-from worker.models import (
-    FleetLimiter,
-    Message,
-    ModelRequest,
-    ModelResponse,
-    RateLimitedModel,
-    RateLimits,
-    ScriptedModel,
-    Turn,
-    Usage,
-)
+from worker.models import FleetLimiter, Message, ModelRequest, ModelResponse, RateLimits, Usage
+from worker.models._limiter import RateLimitedModel
 from worker.models._retry import RetryingModel
+from worker.models._scripted import ScriptedModel, Turn
 
 pytestmark = pytest.mark.anyio
 

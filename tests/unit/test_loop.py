@@ -13,14 +13,12 @@ import pytest
 from worker import logs
 from worker.exceptions import ModelAuthError, ModelUnavailable, ToolFailed
 from worker.loop import (
-    FALLBACK_ANSWER,
     AgentLoop,
     Control,
     EventBus,
     LlmCalled,
     LoopEvent,
     LoopSettings,
-    MemoryJournal,
     RunLimits,
     RunResult,
     StepFinished,
@@ -28,9 +26,13 @@ from worker.loop import (
     ToolCalled,
     observing,
 )
-from worker.models import Message, ModelRequest, ScriptedModel, StopReason, Turn
+from worker.loop._limits import FALLBACK_ANSWER
+from worker.loop._state import MemoryJournal
+from worker.models import Message, ModelRequest, StopReason
+from worker.models._scripted import ScriptedModel, Turn
 from worker.task import Outcome
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker.loop import FALLBACK_ANSWER, Limit, LoopState, ResponseEntry, RunLimits
-from worker.loop._limits import LimitReached
+from worker.loop import Limit, LoopState, ResponseEntry, RunLimits
+from worker.loop._limits import FALLBACK_ANSWER, LimitReached
 from worker.models import ModelResponse, Usage
 from worker.task import Outcome
 

@@ -21,14 +21,13 @@ from tests.support.redis_server import free_port
 from worker import logs
 from worker.metrics import (
     JobMetrics,
-    WorkerMetrics,
     apply_forwarded,
     apply_job_metrics,
     start_metrics_server,
     stop_metrics_server,
     sweep_job_metrics,
 )
-from worker.metrics._recorders import ForwardedMetrics
+from worker.metrics._recorders import ForwardedMetrics, WorkerMetrics
 from worker.redis_io import keys as redis_keys
 
 CONTRACT = {

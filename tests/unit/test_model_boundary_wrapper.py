@@ -21,20 +21,13 @@ from worker.exceptions import ModelUnavailable, ToolFailed
 from worker.executors._gateway_link import GatewaySpec
 from worker.jobs import execute_task
 from worker.loop import AgentLoop, Control, LoopSettings, RunLimits, redacting_arguments
-from worker.models import (
-    FallbackModel,
-    Message,
-    ModelBoundary,
-    ModelRequest,
-    ScriptedModel,
-    ToolCall,
-    ToolSpec,
-    Turn,
-    UntrustedBlocks,
-)
+from worker.models import Message, ModelBoundary, ModelRequest, ToolCall, ToolSpec, UntrustedBlocks
+from worker.models._fallback import FallbackModel
+from worker.models._scripted import ScriptedModel, Turn
 from worker.redaction import MASK, Redactor
 from worker.task import Outcome
-from worker.tools import LocalTool, LocalToolbox, Toolbox
+from worker.tools import LocalToolbox, Toolbox
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

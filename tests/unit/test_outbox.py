@@ -19,7 +19,7 @@ import pytest
 from hub_client import HubClient
 from tests.support.fake_redis import FakeRedisClients
 from worker.hub_writes import HubWriter, OutboxItem, drain, outbox_size, park
-from worker.operations import (
+from worker.operations._dead_letters import (
     dead_letter_count,
     drop_dead_letters,
     list_dead_letters,

@@ -14,8 +14,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from tests.support.pipeline import Harness, notification
 from worker.coordination import RedisJournal
 from worker.hub_writes import outbox_size
-from worker.models import Turn
-from worker.operations import list_dead_letters
+from worker.models._scripted import Turn
+from worker.operations._dead_letters import list_dead_letters
 from worker.task import Outcome
 
 pytestmark = pytest.mark.anyio

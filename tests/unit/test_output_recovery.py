@@ -11,9 +11,11 @@ from tests.support.pipeline import in_process_hub, task_runtime
 from worker.jobs import execute_task
 from worker.loop import AgentLoop, Control, LoopSettings, RunLimits, RunResult, StepRecord
 from worker.loop._output import is_preamble, recover_output
-from worker.models import Message, ScriptedModel, StopReason, ToolCall, Turn, Usage
+from worker.models import Message, StopReason, ToolCall, Usage
+from worker.models._scripted import ScriptedModel, Turn
 from worker.task import Outcome
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,6 @@ from worker.tools import (
     PUBLIC,
     CallContext,
     EffectiveGrants,
-    LocalTool,
     LocalToolbox,
     McpConfig,
     Reach,
@@ -31,6 +30,7 @@ from worker.tools import (
     urls_in,
     verify_capability,
 )
+from worker.tools._local import LocalTool
 
 AGENT = "helper"
 KEY = "k" * 32

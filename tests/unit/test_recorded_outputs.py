@@ -18,7 +18,8 @@ from tests.support.recorded_llm import exchanges, local_model, replaying
 from worker.loop import AgentLoop, Closing, LoopSettings, RunLimits, RunResult, ToolCallRecord
 from worker.models import Message
 from worker.task import Outcome
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

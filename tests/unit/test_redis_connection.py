@@ -13,14 +13,12 @@ import pytest
 from redis import Redis
 
 from worker.exceptions import ConfigurationError
-from worker.redis_io import (
+from worker.redis_io import connect, require_matching_worker_connection, rq_connection_settings
+from worker.redis_io._connection import (
     SentinelPrimaryConnection,
     SentinelPrimarySSLConnection,
-    connect,
     is_sentinel_managed,
     parse_sentinel_addresses,
-    require_matching_worker_connection,
-    rq_connection_settings,
 )
 from worker.settings import Settings, load_settings
 

@@ -19,19 +19,10 @@ from hub_client import AgentSummary, HubUnavailable
 from tests.support.definitions import explorer, write_agent
 from worker.agents import AgentStore
 from worker.enqueue import JOB_FUNCTION
-from worker.operations import (
-    AgentState,
-    Decision,
-    LastRun,
-    LeaderLock,
-    ScheduleConfig,
-    Scheduler,
-    agent_state_key,
-    exploration_task_id,
-    last_run_of,
-    run_forever,
-    run_once,
-)
+from worker.operations._agent_state import AgentState, LastRun, agent_state_key, last_run_of
+from worker.operations._leader_lock import LeaderLock
+from worker.operations._schedule import run_forever, run_once
+from worker.operations._scheduler import Decision, ScheduleConfig, Scheduler, exploration_task_id
 from worker.redis_io import keys as redis_keys
 
 INTERVAL_S = 60.0

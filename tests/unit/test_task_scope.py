@@ -12,7 +12,8 @@ import pytest
 
 from hub_client import Author, Comment, Post
 from tests.support.definitions import agent_definition
-from worker.agents import AgentDefinition, Memory, MemoryRetrieval
+from worker.agents import AgentDefinition, Memory
+from worker.agents._config import MemoryRetrieval
 from worker.executors._gateway_link import SCOPE, GatewaySpec
 from worker.memory import (
     AgentMemory,
@@ -29,7 +30,6 @@ from worker.tools import (
     CallContext,
     CapabilityRefused,
     EffectiveGrants,
-    LocalTool,
     LocalToolbox,
     McpConfig,
     ScopeCell,
@@ -40,6 +40,7 @@ from worker.tools import (
     mint_capability,
     verify_capability,
 )
+from worker.tools._local import LocalTool
 
 KEY = "k" * 32
 AGENT = "scoped-agent"

@@ -13,7 +13,8 @@ import pytest
 from worker.loop import EventBus, ToolDispatcher, ToolOutcome
 from worker.loop._schemas import clear_cache, schema_check
 from worker.models import ToolCall
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 
 pytestmark = pytest.mark.anyio
 

@@ -37,24 +37,26 @@ from worker import logs
 from worker.enqueue import enqueue_task
 from worker.exceptions import ConfigurationError
 from worker.loop import EventBus, ToolDispatcher
-from worker.metrics import JobMetrics, WorkerMetrics, apply_job_metrics
+from worker.metrics import JobMetrics, apply_job_metrics
+from worker.metrics._recorders import WorkerMetrics
 from worker.metrics._server import start_server, stop_servers
 from worker.models import Message, ModelRequest, ModelResponse, StopReason, ToolCall, Usage
 from worker.models._fallback import FallbackModel
 from worker.models._retry import AttemptFailed, RetryingModel, RetryPolicy
 from worker.operations._reports import StoredReport, render_report
-from worker.tools import LocalTool, LocalToolbox
+from worker.tools import LocalToolbox
+from worker.tools._local import LocalTool
 from worker.tracing import (
-    CAPTURE_VARIABLE,
     TracingTransport,
     _content,
     _setup,
     attached,
     environment_context,
-    processing,
     trace_environment,
     traced_agent_run,
 )
+from worker.tracing._content import CAPTURE_VARIABLE
+from worker.tracing._queue import processing
 
 PRODUCER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PRODUCER_SPAN = "00f067aa0ba902b7"

@@ -12,17 +12,18 @@ import pytest
 from worker.hub_writes import (
     CappedToolbox,
     RefusalReason,
-    Reservation,
     WriteCaps,
     WriteKind,
     WriteLedger,
     WriteRefused,
     counted_refusals,
 )
+from worker.hub_writes._write_caps import Reservation
 from worker.metrics import JobMetrics
 from worker.models import ToolSpec
 from worker.redis_io import keys as redis_keys
-from worker.tools import CallContext, Granted, Resolution, ToolResult
+from worker.tools import CallContext, Granted, ToolResult
+from worker.tools._base import Resolution
 
 # Today: Redis expires the day's counters by the real clock.
 NOON = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)

@@ -13,18 +13,14 @@ lets a definition choose (its model endpoint and key variable).
 """
 
 from worker.agents._config import AGENT_NAME_PATTERN as AGENT_NAME_PATTERN
-from worker.agents._config import AgentConfig as AgentConfig
 from worker.agents._config import Discovery as Discovery
 from worker.agents._config import InlineMcpServer as InlineMcpServer
-from worker.agents._config import Limits as Limits
 from worker.agents._config import Memory as Memory
 from worker.agents._config import MemoryRemember as MemoryRemember
-from worker.agents._config import MemoryRetrieval as MemoryRetrieval
 from worker.agents._config import RecallStrategy as RecallStrategy
 from worker.agents._config import config_json_schema as config_json_schema
 from worker.agents._config import public_json_schema as public_json_schema
 from worker.agents._definition import AgentDefinition as AgentDefinition
-from worker.agents._definition import Skill as Skill
 from worker.agents._parsing import parse_skill as parse_skill
 from worker.agents._policy import DefinitionPolicy as DefinitionPolicy
 from worker.agents._store import AgentStore as AgentStore

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.coordination._checkpoints import IntentJournalingToolbox as IntentJournalingToolbox
     from worker.coordination._checkpoints import RedisJournal as RedisJournal
     from worker.coordination._checkpoints import journal_tool_intents as journal_tool_intents
     from worker.coordination._control import RedisControl as RedisControl
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
     from worker.coordination._leases import AgentSlots as AgentSlots
     from worker.coordination._leases import TaskLease as TaskLease
     from worker.coordination._leases import current_lease_holder as current_lease_holder
-    from worker.coordination._leases import lease_holder as lease_holder
     from worker.coordination._leases import release_lease_of as release_lease_of
     from worker.coordination._runs import LeaseLost as LeaseLost
     from worker.coordination._runs import fence_revoked_run as fence_revoked_run

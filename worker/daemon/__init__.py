@@ -7,5 +7,4 @@ above 1.
 
 from __future__ import annotations
 
-from worker.daemon._job_timeout import run_timeout_s as run_timeout_s
 from worker.daemon._worker import AgentWorker as AgentWorker

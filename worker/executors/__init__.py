@@ -19,20 +19,15 @@ from typing import TYPE_CHECKING, Any
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.executors._aider import AiderExecutor as AiderExecutor
     from worker.executors._base import ExecutionRequest as ExecutionRequest
     from worker.executors._base import Executor as Executor
-    from worker.executors._base import NativeExecutor as NativeExecutor
     from worker.executors._call_log import CallLogWriter as CallLogWriter
-    from worker.executors._claude import ClaudeCodeExecutor as ClaudeCodeExecutor
     from worker.executors._cli import CliExecutor as CliExecutor
     from worker.executors._gateway_link import GatewaySpec as GatewaySpec
     from worker.executors._gateway_secrets import CAPABILITY as CAPABILITY
     from worker.executors._gateway_secrets import MCP_AUTH_TOKEN as MCP_AUTH_TOKEN
     from worker.executors._gateway_secrets import GatewayWriteCaps as GatewayWriteCaps
     from worker.executors._gateway_secrets import read_secrets as read_secrets
-    from worker.executors._goose import GooseExecutor as GooseExecutor
-    from worker.executors._opencode import OpenCodeExecutor as OpenCodeExecutor
     from worker.executors._provider import provider_access as provider_access
     from worker.executors._sandbox import sandbox_problem as sandbox_problem
     from worker.executors._sandbox import sandbox_warning as sandbox_warning

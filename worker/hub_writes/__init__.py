@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from worker.hub_writes._outbox import DEAD_LETTER_KINDS as DEAD_LETTER_KINDS
     from worker.hub_writes._outbox import HubWriter as HubWriter
     from worker.hub_writes._outbox import OutboxItem as OutboxItem
-    from worker.hub_writes._outbox import bury as bury
     from worker.hub_writes._outbox import drain as drain
     from worker.hub_writes._outbox import drain_outbox_now as drain_outbox_now
     from worker.hub_writes._outbox import outbox_size as outbox_size
@@ -27,7 +26,6 @@ if TYPE_CHECKING:
     from worker.hub_writes._write_caps import CappedToolbox as CappedToolbox
     from worker.hub_writes._write_caps import RefusalHandler as RefusalHandler
     from worker.hub_writes._write_caps import RefusalReason as RefusalReason
-    from worker.hub_writes._write_caps import Reservation as Reservation
     from worker.hub_writes._write_caps import WriteCaps as WriteCaps
     from worker.hub_writes._write_caps import WriteKind as WriteKind
     from worker.hub_writes._write_caps import WriteLedger as WriteLedger

@@ -22,7 +22,6 @@ from worker.loop._events import StepStarted as StepStarted
 from worker.loop._events import ToolCalled as ToolCalled
 from worker.loop._events import log_observer as log_observer
 from worker.loop._events import observing as observing
-from worker.loop._limits import FALLBACK_ANSWER as FALLBACK_ANSWER
 from worker.loop._limits import Limit as Limit
 from worker.loop._limits import RunLimits as RunLimits
 from worker.loop._redacting import ArgumentRedactingToolbox as ArgumentRedactingToolbox
@@ -31,10 +30,7 @@ from worker.loop._run import AgentLoop as AgentLoop
 from worker.loop._state import Journal as Journal
 from worker.loop._state import JournalEntry as JournalEntry
 from worker.loop._state import LoopState as LoopState
-from worker.loop._state import MemoryJournal as MemoryJournal
 from worker.loop._state import ResponseEntry as ResponseEntry
-from worker.loop._state import SteerEntry as SteerEntry
 from worker.loop._state import StepRecord as StepRecord
 from worker.loop._state import ToolCallRecord as ToolCallRecord
-from worker.loop._state import ToolEntry as ToolEntry
 from worker.loop._state import ToolOutcome as ToolOutcome

@@ -13,23 +13,11 @@ The pipeline builds an ``AgentMemory`` for the task's own agent, recalls into th
 message, and remembers after the answer is delivered.
 """
 
-from worker.memory._agent_memory import BYTES_PER_MB as BYTES_PER_MB
 from worker.memory._agent_memory import AgentMemory as AgentMemory
-from worker.memory._agent_memory import Recall as Recall
-from worker.memory._embeddings import Embedded as Embedded
-from worker.memory._embeddings import EmbeddingsUnavailable as EmbeddingsUnavailable
-from worker.memory._embeddings import OpenAIEmbeddings as OpenAIEmbeddings
 from worker.memory._embeddings import embedder_from_settings as embedder_from_settings
-from worker.memory._embeddings import estimated_tokens as estimated_tokens
-from worker.memory._embeddings import unit as unit
 from worker.memory._extract import TaskExchange as TaskExchange
-from worker.memory._extract import decision_sentences as decision_sentences
 from worker.memory._extract import extract_memories as extract_memories
-from worker.memory._recall import Recalled as Recalled
 from worker.memory._recall import RecallQuery as RecallQuery
-from worker.memory._recall import rank_by_keywords as rank_by_keywords
-from worker.memory._recall import rank_by_similarity as rank_by_similarity
-from worker.memory._recall import rank_recent as rank_recent
 from worker.memory._records import MemoryKind as MemoryKind
 from worker.memory._records import MemoryRecord as MemoryRecord
 from worker.memory._records import Provenance as Provenance

@@ -15,7 +15,6 @@ from worker.metrics._families import HISTOGRAMS as HISTOGRAMS
 from worker.metrics._families import POOL_COUNTERS as POOL_COUNTERS
 from worker.metrics._families import POOL_GAUGES as POOL_GAUGES
 from worker.metrics._recorders import JobMetrics as JobMetrics
-from worker.metrics._recorders import WorkerMetrics as WorkerMetrics
 from worker.metrics._recorders import apply_forwarded as apply_forwarded
 from worker.metrics._recorders import apply_job_metrics as apply_job_metrics
 from worker.metrics._recorders import forward_metrics as forward_metrics

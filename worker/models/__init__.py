@@ -15,14 +15,11 @@ from worker._lazy import lazy_getattr
 from worker.models._boundary import ModelBoundary as ModelBoundary
 from worker.models._cache import PromptCache as PromptCache
 from worker.models._cache import agent_cache_key as agent_cache_key
-from worker.models._scripted import ScriptedModel as ScriptedModel
-from worker.models._scripted import Turn as Turn
 from worker.models._text_calls import with_text_calls as with_text_calls
 from worker.models._types import Message as Message
 from worker.models._types import Model as Model
 from worker.models._types import ModelRequest as ModelRequest
 from worker.models._types import ModelResponse as ModelResponse
-from worker.models._types import ModelWrapper as ModelWrapper
 from worker.models._types import StopReason as StopReason
 from worker.models._types import ToolCall as ToolCall
 from worker.models._types import ToolSpec as ToolSpec
@@ -36,11 +33,8 @@ if TYPE_CHECKING:
     from worker.models._factory import create_model as create_model
     from worker.models._factory import load_price_table as load_price_table
     from worker.models._factory import provider_credentials as provider_credentials
-    from worker.models._fallback import FallbackModel as FallbackModel
     from worker.models._limiter import FleetLimiter as FleetLimiter
-    from worker.models._limiter import RateLimitedModel as RateLimitedModel
     from worker.models._limiter import RateLimits as RateLimits
-    from worker.models._openai import OpenAIModel as OpenAIModel
     from worker.models._prices import ModelPrice as ModelPrice
     from worker.models._prices import PriceTable as PriceTable
     from worker.models._structured import parse_structured_text as parse_structured_text

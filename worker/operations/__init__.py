@@ -31,38 +31,12 @@ from typing import TYPE_CHECKING
 from worker._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from worker.operations._agent_state import AgentState as AgentState
-    from worker.operations._agent_state import LastRun as LastRun
-    from worker.operations._agent_state import agent_state_key as agent_state_key
-    from worker.operations._agent_state import last_run_of as last_run_of
-    from worker.operations._check_report import CheckReport as CheckReport
-    from worker.operations._check_report import Severity as Severity
     from worker.operations._checks import check_at_start as check_at_start
-    from worker.operations._checks import run_checks as run_checks
     from worker.operations._cli import EXTENSIONS as EXTENSIONS
     from worker.operations._cli import command_parser as command_parser
     from worker.operations._cli import main as main
-    from worker.operations._dead_letters import dead_letter_count as dead_letter_count
-    from worker.operations._dead_letters import drop_dead_letters as drop_dead_letters
-    from worker.operations._dead_letters import list_dead_letters as list_dead_letters
-    from worker.operations._dead_letters import newest_dead_letter as newest_dead_letter
-    from worker.operations._dead_letters import replay_dead_letter as replay_dead_letter
-    from worker.operations._leader_lock import LeaderLock as LeaderLock
     from worker.operations._redis_option import redis_url_parser as redis_url_parser
     from worker.operations._redis_option import use_redis_url as use_redis_url
-    from worker.operations._repairs import failed_task_ids as failed_task_ids
-    from worker.operations._repairs import requeue_failed as requeue_failed
-    from worker.operations._reports import StoredReport as StoredReport
-    from worker.operations._reports import find_report as find_report
-    from worker.operations._reports import render_report as render_report
-    from worker.operations._schedule import run_forever as run_forever
-    from worker.operations._schedule import run_once as run_once
-    from worker.operations._scheduler import Decision as Decision
-    from worker.operations._scheduler import HubStaleAgents as HubStaleAgents
-    from worker.operations._scheduler import ScheduleConfig as ScheduleConfig
-    from worker.operations._scheduler import Scheduler as Scheduler
-    from worker.operations._scheduler import exploration_task_id as exploration_task_id
-    from worker.operations._status import collect_status as collect_status
 
 
 __getattr__ = lazy_getattr(__name__)

@@ -4,7 +4,7 @@
 project writes. The connection factory gives rq and our own code the same plain or
 Sentinel-managed connection; the fault helpers tell an outage (wait and retry) from a
 bug. ``CappedJob`` is how every command loads an rq job (its data capped), and
-``register_child_process`` how a job records the process groups it starts outside its
+``child_process_recorder`` how a job records the process groups it starts outside its
 own. The names load on first use, so that reaching for ``keys`` does not import redis.
 """
 
@@ -20,14 +20,7 @@ if TYPE_CHECKING:
         kill_recorded_process_groups as kill_recorded_process_groups,
     )
     from worker.redis_io._children import recording_children_of as recording_children_of
-    from worker.redis_io._children import register_child_process as register_child_process
-    from worker.redis_io._connection import SentinelPrimaryConnection as SentinelPrimaryConnection
-    from worker.redis_io._connection import (
-        SentinelPrimarySSLConnection as SentinelPrimarySSLConnection,
-    )
     from worker.redis_io._connection import connect as connect
-    from worker.redis_io._connection import is_sentinel_managed as is_sentinel_managed
-    from worker.redis_io._connection import parse_sentinel_addresses as parse_sentinel_addresses
     from worker.redis_io._connection import (
         require_matching_worker_connection as require_matching_worker_connection,
     )
@@ -35,7 +28,6 @@ if TYPE_CHECKING:
     from worker.redis_io._connection import share_between_threads as share_between_threads
     from worker.redis_io._faults import OUTAGE_KINDS as OUTAGE_KINDS
     from worker.redis_io._faults import PatientRetry as PatientRetry
-    from worker.redis_io._faults import RedisOutage as RedisOutage
     from worker.redis_io._faults import access_refusal as access_refusal
     from worker.redis_io._faults import check_redis_access as check_redis_access
     from worker.redis_io._faults import is_redis_outage as is_redis_outage

@@ -19,11 +19,9 @@ from worker.tools._base import CallContext as CallContext
 from worker.tools._base import Granted as Granted
 from worker.tools._base import MissingGrant as MissingGrant
 from worker.tools._base import NotAllowed as NotAllowed
-from worker.tools._base import Resolution as Resolution
 from worker.tools._base import Toolbox as Toolbox
 from worker.tools._base import ToolboxWrapper as ToolboxWrapper
 from worker.tools._base import ToolResult as ToolResult
-from worker.tools._local import LocalTool as LocalTool
 from worker.tools._local import LocalToolbox as LocalToolbox
 
 if TYPE_CHECKING:
@@ -35,7 +33,6 @@ if TYPE_CHECKING:
     from worker.tools._capability import read_capability as read_capability
     from worker.tools._capability import verify_capability as verify_capability
     from worker.tools._config import McpConfig as McpConfig
-    from worker.tools._config import McpServerConfig as McpServerConfig
     from worker.tools._config import load_mcp_config as load_mcp_config
     from worker.tools._grants import ANY_COMMUNITY as ANY_COMMUNITY
     from worker.tools._grants import EffectiveGrants as EffectiveGrants
@@ -46,14 +43,11 @@ if TYPE_CHECKING:
     from worker.tools._idempotency import ContentKeyedToolbox as ContentKeyedToolbox
     from worker.tools._idempotency import KeyedCallContext as KeyedCallContext
     from worker.tools._idempotency import arguments_digest as arguments_digest
-    from worker.tools._idempotency import content_key as content_key
     from worker.tools._mcp import CapabilitySource as CapabilitySource
     from worker.tools._mcp import McpToolbox as McpToolbox
     from worker.tools._mcp import fixed_capability as fixed_capability
     from worker.tools._mcp import no_capability as no_capability
-    from worker.tools._pool import StdioPool as StdioPool
     from worker.tools._pool import close_stdio_pool as close_stdio_pool
-    from worker.tools._pool import stdio_pool as stdio_pool
     from worker.tools._reach import Reach as Reach
     from worker.tools._reach import origin_of as origin_of
     from worker.tools._reach import urls_in as urls_in

@@ -25,7 +25,6 @@ from __future__ import annotations
 from worker.tracing._cli import gateway_trace_environment as gateway_trace_environment
 from worker.tracing._cli import trace_environment as trace_environment
 from worker.tracing._cli import traced_cli_run as traced_cli_run
-from worker.tracing._content import CAPTURE_VARIABLE as CAPTURE_VARIABLE
 from worker.tracing._context import attached as attached
 from worker.tracing._context import environment_context as environment_context
 from worker.tracing._genai import note_retry as note_retry
@@ -33,7 +32,6 @@ from worker.tracing._genai import traced_agent_run as traced_agent_run
 from worker.tracing._genai import traced_chat as traced_chat
 from worker.tracing._genai import traced_tool_call as traced_tool_call
 from worker.tracing._http import TracingTransport as TracingTransport
-from worker.tracing._queue import processing as processing
 from worker.tracing._queue import publishing as publishing
 from worker.tracing._queue import traced_job as traced_job
 from worker.tracing._relay import deliver_job_spans as deliver_job_spans
