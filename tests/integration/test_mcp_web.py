@@ -191,7 +191,10 @@ async def test_the_model_sees_one_fetch_tool_with_url_and_max_bytes() -> None:
     schema = listed.tools[0].input_schema
     assert set(schema["properties"]) == {"url", "max_bytes"}
     assert schema["required"] == ["url"]
-    assert "public web page" in (listed.tools[0].description or "")
+    description = " ".join((listed.tools[0].description or "").split())
+    assert description.startswith("Fetch a web page and return its readable text.")
+    # The model is told the server, not its own judgement, refuses what is not allowed.
+    assert "the server itself refuses the addresses its operator has not allowed" in description
 
 
 @pytest.mark.anyio

@@ -115,10 +115,11 @@ def test_a_model_commenting_again_on_the_same_post_is_stopped_after_the_first(
     assert report["outcome"] == "completed"
     assert [c["content"] for c in chaos.replies_to(post_id)] == ["First thoughts."]
     assert len(report["posted"]) == 1
-    # The reply delivered, the next call was the tool-less closing turn: the model's second
-    # comment call there is dropped, and the delivered reply stays the task's answer.
+    # The reply delivered, the next call was the closing turn, which lists the tools but lets
+    # the model call none: its second comment call there is dropped, and the delivered reply
+    # stays the task's answer.
     requests = chaos.llm.requests(task_id)
-    assert len(requests) == 2 and not requests[-1]["body"].get("tools")
+    assert len(requests) == 2 and requests[-1]["body"].get("tool_choice") == "none"
     assert model_saw(chaos, task_id, "Your reply is posted on the Hub")
     assert report["output"] == "First thoughts."
 
