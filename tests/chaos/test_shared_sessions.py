@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,15 @@ SESSION_AGENT = "session-agent"
 CONCURRENCY = "4"
 
 
-@pytest.fixture(scope="module")
-def kit(chaos_stack: ChaosStack) -> Iterator[ManagedProcess]:
-    """The toolkit over streamable HTTP, asking for the worker's MCP_AUTH_TOKEN."""
+@contextmanager
+def toolkit_over_http(stack: ChaosStack, name: str, module: str) -> Iterator[ManagedProcess]:
+    """A test toolkit ``module`` over streamable HTTP, asking for the worker's MCP_AUTH_TOKEN."""
     port = free_port()
     server = ManagedProcess(
-        "kit-http",
-        python_module("tests.support.mcp_test_servers.toolkit", "--port", str(port)),
+        name,
+        python_module(f"tests.support.mcp_test_servers.{module}", "--port", str(port)),
         port,
-        {"MCP_AUTH_TOKEN": chaos_stack.canaries.mcp_auth_token, "PYTHONPATH": str(REPO_ROOT)},
+        {"MCP_AUTH_TOKEN": stack.canaries.mcp_auth_token, "PYTHONPATH": str(REPO_ROOT)},
     )
     server.start(ready_timeout_s=SERVER_READY_TIMEOUT_S)
     try:
@@ -52,6 +53,12 @@ def kit(chaos_stack: ChaosStack) -> Iterator[ManagedProcess]:
     finally:
         server.stop()
         server.remove_log()
+
+
+@pytest.fixture(scope="module")
+def kit(chaos_stack: ChaosStack) -> Iterator[ManagedProcess]:
+    with toolkit_over_http(chaos_stack, "kit-http", "toolkit") as server:
+        yield server
 
 
 @pytest.fixture
@@ -157,16 +164,8 @@ def test_a_session_the_server_forgot_is_opened_again_and_the_keyed_call_sent_onc
 ) -> None:
     # A server of the 2025 handshake gives the session an id; restarted, it answers that id
     # with 404. The next call opens a new session and is sent again there.
-    port = free_port()
-    legacy = ManagedProcess(
-        "kit-legacy",
-        python_module("tests.support.mcp_test_servers.legacy_toolkit", "--port", str(port)),
-        port,
-        {"MCP_AUTH_TOKEN": chaos.canaries.mcp_auth_token, "PYTHONPATH": str(REPO_ROOT)},
-    )
-    legacy.start(ready_timeout_s=SERVER_READY_TIMEOUT_S)
-    try:
-        worker = start_worker(kit_port=port)
+    with toolkit_over_http(chaos, "kit-legacy", "legacy_toolkit") as legacy:
+        worker = start_worker(kit_port=legacy.port)
         before, after = unique("before"), unique("after")
         _script(chaos, before, [_echo("before the restart")], "one")
         _script(chaos, after, [_echo("after the restart")], "two")
@@ -176,9 +175,6 @@ def test_a_session_the_server_forgot_is_opened_again_and_the_keyed_call_sent_onc
         legacy.start(ready_timeout_s=SERVER_READY_TIMEOUT_S)
         _enqueue(chaos, after, _thread(chaos, after))
         assert chaos.wait_for_status(after, timeout_s=120) == "finished"
-    finally:
-        legacy.stop()
-        legacy.remove_log()
 
     (echoed,) = _echoed_meta(chaos, after)
     assert echoed["text"] == "after the restart"
