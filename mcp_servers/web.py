@@ -265,17 +265,17 @@ class WebAccess:
 
 
 async def fetch(url: str, ctx: Context[WebAccess, Any], max_bytes: int = DEFAULT_MAX_BYTES) -> str:
-    """Fetch a web page and return its readable text.
+    """Read a web page: fetch a URL and return the page's readable text.
 
-    HTML is reduced to plain text (title first; scripts, styles and markup removed).
-    Plain text, JSON, XML and other text types come back as they are; images, PDFs
-    and other binary content are refused. Give it any http or https URL you were
-    asked to read: the server itself refuses the addresses its operator has not
-    allowed (private, loopback and cloud-metadata ones) and says so. Redirects are
-    followed (at most 5). Long pages are cut at max_bytes and say so.
+    Use it for a link you are asked to read, open or check. HTML is reduced to plain
+    text (title first; scripts, styles and markup removed). Plain text, JSON, XML and
+    other text types come back as they are; images, PDFs and other binary content are
+    refused. The server itself refuses the addresses its operator has not allowed,
+    and says so. Redirects are followed (at most 5). Long pages are cut at max_bytes
+    and say so.
 
     Args:
-        url: Absolute http:// or https:// URL of the page.
+        url: The page's absolute http:// or https:// URL, as you were given it.
         max_bytes: Read at most this many bytes of the body (at most 2000000).
     """
     web = ctx.request_context.lifespan_context

@@ -192,9 +192,12 @@ async def test_the_model_sees_one_fetch_tool_with_url_and_max_bytes() -> None:
     assert set(schema["properties"]) == {"url", "max_bytes"}
     assert schema["required"] == ["url"]
     description = " ".join((listed.tools[0].description or "").split())
-    assert description.startswith("Fetch a web page and return its readable text.")
-    # The model is told the server, not its own judgement, refuses what is not allowed.
-    assert "the server itself refuses the addresses its operator has not allowed" in description
+    assert description.startswith("Read a web page: fetch a URL and return")
+    # The model is told the server, not its own judgement, refuses what is not allowed,
+    # and is given no list of refused kinds to match a link against (a small model
+    # declined to fetch a loopback link the operator allowed).
+    assert "The server itself refuses the addresses its operator has not allowed" in description
+    assert "loopback" not in description
 
 
 @pytest.mark.anyio

@@ -1,5 +1,6 @@
 """Write caps across the fleet: two real workers, two tasks, one daily comment left; a model
-that comments on one post again and again; error posts that no cap holds back.
+that comments on one post again and again, or only repeats the message it was asked; error
+posts that no cap holds back.
 
 Real parts: redis-server, ``rq worker agents`` processes, the devhub, our hub MCP server
 (the tools' writes) and the scripted model, from the chaos harness.
@@ -122,6 +123,26 @@ def test_a_model_commenting_again_on_the_same_post_is_stopped_after_the_first(
     assert len(requests) == 2 and requests[-1]["body"].get("tool_choice") == "none"
     assert model_saw(chaos, task_id, "Your reply is posted on the Hub")
     assert report["output"] == "First thoughts."
+
+
+def test_a_comment_that_only_repeats_the_question_is_not_posted_and_the_answer_is(
+    chaos: ChaosStack,
+) -> None:
+    # Qwen2.5-Coder 1.5B, asked "@agent which day did we pick?", called the comment tool
+    # with "Which day did we pick?" as its reply; its closing turn then answered.
+    def turns(post_id: str) -> list[dict[str, Any]]:
+        post = next(p for p in chaos.hub_state()["posts"] if p["id"] == post_id)
+        echo = post["content"].replace("@chaos-agent ", "").upper() + " !"
+        return [comment_call(post_id, echo), {"text": "We picked Thursday."}]
+
+    task_id, post_id = notification_with_tools(chaos, "echo", "chaos-agent", turns)
+    chaos.run_burst()
+
+    report = chaos.wait_for_outcome(task_id)
+    assert report["outcome"] == "completed"
+    assert [c["content"] for c in chaos.replies_to(post_id)] == ["We picked Thursday."]
+    assert model_saw(chaos, task_id, "only repeats what @alice wrote in the thread")
+    assert chaos.llm.requests(task_id)[-1]["body"].get("tool_choice") == "none"
 
 
 def test_error_posts_are_never_capped(chaos: ChaosStack) -> None:

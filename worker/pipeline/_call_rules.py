@@ -5,20 +5,35 @@
 - A write through the Hub server that delivers the task's reply (a notification's comment
   on its post; any post or comment of an exploration), or one a write cap refused, closes
   the run: the next model call is a tool-less closing turn.
+- A notification's comment on its own thread that only repeats a message of that thread
+  is not posted (Qwen2.5-Coder 1.5B answered "@agent which day did we pick?" with the
+  comment "Which day did we pick?"): the refusal closes the run, and the closing turn
+  asks for the answer, which the worker posts.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
-from worker.loop import Closing, ToolCallRecord, ToolOutcome
+from worker.loop import CanExecuteTool, Closing, ToolCallRecord, ToolOutcome
 from worker.task import Task, TaskType
 from worker.tools import McpConfig
+
+if TYPE_CHECKING:
+    from hub_client import Post
 
 _WRITE_TOOLS = ("create_comment", "create_post")
 DELIVERED_REASON = "Your reply is posted on the Hub; do not post it again."
 REFUSED_REASON = "The Hub write was not made: {why}."
+ECHO_REASON = (
+    "not posted: your comment only repeats what @{author} wrote in the thread; "
+    "answer it in your own words"
+)
+_MENTION = re.compile(r"@[\w-]+")
+_NOT_A_WORD = re.compile(r"[\W_]+")
 
 
 class TaskCallRules:
@@ -62,3 +77,31 @@ def _arguments(record: ToolCallRecord) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {}
     return arguments if isinstance(arguments, dict) else {}
+
+
+def checking_replies(
+    check: CanExecuteTool, task: Task, thread: Post | None, *, hub_server: str
+) -> CanExecuteTool:
+    """``check`` (the operator's ``CAN_EXECUTE_TOOL``), after the task's own check of a
+    comment on its thread: one that only repeats a message of the thread is refused."""
+    if task.type is not TaskType.NOTIFICATION or thread is None:
+        return check
+    said = {_words(thread.content): thread.author.id}
+    said |= {_words(comment.content): comment.author.id for comment in thread.comments}
+    said.pop("", None)
+    comment_tool = f"{hub_server}__create_comment"
+
+    async def checked(tool_name: str, arguments: dict[str, Any]) -> str | bool | None:
+        if tool_name == comment_tool and arguments.get("post_id") == task.post_id:
+            author = said.get(_words(str(arguments.get("content", ""))))
+            if author is not None:
+                return ECHO_REASON.format(author=author)
+        verdict = check(tool_name, arguments)
+        return await verdict if inspect.isawaitable(verdict) else verdict
+
+    return checked
+
+
+def _words(text: str) -> str:
+    """``text`` as its words only: no mentions, no punctuation, one case."""
+    return " ".join(_NOT_A_WORD.sub(" ", _MENTION.sub(" ", text)).lower().split())

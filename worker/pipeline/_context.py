@@ -22,7 +22,7 @@ from worker.logs import log_event
 from worker.loop import LoopSettings, RunLimits, dearest_price, redacting_arguments
 from worker.models import Message, ModelBoundary, ModelPrice, PriceTable, UntrustedBlocks
 from worker.pipeline import _discovery, _memory, _prompt
-from worker.pipeline._call_rules import TaskCallRules
+from worker.pipeline._call_rules import TaskCallRules, checking_replies
 from worker.pipeline._early_tools import ToolboxFactory
 from worker.pipeline._observers import metrics_observer
 from worker.pipeline._runtime import TaskRuntime, effective_grants, mcp_config
@@ -92,7 +92,9 @@ async def build_request(
         on_spawn=runtime.on_spawn,
         # CLI executors: the writes their gateway held back, counted here as the loop's are.
         on_write_refused=refusal_handler(runtime, task, agent),
-        can_execute_tool=runtime.can_execute_tool,
+        can_execute_tool=checking_replies(
+            runtime.can_execute_tool, task, thread, hub_server=runtime.settings.hub_tool_server
+        ),
         untrusted_nonce=blocks.nonce,
         scope=scope,
         on_scope_refused=scope_refusal_handler(runtime, state, task),
