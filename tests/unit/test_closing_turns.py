@@ -192,7 +192,7 @@ async def test_a_repeated_read_gets_the_earlier_result_with_a_note() -> None:
     assert tool_result.role == "tool" and note.role == "user"
     assert note.content == (
         "Your call to lookup is the same as in step 1, so it was not run again: its result "
-        "is the same as then. Answer now, or try something else."
+        "is the same as then. Answer now."  # no other read tool to name
     )
     assert result.outcome is Outcome.COMPLETED
 

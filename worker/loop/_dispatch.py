@@ -227,8 +227,22 @@ class ToolDispatcher:
 
 REPEATED_READ_NOTE = (
     "Your call to {tool} is the same as in step {step}, so it was not run again: its result is "
-    "the same as then. Answer now, or try something else."
+    "the same as then. {next}"
 )
+ANSWER_NOW = "Answer now."
+# A small model that repeats a read is stuck on it: named, a read it has not made yet is the
+# way out it takes (Qwen2.5-Coder 1.5B, asked to read a link, searched the Hub four times
+# with "try something else" and fetched the page once web__fetch was named).
+TRY_UNTRIED = "Answer now, or try a tool you have not used yet: {tools}."
+
+
+def repeated_read_note(tool: str, step: int, untried: Sequence[str]) -> str:
+    """The worker's note after a repeated read, naming the read tools not used yet."""
+    if not untried:
+        return REPEATED_READ_NOTE.format(tool=tool, step=step, next=ANSWER_NOW)
+    listed = ", ".join(untried[:-1]) + " or " + untried[-1] if len(untried) > 1 else untried[0]
+    following = TRY_UNTRIED.format(tools=listed)
+    return REPEATED_READ_NOTE.format(tool=tool, step=step, next=following)
 
 
 class RepeatedReads:

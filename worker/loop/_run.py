@@ -29,11 +29,11 @@ from worker.loop._closing import ClosingCall
 from worker.loop._contract import NO_CONTROL, Closing, ControlSource, LoopSettings, RunResult
 from worker.loop._dispatch import (
     DONE_TOOL,
-    REPEATED_READ_NOTE,
     CanExecuteTool,
     RepeatedReads,
     ToolDispatcher,
     ToolLoopGuard,
+    repeated_read_note,
 )
 from worker.loop._events import EventBus, LoopObserver, StepFinished, StepStarted, log_observer
 from worker.loop._limits import Limit, LimitReached
@@ -288,6 +288,17 @@ class AgentLoop:
             tools.append(DONE_TOOL)
         return tools
 
+    def _untried_reads(self, state: LoopState, repeated: str) -> list[str]:
+        """Read-only tools offered and not yet called: another server's first, then by name."""
+        used = {record.name for step in state.steps for record in step.tool_calls}
+        untried = [
+            tool.name
+            for tool in self._offered_tools()
+            if tool.name not in used and self._read_only(tool.name)
+        ]
+        server = repeated.partition("__")[0]
+        return sorted(untried, key=lambda name: (name.partition("__")[0] == server, name))
+
     def _overspent(self, state: LoopState, response: ModelResponse) -> Stop | None:
         """A call that spent past a limit (the provider ignored its budget) ends the run."""
         try:
@@ -318,7 +329,9 @@ class AgentLoop:
             earlier = self._reads.earlier(call) if self._read_only(call.name) else None
             if earlier is not None:
                 record = self._reads.repeat(call, earlier[1])
-                notes.append(REPEATED_READ_NOTE.format(tool=call.name, step=earlier[0]))
+                notes.append(
+                    repeated_read_note(call.name, earlier[0], self._untried_reads(state, call.name))
+                )
             else:
                 record = await self._dispatcher.run(step, index, call, timeout_s)
             self._commit(state, ToolEntry(step=step, record=record))
