@@ -13,9 +13,9 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from worker.loop import CanExecuteTool, Closing, ToolCallRecord, ToolOutcome
@@ -91,13 +91,14 @@ def checking_replies(
     said.pop("", None)
     comment_tool = f"{hub_server}__create_comment"
 
-    async def checked(tool_name: str, arguments: dict[str, Any]) -> str | bool | None:
+    def checked(
+        tool_name: str, arguments: dict[str, Any]
+    ) -> str | bool | Awaitable[str | bool | None] | None:
         if tool_name == comment_tool and arguments.get("post_id") == task.post_id:
             author = said.get(_words(str(arguments.get("content", ""))))
             if author is not None:
                 return ECHO_REASON.format(author=author)
-        verdict = check(tool_name, arguments)
-        return await verdict if inspect.isawaitable(verdict) else verdict
+        return check(tool_name, arguments)  # the loop awaits an async verdict
 
     return checked
 
