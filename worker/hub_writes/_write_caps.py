@@ -16,6 +16,7 @@ cap is not executed; the model reads ``Error: daily comment limit (N) reached``.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -42,13 +43,17 @@ _THREAD_KEY_TTL_S = 90 * 86_400
 _WRITE_TOOLS = {"create_post": "post", "create_comment": "comment"}
 
 # One atomic check-and-count: per-post guard, per-thread cap, minimum interval, daily cap,
-# in that order.
+# in that order. Each reservation carries a token, kept in the task's set of reservations:
+# a Redis that stopped after running the script but before answering gets the same call
+# again from the connection's retry, and must count it once (counted twice, the per-post
+# guard refused the task's own reply).
 # KEYS: daily counter, the task's per-post hash, the agent's interval marker, the agent's
-#       counter on the thread (post id '' : unused).
+#       counter on the thread (post id '' : unused), the task's reservation tokens.
 # ARGV: daily cap (-1: none), daily expiry (epoch s), post id ('' : none),
 #       per-post cap (0: none), interval ms (0: none), task key TTL (s),
-#       per-thread cap (-1: none), thread key TTL (s).
+#       per-thread cap (-1: none), thread key TTL (s), the reservation's token.
 _RESERVE = """
+if redis.call('SISMEMBER', KEYS[5], ARGV[9]) == 1 then return {'ok', 0} end
 local post_id, per_post = ARGV[3], tonumber(ARGV[4])
 if post_id ~= '' and per_post > 0 then
   local done = tonumber(redis.call('HGET', KEYS[2], post_id) or '0')
@@ -76,10 +81,14 @@ if post_id ~= '' then
   redis.call('EXPIRE', KEYS[4], ARGV[8])
 end
 if interval_ms > 0 then redis.call('SET', KEYS[3], '1', 'PX', interval_ms) end
+redis.call('SADD', KEYS[5], ARGV[9])
+redis.call('EXPIRE', KEYS[5], ARGV[6])
 return {'ok', today + 1}
 """
 
+# Gives back the reservation whose token is ARGV[2], once (a retried refund finds no token).
 _REFUND = """
+if redis.call('SREM', KEYS[5], ARGV[2]) == 0 then return 0 end
 if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
 if ARGV[1] ~= '' and tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') > 0 then
   redis.call('HINCRBY', KEYS[2], ARGV[1], -1)
@@ -143,6 +152,8 @@ class Reservation:
     kind: WriteKind
     day: str
     post_id: str
+    # Names this reservation in the task's set: counted once, refunded once.
+    token: str
 
 
 class WriteLedger:
@@ -174,6 +185,7 @@ class WriteLedger:
         interval_ms = int((self.caps.min_interval_s or 0) * 1000) if wait_interval else 0
         on_post = post_id if kind is WriteKind.COMMENT and post_id else ""
         per_thread = self.caps.max_responses_per_thread
+        token = secrets.token_hex(8)
         answer = self._run_script(
             _RESERVE,
             keys=self._keys(kind, day, on_post),
@@ -186,6 +198,7 @@ class WriteLedger:
                 _TASK_KEY_TTL_S,
                 -1 if per_thread is None else per_thread,
                 _THREAD_KEY_TTL_S,
+                token,
             ],
         )
         if answer is None:
@@ -194,13 +207,13 @@ class WriteLedger:
         verdict, value = answer
         verdict = verdict.decode() if isinstance(verdict, bytes) else str(verdict)
         if verdict == "ok":
-            return Reservation(kind=kind, day=day, post_id=on_post)
+            return Reservation(kind=kind, day=day, post_id=on_post, token=token)
         return self._refusal(kind, verdict, int(value), cap, on_post)
 
     def refund(self, reservation: Reservation) -> None:
         """Give back a write that did not happen (the Hub refused it)."""
         keys = self._keys(reservation.kind, reservation.day, reservation.post_id)
-        self._run_script(_REFUND, keys=keys, args=[reservation.post_id])
+        self._run_script(_REFUND, keys=keys, args=[reservation.post_id, reservation.token])
 
     def _run_script(self, source: str, *, keys: list[str], args: list[Any]) -> Any:
         """The script's answer; None when Redis cannot give one (logged: caps unavailable)."""
@@ -218,6 +231,7 @@ class WriteLedger:
             redis_keys.task_post_writes(self._task_id),
             redis_keys.last_write(self._agent_id),
             redis_keys.thread_writes(self._agent_id, post_id),
+            redis_keys.task_write_reservations(self._task_id),
         ]
 
     def _refusal(

@@ -84,6 +84,12 @@ def task_post_writes(task_id: str) -> str:
     return f"{PREFIX}writes:task:{task_id}"
 
 
+def task_write_reservations(task_id: str) -> str:
+    """Set: the tokens of a task's write reservations, so a retried reservation (or refund)
+    counts once."""
+    return f"{PREFIX}write-reservations:{task_id}"
+
+
 def thread_writes(agent_id: str, post_id: str) -> str:
     """Comments an agent made on one thread (the post ``post_id`` and its comments), fleet-wide
     (``max_responses_per_thread``)."""

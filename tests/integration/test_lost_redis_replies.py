@@ -1,0 +1,108 @@
+"""A command Redis ran whose answer never arrived is sent again: it must count once.
+
+A Redis stopped (a restart, a failover) right after running a command closes the connection
+before its answer leaves; the connection's retry (``REDIS_PATIENCE_S``) sends the command again
+to the Redis that comes back. The Redis-restart chaos test met it once in 20 runs: the
+write caps' reservation for the task's reply ran twice, its second run found the reply
+already counted on the post, and the reply was refused ("you already commented on post p-4
+in this task"). Here a real redis-server runs each command, and the connection loses the
+answer to the first script call the test arms it for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from worker.hub_writes import WriteCaps, WriteKind, WriteLedger, WriteRefused
+from worker.hub_writes._write_caps import Reservation
+from worker.redis_io import keys as redis_keys
+from worker.redis_io import patient_redis_retry
+
+pytestmark = pytest.mark.integration
+
+AGENT = "lost-replies-agent"
+TASK = "lost-replies-task"
+
+
+class LosesAnAnswer(redis.Connection):
+    """A connection to a real Redis that drops itself after reading the answer to the next
+    script call (EVALSHA) once ``armed``: Redis ran it, the client never heard."""
+
+    armed: ClassVar[bool] = False
+    lost: ClassVar[int] = 0
+
+    def send_command(self, *args: Any, **kwargs: Any) -> None:
+        self._sent = str(args[0]).upper() if args else ""
+        super().send_command(*args, **kwargs)
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        answer = super().read_response(*args, **kwargs)
+        if LosesAnAnswer.armed and getattr(self, "_sent", "") == "EVALSHA":
+            LosesAnAnswer.armed = False
+            LosesAnAnswer.lost += 1
+            self.disconnect()
+            raise RedisConnectionError("Connection closed by server.")
+        return answer
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    pool = redis.ConnectionPool.from_url(redis_url, connection_class=LosesAnAnswer)
+    connection = redis.Redis(connection_pool=pool)
+    connection.set_retry(patient_redis_retry(5))
+    LosesAnAnswer.armed, LosesAnAnswer.lost = False, 0
+    yield connection
+    connection.close()
+
+
+def ledger(client: redis.Redis) -> WriteLedger:
+    caps = WriteCaps(max_daily_comments=10, max_writes_per_post=1, max_responses_per_thread=3)
+    return WriteLedger(client, agent_id=AGENT, task_id=TASK, caps=caps)
+
+
+def comments_today(client: redis.Redis) -> int:
+    (day_key,) = client.keys(redis_keys.daily_writes(AGENT, "comment", "*"))
+    return int(client.get(day_key) or 0)
+
+
+def test_a_reservation_whose_answer_was_lost_counts_once_and_the_reply_goes_out(
+    client: redis.Redis,
+) -> None:
+    writes = ledger(client)
+    writes.reserve(WriteKind.COMMENT, post_id="p-0")  # loads the script: the next is EVALSHA
+
+    LosesAnAnswer.armed = True
+    reservation = writes.reserve(WriteKind.COMMENT, post_id="p-1")
+
+    assert LosesAnAnswer.lost == 1  # Redis ran it, the answer was lost, the retry sent it again
+    assert isinstance(reservation, Reservation), reservation
+    assert comments_today(client) == 2
+    assert client.hget(redis_keys.task_post_writes(TASK), "p-1") == b"1"
+    assert client.get(redis_keys.thread_writes(AGENT, "p-1")) == b"1"
+    # The guard still holds for a second comment on the post, made on purpose.
+    second = writes.reserve(WriteKind.COMMENT, post_id="p-1")
+    assert isinstance(second, WriteRefused)
+    assert second.message.startswith("you already commented on post p-1")
+
+
+def test_a_refund_whose_answer_was_lost_gives_back_one_write(client: redis.Redis) -> None:
+    writes = ledger(client)
+    kept = writes.reserve(WriteKind.COMMENT, post_id="p-1")
+    refused_by_the_hub = writes.reserve(WriteKind.COMMENT, post_id="p-2")
+    assert isinstance(kept, Reservation)
+    assert isinstance(refused_by_the_hub, Reservation)
+
+    LosesAnAnswer.armed = True
+    writes.refund(refused_by_the_hub)
+    writes.refund(refused_by_the_hub)  # and a second refund of the same write does nothing
+
+    assert LosesAnAnswer.lost == 1
+    assert comments_today(client) == 1
+    assert client.hget(redis_keys.task_post_writes(TASK), "p-1") == b"1"
+    assert client.hget(redis_keys.task_post_writes(TASK), "p-2") == b"0"
+    assert isinstance(writes.reserve(WriteKind.COMMENT, post_id="p-2"), Reservation)
