@@ -5,8 +5,9 @@ before its answer leaves; the connection's retry (``REDIS_PATIENCE_S``) sends th
 to the Redis that comes back. The Redis-restart chaos test met it once in 20 runs: the
 write caps' reservation for the task's reply ran twice, its second run found the reply
 already counted on the post, and the reply was refused ("you already commented on post p-4
-in this task"). Here a real redis-server runs each command, and the connection loses the
-answer to the first script call the test arms it for.
+in this task"). A step's checkpoint record, pushed again the same way, would replay the step
+twice. Here a real redis-server runs each command, and the connection loses the answer to
+the command the test arms it for.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from worker.coordination import RedisJournal
 from worker.hub_writes import WriteCaps, WriteKind, WriteLedger, WriteRefused
 from worker.hub_writes._write_caps import Reservation
+from worker.loop import ResponseEntry, SteerEntry
+from worker.models import ModelResponse, StopReason, ToolCall
 from worker.redis_io import keys as redis_keys
 from worker.redis_io import patient_redis_retry
 
@@ -30,20 +34,23 @@ TASK = "lost-replies-task"
 
 
 class LosesAnAnswer(redis.Connection):
-    """A connection to a real Redis that drops itself after reading the answer to the next
-    script call (EVALSHA) once ``armed``: Redis ran it, the client never heard."""
+    """A connection to a real Redis that drops itself after reading the first answer to what
+    it sends next with the ``armed`` command in it (a pipeline's too): Redis ran it, the
+    client never heard."""
 
-    armed: ClassVar[bool] = False
+    armed: ClassVar[bytes | None] = None
     lost: ClassVar[int] = 0
 
-    def send_command(self, *args: Any, **kwargs: Any) -> None:
-        self._sent = str(args[0]).upper() if args else ""
-        super().send_command(*args, **kwargs)
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        parts = [command] if isinstance(command, (bytes, str)) else command
+        self._sent = b"".join(p.encode() if isinstance(p, str) else bytes(p) for p in parts)
+        super().send_packed_command(command, check_health)
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         answer = super().read_response(*args, **kwargs)
-        if LosesAnAnswer.armed and getattr(self, "_sent", "") == "EVALSHA":
-            LosesAnAnswer.armed = False
+        armed = LosesAnAnswer.armed
+        if armed is not None and b"\r\n" + armed + b"\r\n" in getattr(self, "_sent", b""):
+            LosesAnAnswer.armed = None
             LosesAnAnswer.lost += 1
             self.disconnect()
             raise RedisConnectionError("Connection closed by server.")
@@ -55,7 +62,7 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
     pool = redis.ConnectionPool.from_url(redis_url, connection_class=LosesAnAnswer)
     connection = redis.Redis(connection_pool=pool)
     connection.set_retry(patient_redis_retry(5))
-    LosesAnAnswer.armed, LosesAnAnswer.lost = False, 0
+    LosesAnAnswer.armed, LosesAnAnswer.lost = None, 0
     yield connection
     connection.close()
 
@@ -76,7 +83,7 @@ def test_a_reservation_whose_answer_was_lost_counts_once_and_the_reply_goes_out(
     writes = ledger(client)
     writes.reserve(WriteKind.COMMENT, post_id="p-0")  # loads the script: the next is EVALSHA
 
-    LosesAnAnswer.armed = True
+    LosesAnAnswer.armed = b"EVALSHA"
     reservation = writes.reserve(WriteKind.COMMENT, post_id="p-1")
 
     assert LosesAnAnswer.lost == 1  # Redis ran it, the answer was lost, the retry sent it again
@@ -97,7 +104,7 @@ def test_a_refund_whose_answer_was_lost_gives_back_one_write(client: redis.Redis
     assert isinstance(kept, Reservation)
     assert isinstance(refused_by_the_hub, Reservation)
 
-    LosesAnAnswer.armed = True
+    LosesAnAnswer.armed = b"EVALSHA"
     writes.refund(refused_by_the_hub)
     writes.refund(refused_by_the_hub)  # and a second refund of the same write does nothing
 
@@ -106,3 +113,28 @@ def test_a_refund_whose_answer_was_lost_gives_back_one_write(client: redis.Redis
     assert client.hget(redis_keys.task_post_writes(TASK), "p-1") == b"1"
     assert client.hget(redis_keys.task_post_writes(TASK), "p-2") == b"0"
     assert isinstance(writes.reserve(WriteKind.COMMENT, post_id="p-2"), Reservation)
+
+
+def test_a_checkpoint_record_pushed_again_replays_as_one_step(client: redis.Redis) -> None:
+    journal = RedisJournal(client, TASK)
+    asked = ResponseEntry(
+        step=1,
+        response=ModelResponse(
+            text="",
+            tool_calls=(ToolCall(id="c1", name="hub__get_thread", arguments="{}"),),
+            stop_reason=StopReason.TOOL_USE,
+        ),
+    )
+    steer = SteerEntry(text="be brief")
+    answered = ResponseEntry(step=2, final=True, response=ModelResponse(text="done"))
+
+    LosesAnAnswer.armed = b"RPUSH"
+    journal.append(asked)
+    journal.append(steer)
+    journal.append(steer)  # the operator said it twice: both stay
+    LosesAnAnswer.armed = b"RPUSH"
+    journal.append(answered)
+
+    assert LosesAnAnswer.lost == 2
+    assert client.llen(redis_keys.checkpoint(TASK)) == 6  # Redis holds each lost one twice
+    assert journal.load() == [asked, steer, steer, answered]

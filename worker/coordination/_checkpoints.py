@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from worker.logs import log_event
-from worker.loop import JournalEntry, entry_from_json, entry_to_json
+from worker.loop import JournalEntry, SteerEntry, entry_from_json, entry_to_json
 from worker.redis_io import keys as redis_keys
 from worker.tools import (
     CallContext,
@@ -84,11 +84,17 @@ class RedisJournal:
             pipe.execute()
 
     def load(self) -> list[JournalEntry]:
-        """The entries so far; a corrupt tail is cut off and logged, never fatal."""
+        """The entries so far; a corrupt tail is cut off and logged, never fatal.
+
+        A step's record twice in a row is one record: the RPUSH that Redis ran just before
+        it stopped, sent again by the connection's retry (a model answer and a tool result
+        name their step and are each recorded once; only steering may repeat).
+        """
         entries: list[JournalEntry] = []
+        previous = None
         for position, raw in enumerate(self._redis.lrange(self._key, 0, -1)):
             try:
-                entries.append(entry_from_json(raw))
+                entry = entry_from_json(raw)
             except (ValueError, KeyError, TypeError) as exc:
                 log_event(
                     "checkpoint_corrupt",
@@ -98,6 +104,9 @@ class RedisJournal:
                     error=str(exc),
                 )
                 break
+            if raw != previous or isinstance(entry, SteerEntry):
+                entries.append(entry)
+            previous = raw
         return entries
 
     def record_intent(self, intent: ToolIntent) -> None:

@@ -31,6 +31,7 @@ from worker.loop._state import Journal as Journal
 from worker.loop._state import JournalEntry as JournalEntry
 from worker.loop._state import LoopState as LoopState
 from worker.loop._state import ResponseEntry as ResponseEntry
+from worker.loop._state import SteerEntry as SteerEntry
 from worker.loop._state import StepRecord as StepRecord
 from worker.loop._state import ToolCallRecord as ToolCallRecord
 from worker.loop._state import ToolOutcome as ToolOutcome
