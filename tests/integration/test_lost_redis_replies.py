@@ -5,9 +5,9 @@ before its answer leaves; the connection's retry (``REDIS_PATIENCE_S``) sends th
 to the Redis that comes back. The Redis-restart chaos test met it once in 20 runs: the
 write caps' reservation for the task's reply ran twice, its second run found the reply
 already counted on the post, and the reply was refused ("you already commented on post p-4
-in this task"). A step's checkpoint record, pushed again the same way, would replay the step
-twice. Here a real redis-server runs each command, and the connection loses the answer to
-the command the test arms it for.
+in this task"). A step's checkpoint record pushed again the same way would replay the step
+twice, and a job's metrics batch would count twice. Here a real redis-server runs each
+command, and the connection loses the answer to the command the test arms it for.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from worker.coordination import RedisJournal
 from worker.hub_writes import WriteCaps, WriteKind, WriteLedger, WriteRefused
 from worker.hub_writes._write_caps import Reservation
 from worker.loop import ResponseEntry, SteerEntry
+from worker.metrics import JobMetrics, apply_job_metrics
+from worker.metrics._recorders import WorkerMetrics
 from worker.models import ModelResponse, StopReason, ToolCall
 from worker.redis_io import keys as redis_keys
 from worker.redis_io import patient_redis_retry
@@ -138,3 +140,18 @@ def test_a_checkpoint_record_pushed_again_replays_as_one_step(client: redis.Redi
     assert LosesAnAnswer.lost == 2
     assert client.llen(redis_keys.checkpoint(TASK)) == 6  # Redis holds each lost one twice
     assert journal.load() == [asked, steer, steer, answered]
+
+
+def test_a_job_metrics_batch_pushed_again_is_counted_once(client: redis.Redis) -> None:
+    in_job = JobMetrics()
+    in_job.error_posted()
+    LosesAnAnswer.armed = b"RPUSH"
+    assert in_job.flush(client, TASK)
+    in_job.error_posted()
+    assert in_job.flush(client, TASK)
+
+    parent = WorkerMetrics()
+    assert apply_job_metrics(client, TASK, metrics=parent)
+
+    assert LosesAnAnswer.lost == 1
+    assert parent.registry.get_sample_value("agent_errors_posted_total") == 2

@@ -12,6 +12,7 @@ duration carries the trace id of its run as an exemplar (OpenMetrics), when it w
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -302,10 +303,12 @@ class JobMetrics:
         batch = self._take()
         if batch is None:
             return True
+        # Named, so a push Redis ran before a restart and the retry sent again counts once.
+        named = {**batch, "id": secrets.token_hex(8)}
         try:
             with redis.pipeline(transaction=True) as pipe:
                 key = redis_keys.job_metrics(job_id)
-                pipe.rpush(key, json.dumps(batch))
+                pipe.rpush(key, json.dumps(named))
                 pipe.expire(key, ttl_s)
                 pipe.zadd(redis_keys.JOB_METRICS_PENDING, {job_id: time.time()}, nx=True)
                 pipe.execute()
@@ -343,12 +346,17 @@ def apply_job_metrics(redis: Redis, job_id: str, *, metrics: WorkerMetrics | Non
         redis, redis_keys.job_metrics(job_id), redis_keys.JOB_METRICS_PENDING, job_id
     )
     target = metrics or worker_metrics()
+    applied: set[object] = set()
     for raw in raw_batches:
         try:
             batch = json.loads(raw)
         except ValueError:
             batch = None
         if isinstance(batch, dict):
+            batch_id = batch.get("id")  # None from a worker before batches had one
+            if batch_id is not None and batch_id in applied:
+                continue  # the same push twice: Redis ran it, the answer was lost
+            applied.add(batch_id)
             target.apply(batch)
         else:
             log_event("job_metrics_malformed", level="warning", job_id=job_id)
