@@ -9,7 +9,11 @@ endpoint kind (the Hub, each provider endpoint). A task's client keeps its own
 ``httpx2.AsyncClient`` (headers, auth, timeouts: everything that is the task's) over a
 ``SharedTransport``: each request is sent on the process loop's pool
 (``asyncio.run_coroutine_threadsafe``) and awaited on the task's loop
-(``asyncio.wrap_future``), the body read chunk by chunk the same way. So:
+(``asyncio.wrap_future``), the body read chunk by chunk the same way. A pool serves at most
+``TASKS_PER_POOL`` tasks in flight: a worker running more splits each endpoint's connections
+over several pools, and a task thread keeps to one (httpcore scans every connection of a
+pool, probing each idle one's socket, whenever a request joins or leaves it: one pool of
+200 connections took a fifth of a worker's CPU at 200 tasks in flight). So:
 
 - authority stays per call: the request, its headers (the key, traceparent, the
   idempotency key) and its timeouts are the task's; only the socket is shared;
@@ -28,9 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
+from functools import partial
 from typing import Any, TypeVar
 
 import httpx2
@@ -47,6 +53,8 @@ KEEPALIVE_EXPIRY_S = 30.0
 _END = object()
 # A body of known length up to this size comes back with its response, in one hop.
 _READ_AT_ONCE_BYTES = 1 << 20
+# The tasks in flight one connection pool serves (see the module's docstring).
+TASKS_PER_POOL = 8
 
 
 def pool_limits(concurrency: int) -> httpx2.Limits:
@@ -119,28 +127,52 @@ def process_loop() -> ProcessLoop | None:
 
 
 def process_transport(
-    key: str, build: Callable[[], httpx2.AsyncBaseTransport]
+    key: str, build: Callable[[httpx2.Limits], httpx2.AsyncBaseTransport], *, concurrency: int
 ) -> httpx2.AsyncBaseTransport | None:
     """A transport over this process's pooled connections for ``key`` (an endpoint kind),
-    ``build`` making the pool on first use; None in an rq job process, whose clients are
-    its one task's (the fork-per-job mode, as before)."""
+    ``build`` making each pool on first use with the limits it is given, for ``concurrency``
+    tasks in flight; None in an rq job process, whose clients are its one task's (the
+    fork-per-job mode, as before)."""
     if in_job_process():
         return None
-    return SharedTransport(_process_loop, key, build)
+    per_pool = min(concurrency, TASKS_PER_POOL)
+    pools = max(1, -(-concurrency // TASKS_PER_POOL))
+    return SharedTransport(_process_loop, key, partial(build, pool_limits(per_pool)), pools=pools)
+
+
+_lanes = itertools.count()
+_this_thread = threading.local()
+
+
+def _thread_lane() -> int:
+    """The calling thread's number, given at its first request: task threads spread evenly
+    over an endpoint's pools, and one task's requests keep to one pool."""
+    try:
+        lane: int = _this_thread.lane
+    except AttributeError:
+        lane = _this_thread.lane = next(_lanes)
+    return lane
 
 
 class SharedTransport(httpx2.AsyncBaseTransport):
-    """Sends a task's requests over the process loop's connection pool ``key``."""
+    """Sends a task's requests over the process loop's connection pools ``key`` (``pools``
+    of them; the calling thread's lane picks one)."""
 
     def __init__(
-        self, owner: ProcessLoop, key: str, build: Callable[[], httpx2.AsyncBaseTransport]
+        self,
+        owner: ProcessLoop,
+        key: str,
+        build: Callable[[], httpx2.AsyncBaseTransport],
+        *,
+        pools: int = 1,
     ) -> None:
         self._owner = owner
-        self._key = key
         self._build = build
+        self._keys = [key] if pools == 1 else [f"{key} #{n}" for n in range(pools)]
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        inner = self._owner.transport(self._key, self._build)
+        key = self._keys[_thread_lane() % len(self._keys)]
+        inner = self._owner.transport(key, self._build)
         try:
             response, body = await self._owner.run(_send(inner, request))
         except _DROPPED:

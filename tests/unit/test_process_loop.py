@@ -16,7 +16,13 @@ import anyio
 import httpx2
 import pytest
 
-from worker._process_loop import ProcessLoop, SharedTransport, pool_limits
+from worker._process_loop import (
+    TASKS_PER_POOL,
+    ProcessLoop,
+    SharedTransport,
+    pool_limits,
+    process_transport,
+)
 from worker.dev.post_proxy import LoopbackServer, serving
 
 
@@ -103,6 +109,55 @@ def test_tasks_in_their_own_loops_reuse_the_process_pool_each_with_its_own_key(
     assert answers == {f"key-{n}": [f"key-{n}"] * 3 for n in range(4)}
     # ...over one connection kept alive across the tasks and their ended loops.
     assert len(set(server.ports)) == 1
+
+
+class _CountedPool(httpx2.AsyncHTTPTransport):
+    """A pool that keeps the Authorization of every request sent over it."""
+
+    def __init__(self, limits: httpx2.Limits) -> None:
+        super().__init__(limits=limits)
+        self.limits = limits
+        self.callers: set[str] = set()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.callers.add(request.headers.get("Authorization", ""))
+        return await super().handle_async_request(request)
+
+
+def test_many_tasks_in_flight_spread_over_pools_and_each_task_keeps_to_one(
+    server: _Server,
+) -> None:
+    pools: list[_CountedPool] = []
+
+    def build(limits: httpx2.Limits) -> httpx2.AsyncBaseTransport:
+        pools.append(_CountedPool(limits))
+        return pools[-1]
+
+    # As a worker with WORKER_CONCURRENCY=20 gets it (a job process gets None).
+    transport = process_transport("spread", build, concurrency=2 * TASKS_PER_POOL + 4)
+    assert transport is not None
+    started = threading.Barrier(6)
+
+    def task(key: str) -> Any:
+        async def run() -> None:
+            started.wait()  # all six in flight at once
+            headers = {"Authorization": key}
+            async with httpx2.AsyncClient(transport=transport, headers=headers) as client:
+                for _ in range(3):
+                    await client.get(f"{server.url}/answer")
+
+        return run
+
+    threads = [_in_task_thread(task(f"task-{n}")) for n in range(6)]
+    for thread in threads:
+        thread.join(10)
+
+    # Three pools, each sized for the tasks one pool serves, two tasks each; every request
+    # of a task went over its one pool.
+    assert server.seen == 18
+    assert [len(pool.callers) for pool in pools] == [2, 2, 2]
+    assert set().union(*(pool.callers for pool in pools)) == {f"task-{n}" for n in range(6)}
+    assert {pool.limits.max_keepalive_connections for pool in pools} == {TASKS_PER_POOL + 2}
 
 
 def test_a_cancelled_request_leaves_the_neighbours_request_alone(

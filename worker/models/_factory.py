@@ -13,7 +13,7 @@ import httpx2
 from pydantic import SecretStr
 
 from worker._network import client_ssl_context, operator_endpoint, same_endpoint
-from worker._process_loop import pool_limits, process_transport
+from worker._process_loop import process_transport
 from worker.exceptions import AgentConfigError, ConfigurationError
 from worker.models._cache import PromptCache
 from worker.models._fallback import FallbackModel
@@ -154,9 +154,8 @@ def shared_http_client(
         # The process's shared TLS context: building one per client costs tens of ms.
         transport = process_transport(
             f"{provider} {base_url or ''}",
-            lambda: httpx2.AsyncHTTPTransport(
-                verify=client_ssl_context(), limits=pool_limits(concurrency)
-            ),
+            lambda limits: httpx2.AsyncHTTPTransport(verify=client_ssl_context(), limits=limits),
+            concurrency=concurrency,
         )
         if transport is None:
             client = sdk_default(verify=client_ssl_context())

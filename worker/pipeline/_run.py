@@ -22,7 +22,7 @@ import httpx2
 from hub_client import BudgetHealth, HubClient, HubError, HubUnavailable
 from hub_client.retry_rules import Backoff
 from worker._network import client_ssl_context
-from worker._process_loop import pool_limits, process_transport
+from worker._process_loop import process_transport
 from worker.agents import AgentDefinition
 from worker.coordination import (
     AgentSlots,
@@ -315,12 +315,10 @@ def hub_transport(concurrency: int) -> httpx2.AsyncBaseTransport:
 
     # SSL_CERT_FILE / SSL_CERT_DIR are honoured, as for the model providers: a Hub behind
     # a private CA is trusted the way the operator trusts it.
-    def pooled() -> httpx2.AsyncBaseTransport:
-        return httpx2.AsyncHTTPTransport(
-            verify=client_ssl_context(), limits=pool_limits(concurrency)
-        )
+    def pooled(limits: httpx2.Limits) -> httpx2.AsyncBaseTransport:
+        return httpx2.AsyncHTTPTransport(verify=client_ssl_context(), limits=limits)
 
-    return process_transport("hub", pooled) or httpx2.AsyncHTTPTransport(
+    return process_transport("hub", pooled, concurrency=concurrency) or httpx2.AsyncHTTPTransport(
         verify=client_ssl_context()
     )
 
