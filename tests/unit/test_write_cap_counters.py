@@ -120,6 +120,23 @@ def test_one_task_comments_once_per_post_but_other_posts_and_tasks_are_free(
     assert isinstance(other_task.reserve(WriteKind.COMMENT, post_id="p-1"), Reservation)
 
 
+def test_the_same_write_made_again_by_a_re_run_counts_once(redis: fakeredis.FakeRedis) -> None:
+    # A run handed back after it reserved its reply, but before it posted it: the next run
+    # of the task posts the same reply (same idempotency key), and must not be refused.
+    first_run = ledger(redis, "t-1", max_writes_per_post=1, max_daily_comments=5)
+    next_run = ledger(redis, "t-1", max_writes_per_post=1, max_daily_comments=5)
+    reply = {"post_id": "p-1", "key": "t-1:reply"}
+
+    assert isinstance(first_run.reserve(WriteKind.COMMENT, **reply), Reservation)
+    assert isinstance(next_run.reserve(WriteKind.COMMENT, **reply), Reservation)
+
+    assert redis.hget(redis_keys.task_post_writes("t-1"), "p-1") == b"1"
+    assert redis.get(redis_keys.daily_writes("a", "comment", TODAY)) == b"1"
+    other = next_run.reserve(WriteKind.COMMENT, post_id="p-1", key="t-1:tool:2:0")
+    assert isinstance(other, WriteRefused)
+    assert other.reason is RefusalReason.PER_POST
+
+
 def test_responses_per_thread_are_counted_across_tasks_and_agents_apart(
     redis: fakeredis.FakeRedis,
 ) -> None:

@@ -43,9 +43,10 @@ _THREAD_KEY_TTL_S = 90 * 86_400
 _WRITE_TOOLS = {"create_post": "post", "create_comment": "comment"}
 
 # One atomic check-and-count: per-post guard, per-thread cap, minimum interval, daily cap,
-# in that order. Each reservation carries a token, kept in the task's set of reservations:
-# a Redis that stopped after running the script but before answering gets the same call
-# again from the connection's retry, and must count it once (counted twice, the per-post
+# in that order. Each reservation carries a token (the write's idempotency key), kept in the
+# task's set of reservations: a Redis that stopped after running the script but before
+# answering gets the same call again from the connection's retry, and a task re-run after a
+# handback makes the same write again; each must count once (counted twice, the per-post
 # guard refused the task's own reply).
 # KEYS: daily counter, the task's per-post hash, the agent's interval marker, the agent's
 #       counter on the thread (post id '' : unused), the task's reservation tokens.
@@ -175,9 +176,19 @@ class WriteLedger:
         self._clock = clock
 
     def reserve(
-        self, kind: WriteKind, *, post_id: str | None = None, wait_interval: bool = True
+        self,
+        kind: WriteKind,
+        *,
+        post_id: str | None = None,
+        wait_interval: bool = True,
+        key: str | None = None,
     ) -> Reservation | WriteRefused:
-        """Count a write about to be made, or say why it must not be."""
+        """Count a write about to be made, or say why it must not be.
+
+        ``key`` is the write's idempotency key: the same write reserved again (the call
+        retried after Redis lost its answer, or a re-run of the task making it again, which
+        the Hub answers with what it did the first time) counts once. None: a key of its own.
+        """
         now = self._clock().astimezone(UTC)
         day = now.strftime("%Y-%m-%d")
         day_end = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
@@ -185,7 +196,7 @@ class WriteLedger:
         interval_ms = int((self.caps.min_interval_s or 0) * 1000) if wait_interval else 0
         on_post = post_id if kind is WriteKind.COMMENT and post_id else ""
         per_thread = self.caps.max_responses_per_thread
-        token = secrets.token_hex(8)
+        token = key or secrets.token_hex(8)
         answer = self._run_script(
             _RESERVE,
             keys=self._keys(kind, day, on_post),
@@ -330,7 +341,11 @@ class CappedToolbox(ToolboxWrapper):
         if kind is None:
             return await self._inner.call(name, arguments, ctx)
         post_id = arguments.get("post_id")
-        outcome = self._ledger.reserve(kind, post_id=post_id if isinstance(post_id, str) else None)
+        outcome = self._ledger.reserve(
+            kind,
+            post_id=post_id if isinstance(post_id, str) else None,
+            key=ctx.idempotency_key,
+        )
         if isinstance(outcome, WriteRefused):
             self._on_refused(outcome, name)
             return ToolResult(content=f"Error: {outcome.message}", is_error=True, refused=True)

@@ -63,7 +63,10 @@ async def _post(
     ledger = write_ledger(runtime, task, agent)
     post_id = item.payload.get("post_id")
     verdict = ledger.reserve(
-        kind, post_id=post_id if isinstance(post_id, str) else None, wait_interval=False
+        kind,
+        post_id=post_id if isinstance(post_id, str) else None,
+        wait_interval=False,
+        key=item.idempotency_key,  # a re-run posting the same answer counts it once
     )
     if isinstance(verdict, WriteRefused):
         _refuse_answer(runtime, state, task, verdict)
