@@ -120,6 +120,21 @@ def test_one_task_comments_once_per_post_but_other_posts_and_tasks_are_free(
     assert isinstance(other_task.reserve(WriteKind.COMMENT, post_id="p-1"), Reservation)
 
 
+def test_a_post_id_that_is_not_a_string_names_no_post_but_the_comment_still_counts(
+    redis: fakeredis.FakeRedis,
+) -> None:
+    # A model's argument may be anything: a number, a list. None of them names a post.
+    task = ledger(redis, max_daily_comments=2)
+
+    for odd in (42, ["p-1"]):
+        reservation = task.reserve(WriteKind.COMMENT, post_id=odd)
+        assert isinstance(reservation, Reservation)
+        assert reservation.post_id == ""
+    third = task.reserve(WriteKind.COMMENT, post_id="p-1")
+    assert isinstance(third, WriteRefused)
+    assert third.reason is RefusalReason.DAILY_LIMIT
+
+
 def test_the_same_write_made_again_by_a_re_run_counts_once(redis: fakeredis.FakeRedis) -> None:
     # A run handed back after it reserved its reply, but before it posted it: the next run
     # of the task posts the same reply (same idempotency key), and must not be refused.

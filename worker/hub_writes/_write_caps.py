@@ -179,12 +179,14 @@ class WriteLedger:
         self,
         kind: WriteKind,
         *,
-        post_id: str | None = None,
+        post_id: object = None,
         wait_interval: bool = True,
         key: str | None = None,
     ) -> Reservation | WriteRefused:
         """Count a write about to be made, or say why it must not be.
 
+        ``post_id`` is the post a comment names, as the write came: a model's argument may
+        be anything, and only a non-empty string names a post.
         ``key`` is the write's idempotency key: the same write reserved again (the call
         retried after Redis lost its answer, or a re-run of the task making it again, which
         the Hub answers with what it did the first time) counts once. None: a key of its own.
@@ -194,7 +196,7 @@ class WriteLedger:
         day_end = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
         cap = self.caps.daily(kind)
         interval_ms = int((self.caps.min_interval_s or 0) * 1000) if wait_interval else 0
-        on_post = post_id if kind is WriteKind.COMMENT and post_id else ""
+        on_post = post_id if kind is WriteKind.COMMENT and isinstance(post_id, str) else ""
         per_thread = self.caps.max_responses_per_thread
         token = key or secrets.token_hex(8)
         answer = self._run_script(
@@ -340,11 +342,8 @@ class CappedToolbox(ToolboxWrapper):
         kind = self.write_kind(name)
         if kind is None:
             return await self._inner.call(name, arguments, ctx)
-        post_id = arguments.get("post_id")
         outcome = self._ledger.reserve(
-            kind,
-            post_id=post_id if isinstance(post_id, str) else None,
-            key=ctx.idempotency_key,
+            kind, post_id=arguments.get("post_id"), key=ctx.idempotency_key
         )
         if isinstance(outcome, WriteRefused):
             self._on_refused(outcome, name)

@@ -61,10 +61,9 @@ async def _post(
     kind = WriteKind.COMMENT if item.kind == "comment" else WriteKind.POST
     # The task's own answer counts against the caps; it never waits an interval.
     ledger = write_ledger(runtime, task, agent)
-    post_id = item.payload.get("post_id")
     verdict = ledger.reserve(
         kind,
-        post_id=post_id if isinstance(post_id, str) else None,
+        post_id=item.payload.get("post_id"),
         wait_interval=False,
         key=item.idempotency_key,  # a re-run posting the same answer counts it once
     )
