@@ -31,6 +31,7 @@ BENCHMARKS = (
     "scaling",
     "in_flight",
     "connections",
+    "library_floor",
     "cli_sandbox",
     "crash_recovery",
     "worker_stop",
