@@ -56,6 +56,9 @@ def test_a_redis_outage_leaves_only_json_lines_in_the_worker_log(tmp_path: Path)
             redis.stop()
         lines = read().splitlines()
     assert parse_events("\n".join(lines), "worker_stopped")
+    # The stop signal's write to Redis met the outage: noted, not raised into rq's loop.
+    outages = parse_events("\n".join(lines), "redis_unavailable")
+    assert "set_shutdown_requested_date" in {event["during"] for event in outages}
     not_json = [line for line in lines if not line.startswith("{")]
     assert not_json == [], "\n".join(not_json[:40])
     for line in lines:

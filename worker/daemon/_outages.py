@@ -104,6 +104,17 @@ class OutageTolerantWorker(Worker):
                 raise
             self._note_outage("set_state", exc)
 
+    def set_shutdown_requested_date(self) -> None:
+        # rq writes it from the stop signal's handler: an outage raised there lands in
+        # whatever the main thread was doing (a sleep between retries, say) and ends the
+        # worker with "unhandled exception, quitting" and a traceback. It is only a record.
+        try:
+            super().set_shutdown_requested_date()  # type: ignore[no-untyped-call]
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
+            self._note_outage("set_shutdown_requested_date", exc)
+
     def _start_scheduler(
         self,
         burst: bool = False,
