@@ -12,7 +12,8 @@ repeats anyway: heartbeats, state, maintenance). Each wait logs
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
@@ -80,40 +81,24 @@ class OutageTolerantWorker(Worker):
     """A Worker whose parent process never quits because Redis is gone or refuses writes."""
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
-        try:
+        # A missed heartbeat costs nothing: the worker key lives for minutes.
+        with self._skipped_in_an_outage("heartbeat"):
             super().heartbeat(timeout, pipeline)
-        except RedisError as exc:
-            if not is_redis_outage(exc):
-                raise
-            # A missed heartbeat costs nothing: the worker key lives for minutes.
-            self._note_outage("heartbeat", exc)
 
     def maintain_heartbeats(self, job: Job, execution: Execution) -> None:
-        try:
+        with self._skipped_in_an_outage("maintain_heartbeats"):
             super().maintain_heartbeats(job, execution)
-        except RedisError as exc:
-            if not is_redis_outage(exc):
-                raise
-            self._note_outage("maintain_heartbeats", exc)
 
     def set_state(self, state: str, pipeline: Any = None) -> None:
-        try:
+        with self._skipped_in_an_outage("set_state"):
             super().set_state(state, pipeline)
-        except RedisError as exc:
-            if not is_redis_outage(exc):
-                raise
-            self._note_outage("set_state", exc)
 
     def set_shutdown_requested_date(self) -> None:
         # rq writes it from the stop signal's handler: an outage raised there lands in
         # whatever the main thread was doing (a sleep between retries, say) and ends the
         # worker with "unhandled exception, quitting" and a traceback. It is only a record.
-        try:
+        with self._skipped_in_an_outage("set_shutdown_requested_date"):
             super().set_shutdown_requested_date()  # type: ignore[no-untyped-call]
-        except RedisError as exc:
-            if not is_redis_outage(exc):
-                raise
-            self._note_outage("set_shutdown_requested_date", exc)
 
     def _start_scheduler(
         self,
@@ -169,13 +154,9 @@ class OutageTolerantWorker(Worker):
         return self._until_redis_answers("prepare_execution", prepare)
 
     def run_maintenance_tasks(self) -> None:
-        try:
+        with self._skipped_in_an_outage("maintenance"):
             super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
             self.maintain_own_data()
-        except RedisError as exc:
-            if not is_redis_outage(exc):
-                raise
-            self._note_outage("maintenance", exc)
 
     def _until_redis_answers(self, during: str, action: Callable[[], T]) -> T:
         """Run ``action``, waiting out a Redis outage (or refusal) with exponential backoff."""
@@ -185,6 +166,17 @@ class OutageTolerantWorker(Worker):
             max_wait_s=self.max_connection_wait_time,
             on_outage=lambda _, exc: worker_metrics().redis_unavailable(outage_kind(exc)),
         )
+
+    @contextmanager
+    def _skipped_in_an_outage(self, during: str) -> Iterator[None]:
+        """What repeats anyway or is only a record, skipped (and noted) while Redis is away;
+        any other Redis error is raised."""
+        try:
+            yield
+        except RedisError as exc:
+            if not is_redis_outage(exc):
+                raise
+            self._note_outage(during, exc)
 
     def _note_outage(self, during: str, exc: BaseException, **fields: Any) -> None:
         """A wait for Redis the worker rides out: one log event and one count."""
