@@ -5,8 +5,8 @@ Redis (``OOM`` under ``noeviction``), a primary turned replica (``READONLY``) or
 server still loading (``LOADING``) anywhere else ends the worker ("unhandled
 exception, quitting"). Here every Redis call of the worker parent outside a job is
 either retried until Redis answers (what must happen: starting the scheduler, the
-suspension check, preparing an execution) or skipped until the next round (what
-repeats anyway: heartbeats, state, maintenance). Each wait logs
+suspension check, preparing an execution) or skipped (what repeats anyway: heartbeats,
+state, maintenance; and the stop request's date, only a record). Each wait logs
 ``redis_unavailable`` with its ``kind`` and counts ``agent_redis_unavailable_total``.
 """
 
